@@ -1,0 +1,9 @@
+"""CLI: keys commands (placeholder until its owner fills it in)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app."""

@@ -1,0 +1,85 @@
+"""The exceptions modelyard raises, in one hierarchy.
+
+Every error carries a message that says what is wrong, the value that came in, and what to do.
+The CLI turns a ``ModelyardError`` into one red line and exit status 1; the REST API turns it
+into a JSON error body with the HTTP status given by ``http_status``.
+
+    ModelyardError
+    +-- InvalidInput          (400) a request, flag, YAML file or path that cannot be used as given
+    |   +-- InvalidYaml       (400) YAML that does not parse or has the wrong shape; names the line
+    |   +-- InvalidModelDirectory (400) a model directory that cannot be served
+    +-- NotFound              (404) a named thing (model, deployment, backend, key) does not exist
+    +-- AlreadyExists         (409) a name that is already taken
+    +-- Conflict              (409) the request is valid but the current state forbids it
+    +-- Unschedulable         (409) no placement exists for a deployment (names what holds the GPUs)
+    +-- Unauthorized          (401) missing or wrong credentials
+    +-- Forbidden             (403) credentials valid, action not allowed
+    +-- EngineStartFailed     (500) an engine process could not be started
+"""
+
+from __future__ import annotations
+
+
+class ModelyardError(Exception):
+    """Base of every error modelyard raises on purpose."""
+
+    http_status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+
+class InvalidInput(ModelyardError):
+    http_status = 400
+    code = "invalid_input"
+
+
+class InvalidYaml(InvalidInput):
+    code = "invalid_yaml"
+
+
+class InvalidModelDirectory(InvalidInput):
+    code = "invalid_model_directory"
+
+
+class NotFound(ModelyardError):
+    http_status = 404
+    code = "not_found"
+
+
+class AlreadyExists(ModelyardError):
+    http_status = 409
+    code = "already_exists"
+
+
+class Conflict(ModelyardError):
+    http_status = 409
+    code = "conflict"
+
+
+class Unschedulable(ModelyardError):
+    http_status = 409
+    code = "unschedulable"
+
+
+class Unauthorized(ModelyardError):
+    http_status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ModelyardError):
+    http_status = 403
+    code = "forbidden"
+
+
+class EngineStartFailed(ModelyardError):
+    http_status = 500
+    code = "engine_start_failed"

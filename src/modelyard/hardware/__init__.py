@@ -1,0 +1,1 @@
+"""What this host has: GPUs (through NVML), memory, disk."""

@@ -1,0 +1,66 @@
+"""What the server's parts share while it runs, held on ``app.state.context``.
+
+Routers reach it with ``request.app.state.context`` (see ``server_context``). Everything lives in
+the server's one event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from fastapi import Request
+
+from modelyard.control.endpoints import EndpointRegistry
+from modelyard.settings import Settings
+from modelyard.store.database import Database
+
+if TYPE_CHECKING:
+    from modelyard.hardware.gpus import GpuInventory
+
+
+class ControllerHandle(Protocol):
+    """What the API needs of the controller (``modelyard.control.controller.Controller``)."""
+
+    def poke(self) -> None:
+        """Desired state changed: reconcile now instead of at the next tick."""
+
+    def gpu_inventory(self) -> GpuInventory:
+        """The GPUs of this host as last read (refreshed every few seconds)."""
+
+
+class KeyCacheHandle(Protocol):
+    """What the API needs of the gateway's key cache: drop it after a key is created or revoked."""
+
+    def invalidate(self) -> None: ...
+
+
+class _NoController:
+    def poke(self) -> None:
+        return None
+
+    def gpu_inventory(self) -> GpuInventory:
+        from modelyard.hardware.gpus import GpuInventory
+
+        return GpuInventory(unavailable_reason="no controller running")
+
+
+class _NoKeyCache:
+    def invalidate(self) -> None:
+        return None
+
+
+@dataclass
+class ServerContext:
+    settings: Settings
+    database: Database
+    endpoints: EndpointRegistry = field(default_factory=EndpointRegistry)
+    controller: ControllerHandle = field(default_factory=_NoController)
+    key_cache: KeyCacheHandle = field(default_factory=_NoKeyCache)
+
+
+def server_context(request: Request) -> ServerContext:
+    """FastAPI dependency: the running server's context."""
+    context = request.app.state.context
+    assert isinstance(context, ServerContext)
+    return context

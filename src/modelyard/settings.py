@@ -1,0 +1,72 @@
+"""Server settings, each defined once: type, default, environment variable and help text.
+
+``modelyard serve`` builds its options from these; the environment is read once, here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+ENV_DATA_DIR = "MODELYARD_DATA_DIR"
+ENV_DATABASE_URL = "MODELYARD_DATABASE_URL"
+ENV_URL = "MODELYARD_URL"
+
+
+def default_data_dir() -> Path:
+    """``$MODELYARD_DATA_DIR``, else ``$XDG_DATA_HOME/modelyard``, else ``~/.local/share/modelyard``."""
+    configured = os.environ.get(ENV_DATA_DIR)
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "modelyard"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to start.
+
+    Usage::
+
+        settings = Settings(data_dir=Path("/var/lib/modelyard"))
+        settings.database_url  # sqlite:////var/lib/modelyard/modelyard.db
+    """
+
+    data_dir: Path
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    # None: a SQLite file in the data directory.
+    database_url_override: str | None = None
+    deploy_demo: bool = True
+
+    @property
+    def database_url(self) -> str:
+        if self.database_url_override:
+            return self.database_url_override
+        return f"sqlite:///{self.data_dir / 'modelyard.db'}"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Engine logs: ``logs/<deployment>/<replica>/start-<n>.log``."""
+        return self.data_dir / "logs"
+
+    @property
+    def models_dir(self) -> Path:
+        """Where prepared models live (the demo model, later hub downloads)."""
+        return self.data_dir / "models"
+
+    @property
+    def admin_password_file(self) -> Path:
+        """The bootstrap admin password (mode 0600), read by the CLI on the same host."""
+        return self.data_dir / "admin-password"
+
+    @property
+    def server_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,195 @@
+"""The database tables: desired state (deployments), actual state (instances) and what supports them.
+
+The API writes desired state; the controller (``modelyard.control``) reads it and writes actual
+state. Every instance transition is also appended to ``instance_events`` with its reason, so the
+history survives a server restart. Changing a table means a new Alembic revision in
+``store/migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, list[str]: JSON, list[int]: JSON}
+
+
+class User(Base):
+    """A console / CLI account. The first one, ``admin``, is created at first start."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(256))
+    is_admin: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    password_changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class ApiKey(Base):
+    """A gateway key. Only a hash is stored; the key itself is shown once at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # The first characters of the key (e.g. "my-3f9a1c"), shown in listings to tell keys apart.
+    prefix: Mapped[str] = mapped_column(String(32))
+    key_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    # None: every deployment. A list: only these deployment names.
+    allowed_deployments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ModelFile(Base):
+    """Model weights on disk, registered by path (``source="local"``) or, later, fetched from a hub.
+
+    ``state`` is one of ``valid``, ``invalid`` (``reasons`` says why) or, for hub downloads,
+    ``downloading`` with ``downloaded_bytes`` / ``size_bytes`` as progress.
+    """
+
+    __tablename__ = "model_files"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    source: Mapped[str] = mapped_column(String(32), default="local")
+    path: Mapped[str] = mapped_column(Text)
+    # Hub downloads (a later issue): where it came from and how far it got.
+    repo_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    revision: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    downloaded_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    state: Mapped[str] = mapped_column(String(32), default="valid")
+    reasons: Mapped[list[str]] = mapped_column(JSON, default=list)
+    architecture: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    model_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    dtype: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    parameter_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+
+
+class CustomBackend(Base):
+    """A backend added by a user (imported YAML). Built-in backends live in the package catalog."""
+
+    __tablename__ = "custom_backends"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # The backend in modelyard's own spec shape (``modelyard.backends.spec.BackendSpec`` as JSON).
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+
+
+class Deployment(Base):
+    """Desired state: serve ``model_file`` under ``name`` with ``replicas`` copies.
+
+    ``name`` is the model name clients send in ``"model"``. ``desired_state`` is ``running`` or
+    ``stopped``. GPUs are asked for either as a count per replica or as explicit ids.
+    """
+
+    __tablename__ = "deployments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    model_file_id: Mapped[int] = mapped_column(ForeignKey("model_files.id"))
+    backend: Mapped[str] = mapped_column(String(128))
+    backend_version: Mapped[str] = mapped_column(String(64))
+    replicas: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_replica: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_ids: Mapped[list[int] | None] = mapped_column(JSON, nullable=True, default=None)
+    backend_parameters: Mapped[list[str]] = mapped_column(JSON, default=list)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    desired_state: Mapped[str] = mapped_column(String(16), default="running")
+    skip_verification: Mapped[bool] = mapped_column(default=False)
+    # Doctor's warnings at deploy time, kept to show in `ps` and the console.
+    warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+
+    model_file: Mapped[ModelFile] = relationship(lazy="joined")
+    instances: Mapped[list[Instance]] = relationship(
+        back_populates="deployment", cascade="all, delete-orphan", order_by="Instance.replica_index"
+    )
+
+
+class Instance(Base):
+    """Actual state: one replica of a deployment, i.e. one engine process (gang) at a time.
+
+    ``state`` is one of ``modelyard.control.states.InstanceState``; ``reason`` says why it is
+    there. ``pid`` / ``process_start_time`` identify the engine's launcher process so that a
+    restarted server can re-adopt it; ``start_count`` numbers the log files.
+    """
+
+    __tablename__ = "instances"
+    __table_args__ = (UniqueConstraint("deployment_id", "replica_index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
+    replica_index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    host: Mapped[str] = mapped_column(String(128), default="127.0.0.1")
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    process_start_time: Mapped[float | None] = mapped_column(nullable=True)
+    command: Mapped[list[str]] = mapped_column(JSON, default=list)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    start_count: Mapped[int] = mapped_column(Integer, default=0)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    next_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # After-start results: doctor's log diagnosis and the verification suite's checks.
+    diagnosis: Mapped[str | None] = mapped_column(Text, nullable=True)
+    verification: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+
+    deployment: Mapped[Deployment] = relationship(back_populates="instances")
+
+
+class InstanceEvent(Base):
+    """One state transition of an instance, with its reason. Kept after the instance is gone."""
+
+    __tablename__ = "instance_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_name: Mapped[str] = mapped_column(String(128), index=True)
+    instance_id: Mapped[int] = mapped_column(Integer, index=True)
+    replica_index: Mapped[int] = mapped_column(Integer)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class UsageRecord(Base):
+    """Tokens metered by the gateway from the engine's ``usage``, one row per request."""
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    api_key_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    deployment_name: Mapped[str] = mapped_column(String(128), index=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # False when the engine sent no usage: counted as a request, never guessed.
+    usage_reported: Mapped[bool] = mapped_column(default=True)
+    status_code: Mapped[int] = mapped_column(Integer, default=200)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
