@@ -1,7 +1,9 @@
 """What every doctor check reports: one finding with an id, a severity, the problem and the fix.
 
 Each check in ``modelyard.doctor`` returns a list of ``Finding``. The ids are stable, external
-API (scripts match on them) and each has an entry in docs/doctor.md, which ``doc_url`` points to.
+API (scripts match on them). An id is ``<area>.<name>``, e.g. ``param.unknown-flag``; areas:
+``param``, ``memory``, ``host``, ``model``, ``log``, ``verify``. Each id has an entry (a heading
+whose anchor is the id) in ``docs/doctor/<area>.md``, which ``doc_url`` points to.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-DOCS_BASE_URL = "https://github.com/modelyard/modelyard/blob/main/docs/doctor.md"
+DOCS_BASE_URL = "https://github.com/modelyard/modelyard/blob/main/docs/doctor"
 
 
 class Severity(StrEnum):
@@ -36,7 +38,8 @@ class Finding:
 
     @property
     def doc_url(self) -> str:
-        return f"{DOCS_BASE_URL}#{self.check_id}"
+        area = self.check_id.split(".", 1)[0]
+        return f"{DOCS_BASE_URL}/{area}.md#{self.check_id.replace('.', '')}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
