@@ -1,0 +1,42 @@
+"""``/api/v1/keys``: gateway API keys. POST returns the key once; it is never shown again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelyard.server.api.common import in_session
+from modelyard.server.context import ServerContext, server_context
+from modelyard.services import keys
+
+router = APIRouter(tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    # None: every deployment.
+    allowed_deployments: list[str] | None = None
+
+
+@router.get("/keys")
+async def list_keys(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
+    records = await in_session(context, keys.list_keys)
+    return [keys.key_to_json(record) for record in records]
+
+
+@router.post("/keys", status_code=201)
+async def create_key(request: KeyCreate, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    created = await in_session(context, keys.create_key, request.name, request.allowed_deployments)
+    context.key_cache.invalidate()
+    return {**keys.key_to_json(created.record), "key": created.key}
+
+
+@router.delete("/keys/{name:path}")
+async def revoke_key(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    record = await in_session(context, keys.revoke_key, name)
+    context.key_cache.invalidate()
+    return keys.key_to_json(record)

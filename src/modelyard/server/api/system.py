@@ -1,0 +1,33 @@
+"""``GET /api/v1/system`` (what this server is) and ``GET /api/v1/gpus`` (this host's GPUs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from modelyard import __version__
+from modelyard.server.context import ServerContext, server_context
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/system")
+async def read_system(context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    settings = context.settings
+    base_url = settings.server_url
+    database_kind = context.database.engine.url.get_backend_name()
+    return {
+        "version": __version__,
+        "data_dir": str(settings.data_dir),
+        "database": database_kind,
+        "console_url": f"{base_url}/",
+        "openai_base_url": f"{base_url}/v1",
+        "api_url": f"{base_url}/api/v1",
+        "admin_password_file": str(settings.admin_password_file),
+    }
+
+
+@router.get("/gpus")
+async def read_gpus(context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    return context.controller.gpu_inventory().to_json()

@@ -1,0 +1,107 @@
+"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``.
+
+Passwords are checked against ``users.password_hash`` (scrypt, see
+``modelyard.services.password_hashing``). scrypt is slow on purpose, and the CLI polls while it
+waits for a deployment, so a successful check is remembered for ``CACHE_SECONDS``. The cache key
+includes the stored hash: changing the password drops every remembered login at once.
+
+Usage::
+
+    router = APIRouter(dependencies=[Depends(require_admin)])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from fastapi import Depends
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from sqlalchemy import select
+
+from modelyard.errors import Forbidden, Unauthorized
+from modelyard.server.context import ServerContext, server_context
+from modelyard.services.password_hashing import verify_password
+from modelyard.store.tables import User
+
+CACHE_SECONDS = 60.0
+CACHE_MAX_ENTRIES = 256
+
+_basic = HTTPBasic(auto_error=False, realm="modelyard")
+
+
+@dataclass
+class VerifiedLoginCache:
+    """Logins that passed scrypt recently: fingerprint -> monotonic expiry time."""
+
+    ttl_seconds: float = CACHE_SECONDS
+    _expiries: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def fingerprint(username: str, password: str, stored_hash: str) -> str:
+        return hashlib.sha256(f"{username}\0{password}\0{stored_hash}".encode()).hexdigest()
+
+    def contains(self, fingerprint: str) -> bool:
+        with self._lock:
+            expiry = self._expiries.get(fingerprint)
+            if expiry is None:
+                return False
+            if expiry < time.monotonic():
+                del self._expiries[fingerprint]
+                return False
+            return True
+
+    def add(self, fingerprint: str) -> None:
+        with self._lock:
+            if len(self._expiries) >= CACHE_MAX_ENTRIES:
+                self._expiries.clear()
+            self._expiries[fingerprint] = time.monotonic() + self.ttl_seconds
+
+
+_verified_logins = VerifiedLoginCache()
+
+
+@dataclass(frozen=True)
+class AdminUser:
+    """Who made the request."""
+
+    id: int
+    username: str
+
+
+def authenticate(context: ServerContext, username: str, password: str) -> AdminUser:
+    """Check one username and password against the store. Raises ``Unauthorized``/``Forbidden``."""
+    with context.database.session() as session:
+        user = session.scalar(select(User).where(User.username == username))
+    if user is None:
+        raise Unauthorized(
+            "wrong username or password",
+            hint="log in as admin with the password from <data-dir>/admin-password",
+        )
+    fingerprint = VerifiedLoginCache.fingerprint(username, password, user.password_hash)
+    if not _verified_logins.contains(fingerprint):
+        if not verify_password(password, user.password_hash):
+            raise Unauthorized(
+                "wrong username or password",
+                hint="log in as admin with the password from <data-dir>/admin-password",
+            )
+        _verified_logins.add(fingerprint)
+    if not user.is_admin:
+        raise Forbidden(f"user {username!r} is not an administrator")
+    return AdminUser(id=user.id, username=user.username)
+
+
+def require_admin(
+    credentials: HTTPBasicCredentials | None = Depends(_basic),
+    context: ServerContext = Depends(server_context),
+) -> AdminUser:
+    """FastAPI dependency (sync: FastAPI runs it in a worker thread, off the event loop)."""
+    if credentials is None:
+        raise Unauthorized(
+            "this endpoint needs the admin's credentials (HTTP Basic)",
+            hint="send admin:<password>; the password is in <data-dir>/admin-password",
+        )
+    return authenticate(context, credentials.username, credentials.password)

@@ -1,0 +1,119 @@
+"""Every REST error leaves the server in one JSON shape: ``{"error": {message, type, code, hint}}``.
+
+``install_error_handlers(app)`` maps:
+
+- a ``ModelyardError`` to its ``http_status`` (and any ``details`` it carries, e.g. doctor findings);
+- a request that fails validation to 400, naming the field (``body.replicas: ...``);
+- a body that is not JSON to 400 ``body is not JSON``;
+- Starlette's own HTTP errors (unknown path, wrong method) to the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from modelyard.errors import ModelyardError
+
+logger = logging.getLogger(__name__)
+
+# The "type" field, by status: OpenAI's vocabulary, so clients that parse one shape parse both.
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+}
+
+AUTHENTICATE_HEADER = {"WWW-Authenticate": 'Basic realm="modelyard"'}
+
+
+def error_body(
+    status: int, message: str, code: str, hint: str | None = None, details: Any = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "message": message,
+        "type": _TYPE_BY_STATUS.get(status, "server_error"),
+        "code": code,
+        "hint": hint,
+    }
+    if details is not None:
+        body["details"] = details
+    return {"error": body}
+
+
+def error_response(
+    status: int, message: str, code: str, hint: str | None = None, details: Any = None
+) -> JSONResponse:
+    headers = AUTHENTICATE_HEADER if status == 401 else None
+    return JSONResponse(error_body(status, message, code, hint, details), status_code=status, headers=headers)
+
+
+def _field_name(location: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(part) for part in location]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def describe_validation_error(error: RequestValidationError) -> tuple[str, str]:
+    """One line naming the first bad field (and how many others), and the error code."""
+    problems = list(error.errors())
+    if not problems:
+        return "the request is not valid", "invalid_input"
+    first = problems[0]
+    if first.get("type") == "json_invalid":
+        return "body is not JSON", "body_not_json"
+    location = tuple(first.get("loc", ()))
+    field = _field_name(location)
+    kind = location[0] if location else "body"
+    message = f"{kind} field {field!r}: {first.get('msg', 'is not valid')}"
+    if first.get("type") == "missing":
+        message = f"{kind} field {field!r} is required"
+    if first.get("type") == "extra_forbidden":
+        message = f"{kind} field {field!r} is not accepted here"
+    if len(problems) > 1:
+        message += f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})"
+    return message, "invalid_input"
+
+
+async def _modelyard_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ModelyardError)
+    if error.http_status >= 500:
+        logger.error("request failed: %s", error)
+    return error_response(
+        error.http_status, error.message, error.code, error.hint, getattr(error, "details", None)
+    )
+
+
+async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    message, code = describe_validation_error(error)
+    hint = "send a JSON object with Content-Type: application/json" if code == "body_not_json" else None
+    return error_response(400, message, code, hint)
+
+
+async def _http_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(
+        error.status_code, "http_error"
+    )
+    response = error_response(error.status_code, str(error.detail), code)
+    if error.headers:
+        response.headers.update(error.headers)
+    return response
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers above on ``app`` (the lead's ``create_app`` calls this once)."""
+    app.add_exception_handler(ModelyardError, _modelyard_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -1,0 +1,93 @@
+"""Gateway API keys: created by an admin, shown once, stored hashed, optionally limited to named
+deployments, revocable. After every write the caller drops the gateway's key cache
+(``context.key_cache.invalidate()``).
+
+Usage::
+
+    created = create_key(session, "ci", allowed_deployments=["demo"])
+    print(created.key)  # the only time the key is visible
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from modelyard.errors import AlreadyExists, InvalidInput, NotFound
+from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
+from modelyard.services.names import check_name
+from modelyard.store.tables import ApiKey, Deployment, utc_now
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: str
+    record: ApiKey
+
+
+def key_to_json(record: ApiKey) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "prefix": record.prefix,
+        "allowed_deployments": record.allowed_deployments,
+        "created_at": record.created_at.isoformat(),
+        "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
+        "last_used_at": record.last_used_at.isoformat() if record.last_used_at else None,
+        "active": record.revoked_at is None,
+    }
+
+
+def _check_allowed(session: Session, allowed: list[str]) -> list[str]:
+    names = list(dict.fromkeys(name.strip() for name in allowed))
+    if not names or "" in names:
+        raise InvalidInput(
+            "allowed_deployments contains an empty name",
+            hint="leave it out to allow every deployment, or list deployment names",
+        )
+    known = set(session.scalars(select(Deployment.name).where(Deployment.name.in_(names))))
+    missing = [name for name in names if name not in known]
+    if missing:
+        existing = sorted(session.scalars(select(Deployment.name)))
+        raise NotFound(
+            f"no deployment named {', '.join(repr(name) for name in missing)}",
+            hint=f"deployments: {', '.join(existing) or 'none yet'}",
+        )
+    return names
+
+
+def create_key(session: Session, name: str, allowed_deployments: list[str] | None = None) -> CreatedKey:
+    check_name(name, "key")
+    if session.scalar(select(ApiKey).where(ApiKey.name == name)) is not None:
+        raise AlreadyExists(f"a key named {name!r} already exists", hint="choose another name")
+    allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments)
+    key = generate_key()
+    record = ApiKey(
+        name=name, prefix=display_prefix(key), key_hash=hash_key(key), allowed_deployments=allowed
+    )
+    session.add(record)
+    session.commit()
+    return CreatedKey(key=key, record=record)
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)))
+
+
+def get_key(session: Session, name: str) -> ApiKey:
+    record = session.scalar(select(ApiKey).where(ApiKey.name == name))
+    if record is None:
+        known = [key.name for key in list_keys(session)]
+        raise NotFound(f"no key named {name!r}", hint=f"keys: {', '.join(known) or 'none yet'}")
+    return record
+
+
+def revoke_key(session: Session, name: str) -> ApiKey:
+    """Revoke a key (idempotent: revoking a revoked key keeps its first revocation time)."""
+    record = get_key(session, name)
+    if record.revoked_at is None:
+        record.revoked_at = utc_now()
+        session.commit()
+    return record

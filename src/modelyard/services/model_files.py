@@ -1,0 +1,154 @@
+"""Model files: local directories registered by path, validated before anything is stored.
+
+Usage::
+
+    record = register_model(session, "qwen3-8b", Path("/models/Qwen3-8B"))
+    record.state, record.parameter_count, record.size_bytes
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from modelyard.errors import AlreadyExists, Conflict, InvalidModelDirectory, NotFound
+from modelyard.services.names import check_name
+from modelyard.store.tables import Deployment, ModelFile
+
+
+@dataclass(frozen=True)
+class DirectoryFacts:
+    """What registration needs from ``modelyard.modeldir.inspect_model_directory``."""
+
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+    architecture: str | None = None
+    model_type: str | None = None
+    dtype: str | None = None
+    parameter_count: int | None = None
+    size_bytes: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    hint: str | None = None
+
+
+def inspect_directory(path: Path) -> DirectoryFacts:
+    """Inspect ``path`` with the model-directory library, as the facts registration stores."""
+    from modelyard.modeldir import inspect_model_directory  # type: ignore[attr-defined]
+
+    report = inspect_model_directory(path)
+    to_json = getattr(report, "to_json", None)
+    details: dict[str, Any] = to_json() if callable(to_json) else {}
+    return DirectoryFacts(
+        valid=bool(report.valid),
+        reasons=[str(reason) for reason in report.reasons],
+        architecture=report.architecture,
+        model_type=report.model_type,
+        dtype=report.dtype,
+        parameter_count=report.parameter_count,
+        size_bytes=report.size_bytes,
+        details=details,
+        hint=getattr(report, "hint", None),
+    )
+
+
+def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": record.name,
+        "source": record.source,
+        "path": record.path,
+        "state": record.state,
+        "reasons": record.reasons,
+        "architecture": record.architecture,
+        "model_type": record.model_type,
+        "dtype": record.dtype,
+        "parameter_count": record.parameter_count,
+        "size_bytes": record.size_bytes,
+        "repo_id": record.repo_id,
+        "revision": record.revision,
+        "details": record.details,
+        "created_at": record.created_at.isoformat(),
+    }
+    if deployments is not None:
+        data["deployments"] = deployments
+    return data
+
+
+def register_model(session: Session, name: str | None, path: Path) -> ModelFile:
+    """Validate ``path`` and store it as a model file; an invalid directory stores nothing."""
+    path = path.expanduser()
+    if not path.is_absolute():
+        raise InvalidModelDirectory(
+            f"model path {str(path)!r} is relative; the server cannot know what it is relative to",
+            hint="give an absolute path (the CLI does this for you)",
+        )
+    model_name = check_name(name if name is not None else path.name, "model")
+    if session.scalar(select(ModelFile).where(ModelFile.name == model_name)) is not None:
+        raise AlreadyExists(
+            f"a model named {model_name!r} already exists",
+            hint="pick another name with --name, or remove the old one first (modelyard models rm)",
+        )
+    facts = inspect_directory(path)
+    if not facts.valid:
+        reasons = "; ".join(facts.reasons) or "it cannot be served"
+        raise InvalidModelDirectory(f"{path} is not a usable model directory: {reasons}", hint=facts.hint)
+    record = ModelFile(
+        name=model_name,
+        source="local",
+        path=str(path.resolve()),
+        state="valid",
+        reasons=facts.reasons,
+        architecture=facts.architecture,
+        model_type=facts.model_type,
+        dtype=facts.dtype,
+        parameter_count=facts.parameter_count,
+        size_bytes=facts.size_bytes,
+        details=facts.details,
+    )
+    session.add(record)
+    session.commit()
+    return record
+
+
+def list_models(session: Session) -> list[ModelFile]:
+    return list(session.scalars(select(ModelFile).order_by(ModelFile.name)))
+
+
+def get_model(session: Session, name: str) -> ModelFile:
+    record = session.scalar(select(ModelFile).where(ModelFile.name == name))
+    if record is None:
+        known = [model.name for model in list_models(session)]
+        raise NotFound(
+            f"no model named {name!r}",
+            hint=f"models: {', '.join(known)}" if known else "add one with `modelyard models add PATH`",
+        )
+    return record
+
+
+def deployments_using(session: Session, record: ModelFile) -> list[str]:
+    return list(
+        session.scalars(
+            select(Deployment.name).where(Deployment.model_file_id == record.id).order_by(Deployment.name)
+        )
+    )
+
+
+def deployment_counts(session: Session) -> dict[int, int]:
+    rows = session.execute(select(Deployment.model_file_id, func.count()).group_by(Deployment.model_file_id))
+    return {model_file_id: count for model_file_id, count in rows.tuples()}
+
+
+def remove_model(session: Session, name: str) -> None:
+    """Forget a model (the files on disk stay). Refused while a deployment uses it."""
+    record = get_model(session, name)
+    using = deployments_using(session, record)
+    if using:
+        raise Conflict(
+            f"model {name!r} is used by deployment{'s' if len(using) > 1 else ''} {', '.join(using)}",
+            hint="remove those deployments first (modelyard rm NAME)",
+        )
+    session.delete(record)
+    session.commit()

@@ -1,0 +1,108 @@
+"""The REST API in-process: the real router, error handlers and a real SQLite file.
+
+Only the controller is a double (``ControllerDouble``): it counts pokes and reports a GPU
+inventory chosen by the test, because this machine has no GPUs and the tests must not start engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.server.api.router import api_router
+from modelyard.server.context import ServerContext
+from modelyard.server.errors import install_error_handlers
+from modelyard.services.users import ensure_admin
+from modelyard.settings import Settings
+from modelyard.store.database import Database
+
+
+def fake_gpu(index: int, memory_total_bytes: int = 48 * 2**30) -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        uuid=f"GPU-double-{index}",
+        name="GPU double",
+        memory_total_bytes=memory_total_bytes,
+        memory_free_bytes=memory_total_bytes,
+        memory_used_bytes=0,
+    )
+
+
+@dataclass
+class ControllerDouble:
+    """Stands in for the controller: records pokes, reports the inventory it was given."""
+
+    inventory: GpuInventory = field(
+        default_factory=lambda: GpuInventory(unavailable_reason="no GPUs (double)")
+    )
+    pokes: int = 0
+
+    def poke(self) -> None:
+        self.pokes += 1
+
+    def gpu_inventory(self) -> GpuInventory:
+        return self.inventory
+
+
+@dataclass
+class KeyCacheDouble:
+    """Stands in for the gateway's key cache: counts invalidations."""
+
+    invalidations: int = 0
+
+    def invalidate(self) -> None:
+        self.invalidations += 1
+
+
+@dataclass
+class ApiHarness:
+    client: TestClient
+    anonymous: TestClient
+    context: ServerContext
+    controller: ControllerDouble
+    key_cache: KeyCacheDouble
+    password: str
+    data_dir: Path
+
+    @property
+    def database(self) -> Database:
+        return self.context.database
+
+
+def build_app(context: ServerContext) -> FastAPI:
+    app = FastAPI()
+    app.state.context = context
+    app.include_router(api_router)
+    install_error_handlers(app)
+    return app
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[ApiHarness]:
+    data_dir = tmp_path / "data"
+    settings = Settings(data_dir=data_dir, port=18080, deploy_demo=False)
+    database = Database.open(settings.database_url)
+    password = ensure_admin(database, settings.admin_password_file)
+    assert password is not None
+    controller = ControllerDouble()
+    key_cache = KeyCacheDouble()
+    context = ServerContext(settings=settings, database=database, controller=controller, key_cache=key_cache)
+    app = build_app(context)
+    with TestClient(app) as client, TestClient(app) as anonymous:
+        client.auth = ("admin", password)
+        yield ApiHarness(client, anonymous, context, controller, key_cache, password, data_dir)
+    database.close()
+
+
+def assert_error(response_json: object, code: str, *fragments: str) -> None:
+    assert isinstance(response_json, dict), response_json
+    error = response_json["error"]
+    assert error["code"] == code, error
+    for fragment in fragments:
+        assert fragment in error["message"], error

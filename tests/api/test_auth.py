@@ -1,0 +1,69 @@
+"""Admin authentication and the bootstrap password."""
+
+from __future__ import annotations
+
+import stat
+
+from modelyard.services.users import ensure_admin
+from modelyard.store.tables import User
+
+from .conftest import ApiHarness, assert_error
+
+
+def test_no_credentials_is_401_in_the_error_shape(api: ApiHarness) -> None:
+    response = api.anonymous.get("/api/v1/system")
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Basic")
+    assert_error(response.json(), "unauthorized", "admin")
+
+
+def test_wrong_password_is_401(api: ApiHarness) -> None:
+    response = api.anonymous.get("/api/v1/system", auth=("admin", "not-the-password"))
+    assert response.status_code == 401
+    assert_error(response.json(), "unauthorized", "wrong username or password")
+
+
+def test_unknown_user_is_401(api: ApiHarness) -> None:
+    response = api.anonymous.get("/api/v1/system", auth=("root", api.password))
+    assert response.status_code == 401
+
+
+def test_bootstrap_password_file_is_private_and_works(api: ApiHarness) -> None:
+    password_file = api.context.settings.admin_password_file
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    assert password_file.read_text().strip() == api.password
+    assert api.client.get("/api/v1/system").status_code == 200
+
+
+def test_ensure_admin_returns_none_when_admin_exists(api: ApiHarness) -> None:
+    assert ensure_admin(api.database, api.context.settings.admin_password_file) is None
+    with api.database.session() as session:
+        assert session.query(User).count() == 1
+
+
+def test_password_change_rewrites_file_and_old_password_stops_working(api: ApiHarness) -> None:
+    response = api.client.put(
+        "/api/v1/auth/password",
+        json={"current_password": api.password, "new_password": "a-new-password-123"},
+    )
+    assert response.status_code == 204, response.text
+    assert api.context.settings.admin_password_file.read_text().strip() == "a-new-password-123"
+    assert api.anonymous.get("/api/v1/system", auth=("admin", api.password)).status_code == 401
+    assert api.anonymous.get("/api/v1/system", auth=("admin", "a-new-password-123")).status_code == 200
+
+
+def test_password_change_with_wrong_current_password_changes_nothing(api: ApiHarness) -> None:
+    response = api.client.put(
+        "/api/v1/auth/password", json={"current_password": "nope", "new_password": "a-new-password-123"}
+    )
+    assert response.status_code == 401
+    assert api.context.settings.admin_password_file.read_text().strip() == api.password
+    assert api.client.get("/api/v1/system").status_code == 200
+
+
+def test_too_short_new_password_is_refused(api: ApiHarness) -> None:
+    response = api.client.put(
+        "/api/v1/auth/password", json={"current_password": api.password, "new_password": "short"}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", "at least 8")
