@@ -1,0 +1,158 @@
+"""Each log signature fires on a real engine log excerpt and stays quiet on a clean start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from modelyard.doctor.findings import Severity
+from modelyard.doctor.log_signatures import SIGNATURES, diagnose_log
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+# fixture file -> the check id that must come first
+EXPECTED_FIRST = {
+    "vllm_free_memory_issue20305.log": "log.free-memory-below-utilization",
+    "vllm_free_memory_device_name_issue23192.log": "log.free-memory-below-utilization",
+    "vllm_free_memory_cuda0_pytorch175666.log": "log.free-memory-below-utilization",
+    "vllm_no_cache_blocks_issue27508.log": "log.kv-cache-no-memory",
+    "vllm_max_seq_len_issue34076.log": "log.max-model-len-exceeds-kv-cache",
+    "vllm_v0_max_seq_len_qwen295.log": "log.max-model-len-exceeds-kv-cache",
+    "vllm_unknown_architecture_issue27314.log": "log.unknown-architecture",
+    "vllm_invalid_tool_parser_recipes51.log": "log.parser-not-found",
+    "vllm_tool_parser_invalid_choice_issue9312.log": "log.parser-not-found",
+    "vllm_auto_tool_choice_cli_args.log": "log.auto-tool-choice-without-parser",
+    "vllm_nccl_unhandled_system_error_akash543.log": "log.nccl-error",
+    "sglang_not_enough_memory_issue4330.log": "log.sglang-not-enough-memory",
+    "sglang_not_enough_memory_current_value.log": "log.sglang-not-enough-memory",
+    "torch_cuda_oom.log": "log.cuda-out-of-memory",
+    "uvicorn_address_in_use.log": "log.address-in-use",
+    "kernel_oom_killer_dmesg.log": "log.host-oom-killed",
+    "python_executable_not_found.log": "log.executable-not-found",
+    "docker_executable_not_found.log": "log.executable-not-found",
+    "vllm_unrecognized_arguments.log": "log.unrecognized-arguments",
+    "torch_driver_too_old.log": "log.driver-too-old",
+}
+
+
+def _read(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FIRST))
+def test_real_log_excerpt_is_diagnosed(name: str) -> None:
+    findings = diagnose_log(_read(name))
+    assert findings, f"{name}: no finding"
+    assert findings[0].check_id == EXPECTED_FIRST[name]
+    assert findings[0].severity is Severity.ERROR
+    assert findings[0].fix
+    assert findings[0].details["line"]
+
+
+def test_every_signature_has_a_fixture() -> None:
+    covered = set(EXPECTED_FIRST.values())
+    assert {signature.check_id for signature in SIGNATURES} <= covered
+
+
+def test_every_fixture_has_its_source_named() -> None:
+    sources = (FIXTURES / "SOURCES.md").read_text(encoding="utf-8")
+    for path in FIXTURES.glob("*.log"):
+        assert f"`{path.name}`" in sources
+
+
+def test_clean_start_has_no_finding() -> None:
+    assert diagnose_log(_read("vllm_healthy_startup.log")) == []
+
+
+def test_free_memory_fix_names_a_utilization_that_fits() -> None:
+    (finding,) = diagnose_log(_read("vllm_free_memory_issue20305.log"))
+    # 31.44 of 47.38 GiB free: 0.66 of the GPU, minus a margin.
+    assert "from 0.95 to 0.64" in finding.fix
+    assert "31.44 of 47.38 GiB" in finding.message
+
+
+def test_max_model_len_fix_uses_the_engines_estimate() -> None:
+    (finding,) = diagnose_log(_read("vllm_max_seq_len_issue34076.log"))
+    assert "--max-model-len to 34736" in finding.fix
+    assert "262144" in finding.message
+
+
+def test_v0_max_model_len_fix_uses_the_kv_capacity() -> None:
+    (finding,) = diagnose_log(_read("vllm_v0_max_seq_len_qwen295.log"))
+    assert "--max-model-len to 7344" in finding.fix
+
+
+def test_no_cache_blocks_fix_raises_the_given_utilization() -> None:
+    (finding,) = diagnose_log(
+        _read("vllm_no_cache_blocks_issue27508.log"), engine_args=["--gpu-memory-utilization", "0.8"]
+    )
+    assert "from 0.8 to 0.85" in finding.fix
+
+
+def test_sglang_fix_reads_the_current_fraction_from_the_log() -> None:
+    (finding,) = diagnose_log(_read("sglang_not_enough_memory_current_value.log"))
+    assert "--mem-fraction-static from 0.6 to 0.65" in finding.fix
+
+
+def test_cuda_oom_fix_is_engine_specific() -> None:
+    text = _read("torch_cuda_oom.log")
+    (vllm,) = diagnose_log(text, engine="vllm", engine_args=["--gpu-memory-utilization=0.95"])
+    assert "lower --gpu-memory-utilization from 0.95 to 0.85" in vllm.fix
+    (sglang,) = diagnose_log(text, engine="sglang", engine_args=["--mem-fraction-static", "0.9"])
+    assert "lower --mem-fraction-static from 0.9 to 0.85" in sglang.fix
+    assert "146.00 MiB" in vllm.message
+
+
+def test_parser_name_is_reported() -> None:
+    (finding,) = diagnose_log(_read("vllm_invalid_tool_parser_recipes51.log"))
+    assert "'openai'" in finding.message
+    assert "--tool-call-parser" in finding.fix
+
+
+def test_unknown_architecture_is_named() -> None:
+    (finding,) = diagnose_log(_read("vllm_unknown_architecture_issue27314.log"))
+    assert "DeepseekOCRForCausalLM" in finding.message
+
+
+def test_port_is_named_when_address_in_use() -> None:
+    (finding,) = diagnose_log(_read("uvicorn_address_in_use.log"))
+    assert "port 8002" in finding.message
+
+
+def test_missing_program_is_named() -> None:
+    (python_finding,) = diagnose_log(_read("python_executable_not_found.log"))
+    (docker_finding,) = diagnose_log(_read("docker_executable_not_found.log"))
+    assert "vllm" in python_finding.message
+    assert "vllm" in docker_finding.message
+
+
+def test_missing_model_file_is_not_a_missing_program() -> None:
+    text = "FileNotFoundError: [Errno 2] No such file or directory: '/models/qwen/config.json'"
+    assert diagnose_log(text) == []
+
+
+def test_sigkill_without_other_finding_points_at_the_oom_killer() -> None:
+    text = "Loading safetensors checkpoint shards:  40% Completed | 2/5\n"
+    (finding,) = diagnose_log(text, exit_code=-9)
+    assert finding.check_id == "log.host-oom-killed"
+    assert finding.severity is Severity.ERROR
+    assert diagnose_log(text, exit_code=1) == []
+
+
+def test_kernel_line_names_the_killed_process() -> None:
+    (finding,) = diagnose_log(_read("kernel_oom_killer_dmesg.log"), exit_code=137)
+    assert "python3" in finding.message
+
+
+def test_specific_memory_diagnosis_comes_before_generic_ones() -> None:
+    text = _read("vllm_no_cache_blocks_issue27508.log") + "\n" + _read("torch_cuda_oom.log")
+    ids = [finding.check_id for finding in diagnose_log(text)]
+    assert ids == ["log.kv-cache-no-memory", "log.cuda-out-of-memory"]
+
+
+def test_line_number_and_occurrences_are_reported() -> None:
+    text = "ok\nRuntimeError: NCCL error: unhandled cuda error\nRuntimeError: NCCL error: again\n"
+    (finding,) = diagnose_log(text)
+    assert finding.details["line_number"] == 2
+    assert finding.details["occurrences"] == 2
