@@ -11,17 +11,29 @@ process and to know when it is ready:
   ``{{worker_ip}}``, ``{{model_name}}``, ``{{gpu_ids}}``; rendered into an argv list, never a shell string;
 - ``env``: default environment, KEY -> VALUE, kept apart from the arguments;
 - ``health_path`` / ``metrics_path``; ``reasoning_field``;
-- ``served_model_name``: which template value the engine answers to in ``"model"``.
+- ``served_model_name``: which template value the engine answers to in ``"model"``;
+- ``cpu_parameters``: arguments added when an instance gets no GPU (``--device cpu``);
+- ``install_hint``: how to install the program when it is missing.
+
+Placeholders may also name a variable of the merged environment (``{{MY_VAR}}``), as in GPUStack.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from modelyard.backends.arguments import ENV_NAME_PATTERN
 
 ReasoningField = Literal["reasoning", "reasoning_content"]
 EngineFamily = Literal["vllm", "sglang", "transformers", "custom"]
+
+# Backend names appear in URLs and on the command line; versions in YAML keys and pip pins.
+BACKEND_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 
 
 class BackendVersion(BaseModel):
@@ -48,8 +60,50 @@ class BackendVersion(BaseModel):
     # Where stop signals go first: the whole process group (vLLM) or the launcher (SGLang).
     stop_signal_target: Literal["group", "launcher"] = "group"
     # Seconds to wait after SIGTERM before SIGKILL of what is left of the process group.
-    stop_grace_seconds: float = 30.0
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
     description: str = ""
+    # Arguments the renderer appends when the instance has no GPU (e.g. ["--device", "cpu"]),
+    # unless the deployment's own parameters already give that flag.
+    cpu_parameters: list[str] = Field(default_factory=list)
+    # What to tell a user whose machine lacks ``executable`` (e.g. "pip install vllm==0.25.0").
+    install_hint: str = ""
+
+    @field_validator("version")
+    @classmethod
+    def _version_is_a_word(cls, version: str) -> str:
+        if not VERSION_PATTERN.match(version):
+            raise ValueError(
+                f"version {version!r} is not valid: use letters, digits and . _ + - (e.g. '0.25.0', 'v1')"
+            )
+        return version
+
+    @field_validator("run_command")
+    @classmethod
+    def _run_command_splits(cls, run_command: str) -> str:
+        try:
+            shlex.split(run_command)
+        except ValueError as error:
+            raise ValueError(
+                f"run_command cannot be split with shell quoting rules ({error}): {run_command!r}"
+            ) from error
+        return run_command
+
+    @field_validator("health_path", "metrics_path")
+    @classmethod
+    def _path_is_absolute(cls, path: str | None) -> str | None:
+        if path is not None and not path.startswith("/"):
+            raise ValueError(f"{path!r} must start with '/' (e.g. '/health')")
+        return path
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_are_valid(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not ENV_NAME_PATTERN.match(name):
+                raise ValueError(
+                    f"env name {name!r} is not valid: use letters, digits and '_', not starting with a digit"
+                )
+        return env
 
     @model_validator(mode="after")
     def _one_launch_method(self) -> BackendVersion:
@@ -57,6 +111,10 @@ class BackendVersion(BaseModel):
             raise ValueError(f"version {self.version!r}: give either 'executable' or 'image' to launch it")
         if self.executable and self.image:
             raise ValueError(f"version {self.version!r}: give 'executable' or 'image', not both")
+        if self.entrypoint and not self.image:
+            raise ValueError(
+                f"version {self.version!r}: 'entrypoint' overrides a container image's; it needs 'image'"
+            )
         return self
 
     @property
@@ -75,6 +133,18 @@ class BackendSpec(BaseModel):
     builtin: bool = False
     default_version: str
     versions: dict[str, BackendVersion]
+    # Parameters a new deployment of this backend starts with (GPUStack's default_backend_param).
+    default_backend_parameters: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_word(cls, name: str) -> str:
+        if not BACKEND_NAME_PATTERN.match(name):
+            raise ValueError(
+                f"backend name {name!r} is not valid: use letters, digits and - _ . "
+                "(starting with a letter or digit, at most 128 characters)"
+            )
+        return name
 
     @model_validator(mode="after")
     def _default_version_exists(self) -> BackendSpec:
