@@ -1,0 +1,168 @@
+"""The controller's reads and writes of the store, each one short transaction.
+
+The controller works on plain snapshots (``DeploymentView``, ``InstanceView``) so that no ORM
+object crosses an ``await``. Every state change goes through ``transition``, which also appends
+an ``InstanceEvent`` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from modelyard.control.states import InstanceState
+from modelyard.store.database import Database
+from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, utc_now
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    id: int
+    replica_index: int
+    state: InstanceState
+    reason: str
+    pid: int | None
+    process_start_time: float | None
+    port: int | None
+    gpu_ids: list[int]
+    log_path: str | None
+    start_count: int
+    restart_count: int
+    next_start_at: datetime | None
+    started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    id: int
+    name: str
+    desired_state: str
+    replicas: int
+    backend: str
+    backend_version: str
+    gpus_per_replica: int
+    gpu_ids: list[int] | None
+    backend_parameters: list[str]
+    env: dict[str, str]
+    skip_verification: bool
+    model_path: str
+    model_details: dict[str, Any]
+    instances: list[InstanceView]
+
+
+def _instance_view(instance: Instance) -> InstanceView:
+    return InstanceView(
+        id=instance.id,
+        replica_index=instance.replica_index,
+        state=InstanceState(instance.state),
+        reason=instance.reason,
+        pid=instance.pid,
+        process_start_time=instance.process_start_time,
+        port=instance.port,
+        gpu_ids=list(instance.gpu_ids or []),
+        log_path=instance.log_path,
+        start_count=instance.start_count,
+        restart_count=instance.restart_count,
+        next_start_at=instance.next_start_at,
+        started_at=instance.started_at,
+    )
+
+
+class InstanceStore:
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def load_deployments(self) -> list[DeploymentView]:
+        with self._database.session() as session:
+            deployments = session.scalars(
+                select(Deployment).options(selectinload(Deployment.instances)).order_by(Deployment.id)
+            ).all()
+            return [
+                DeploymentView(
+                    id=deployment.id,
+                    name=deployment.name,
+                    desired_state=deployment.desired_state,
+                    replicas=deployment.replicas,
+                    backend=deployment.backend,
+                    backend_version=deployment.backend_version,
+                    gpus_per_replica=deployment.gpus_per_replica,
+                    gpu_ids=list(deployment.gpu_ids) if deployment.gpu_ids else None,
+                    backend_parameters=list(deployment.backend_parameters or []),
+                    env=dict(deployment.env or {}),
+                    skip_verification=deployment.skip_verification,
+                    model_path=deployment.model_file.path,
+                    model_details=dict(deployment.model_file.details or {}),
+                    instances=[_instance_view(instance) for instance in deployment.instances],
+                )
+                for deployment in deployments
+            ]
+
+    def load_custom_backends(self) -> list[dict[str, Any]]:
+        with self._database.session() as session:
+            return [dict(row.spec) for row in session.scalars(select(CustomBackend)).all()]
+
+    def create_instances(self, deployment_id: int, replica_indices: list[int]) -> None:
+        with self._database.session() as session:
+            for index in replica_indices:
+                session.add(
+                    Instance(
+                        deployment_id=deployment_id,
+                        replica_index=index,
+                        state=InstanceState.PENDING,
+                        reason="waiting for placement",
+                    )
+                )
+            session.commit()
+
+    def delete_instance(self, instance_id: int) -> None:
+        with self._database.session() as session:
+            instance = session.get(Instance, instance_id)
+            if instance is not None:
+                session.delete(instance)
+                session.commit()
+
+    def delete_deployment(self, deployment_id: int) -> None:
+        with self._database.session() as session:
+            deployment = session.get(Deployment, deployment_id)
+            if deployment is not None:
+                session.delete(deployment)
+                session.commit()
+
+    def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> bool:
+        """Set the state (and any other columns given); record the event. False if the row is gone."""
+        with self._database.session() as session:
+            instance = session.get(Instance, instance_id, options=[selectinload(Instance.deployment)])
+            if instance is None:
+                return False
+            previous = instance.state
+            instance.state = state
+            instance.reason = reason
+            for key, value in fields.items():
+                setattr(instance, key, value)
+            instance.updated_at = utc_now()
+            if previous != state or fields.get("start_count") is not None:
+                session.add(
+                    InstanceEvent(
+                        deployment_name=instance.deployment.name,
+                        instance_id=instance.id,
+                        replica_index=instance.replica_index,
+                        from_state=previous,
+                        to_state=state,
+                        reason=reason,
+                    )
+                )
+            session.commit()
+            return True
+
+    def update(self, instance_id: int, **fields: Any) -> None:
+        with self._database.session() as session:
+            instance = session.get(Instance, instance_id)
+            if instance is None:
+                return
+            for key, value in fields.items():
+                setattr(instance, key, value)
+            session.commit()

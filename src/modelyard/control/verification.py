@@ -1,0 +1,81 @@
+"""The controller's bridge to the doctor: diagnose a dead engine's log, verify a new instance.
+
+The doctor is a library (``modelyard.doctor``); this file adapts its results to what the
+controller stores on an instance (plain JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from modelyard.backends.spec import BackendVersion
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def read_log_tail(log_path: Path, size_bytes: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with open(log_path, "rb") as log_file:
+            log_file.seek(0, 2)
+            length = log_file.tell()
+            log_file.seek(max(0, length - size_bytes))
+            return log_file.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def diagnose_engine_log(log_path: Path) -> str | None:
+    """One line naming the problem and the fix, from the engine's log; None when nothing matched."""
+    from modelyard.doctor.log_signatures import diagnose_log
+
+    findings = diagnose_log(read_log_tail(log_path))
+    if not findings:
+        return None
+    first = findings[0]
+    return f"{first.message} (fix: {first.fix})" if first.fix else first.message
+
+
+async def run_verification(
+    *,
+    client: httpx.AsyncClient,
+    base_url: str,
+    served_model_name: str,
+    deployment_name: str,
+    version: BackendVersion,
+    model_details: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Run the doctor's verification suite; each result as a JSON-able dict with ``status``."""
+    from modelyard.doctor.verify import verify_instance
+
+    results = await verify_instance(
+        base_url=base_url,
+        served_model_name=served_model_name,
+        expected_model_id=served_model_name,
+        reasoning_field=version.reasoning_field,
+        metrics_path=version.metrics_path,
+        model_supports_tools=bool(model_details.get("supports_tools", False)),
+        model_supports_thinking=bool(model_details.get("supports_thinking", False)),
+        client=client,
+    )
+    return [_as_json(result) for result in results]
+
+
+def _as_json(result: Any) -> dict[str, Any]:
+    if hasattr(result, "to_json"):
+        data: dict[str, Any] = result.to_json()
+        return data
+    if hasattr(result, "model_dump"):
+        dumped: dict[str, Any] = result.model_dump(mode="json")
+        return dumped
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(result) and not isinstance(result, type):
+        return {key: str(value) if not isinstance(value, int | float | bool | None) else value
+                for key, value in asdict(result).items()}
+    return {"check_id": "verify.unknown", "status": "failed", "message": repr(result)}

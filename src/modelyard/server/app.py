@@ -1,0 +1,80 @@
+"""The server: one FastAPI app holding the REST API, the gateway and the controller.
+
+``create_app`` wires the parts around a ``ServerContext``; its lifespan starts the gateway's
+shared client and the controller (which re-adopts surviving engines), and on shutdown stops the
+controller and every engine it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from modelyard import __version__
+from modelyard.control.controller import Controller, ControllerOptions
+from modelyard.runtimes.process import ProcessRuntime
+from modelyard.server.api.router import api_router
+from modelyard.server.context import ServerContext
+from modelyard.server.errors import install_error_handlers
+from modelyard.server.gateway.router import gateway_router
+from modelyard.server.gateway.runtime import start_gateway
+
+logger = logging.getLogger(__name__)
+
+# Called once the controller runs, e.g. by `modelyard serve` to watch the demo come up.
+StartupHook = Callable[[ServerContext], Awaitable[None]]
+
+
+def create_app(
+    context: ServerContext,
+    *,
+    controller_options: ControllerOptions | None = None,
+    on_started: StartupHook | None = None,
+) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        gateway = await start_gateway(context)
+        controller = Controller(
+            settings=context.settings,
+            database=context.database,
+            endpoints=context.endpoints,
+            runtime=ProcessRuntime(),
+            options=controller_options,
+        )
+        await controller.start()
+        context.controller = controller
+        if on_started is not None:
+            await on_started(context)
+        try:
+            yield
+        finally:
+            await controller.shutdown(stop_engines=True)
+            await gateway.close()
+
+    app = FastAPI(
+        title="modelyard",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        openapi_url="/api/openapi.json",
+        redoc_url=None,
+    )
+    app.state.context = context
+    install_error_handlers(app)
+    app.include_router(api_router)
+    app.include_router(gateway_router)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def console_placeholder() -> str:
+        return (
+            "<!doctype html><title>modelyard</title><h1>modelyard</h1>"
+            f"<p>Server {__version__} is running. The web console is coming; meanwhile use the "
+            "<code>modelyard</code> CLI, the REST API at <a href='/api/docs'>/api/docs</a> and "
+            "the OpenAI-compatible gateway at <code>/v1</code>.</p>"
+        )
+
+    return app
