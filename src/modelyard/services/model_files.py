@@ -8,7 +8,6 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,43 +15,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, Conflict, InvalidModelDirectory, NotFound
+from modelyard.modeldir import ModelDirectoryReport, inspect_model_directory
 from modelyard.services.names import check_name
 from modelyard.store.tables import Deployment, ModelFile
 
 
-@dataclass(frozen=True)
-class DirectoryFacts:
-    """What registration needs from ``modelyard.modeldir.inspect_model_directory``."""
-
-    valid: bool
-    reasons: list[str] = field(default_factory=list)
-    architecture: str | None = None
-    model_type: str | None = None
-    dtype: str | None = None
-    parameter_count: int | None = None
-    size_bytes: int | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    hint: str | None = None
-
-
-def inspect_directory(path: Path) -> DirectoryFacts:
-    """Inspect ``path`` with the model-directory library, as the facts registration stores."""
-    from modelyard.modeldir import inspect_model_directory  # type: ignore[attr-defined]
-
+def inspect_directory(path: Path) -> ModelDirectoryReport:
+    """Inspect ``path`` without loading weights; raise ``InvalidModelDirectory`` when it cannot be served."""
     report = inspect_model_directory(path)
-    to_json = getattr(report, "to_json", None)
-    details: dict[str, Any] = to_json() if callable(to_json) else {}
-    return DirectoryFacts(
-        valid=bool(report.valid),
-        reasons=[str(reason) for reason in report.reasons],
-        architecture=report.architecture,
-        model_type=report.model_type,
-        dtype=report.dtype,
-        parameter_count=report.parameter_count,
-        size_bytes=report.size_bytes,
-        details=details,
-        hint=getattr(report, "hint", None),
-    )
+    report.raise_if_invalid()
+    return report
 
 
 def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> dict[str, Any]:
@@ -91,22 +63,19 @@ def register_model(session: Session, name: str | None, path: Path) -> ModelFile:
             f"a model named {model_name!r} already exists",
             hint="pick another name with --name, or remove the old one first (modelyard models rm)",
         )
-    facts = inspect_directory(path)
-    if not facts.valid:
-        reasons = "; ".join(facts.reasons) or "it cannot be served"
-        raise InvalidModelDirectory(f"{path} is not a usable model directory: {reasons}", hint=facts.hint)
+    report = inspect_directory(path)
     record = ModelFile(
         name=model_name,
         source="local",
         path=str(path.resolve()),
         state="valid",
-        reasons=facts.reasons,
-        architecture=facts.architecture,
-        model_type=facts.model_type,
-        dtype=facts.dtype,
-        parameter_count=facts.parameter_count,
-        size_bytes=facts.size_bytes,
-        details=facts.details,
+        reasons=[],
+        architecture=report.architecture,
+        model_type=report.model_type,
+        dtype=report.dtype,
+        parameter_count=report.parameter_count,
+        size_bytes=report.size_bytes,
+        details=report.to_json(),
     )
     session.add(record)
     session.commit()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from modelyard.server.api import auth, keys, models, system
+from modelyard.server.api import auth, backends, deployments, keys, logs, models, system, usage
 from modelyard.server.auth import require_admin
 
 api_router = APIRouter(prefix="/api/v1", dependencies=[Depends(require_admin)])
 
-for module in (system, auth, models, keys):
+# logs before deployments: its route is more specific than /deployments/{name:path}.
+for module in (system, auth, models, backends, logs, deployments, keys, usage):
     api_router.include_router(module.router)

@@ -1,0 +1,134 @@
+"""``/api/v1/deployments``: desired state. Every write pokes the controller.
+
+Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the bare
+``/{name}`` routes because names may contain ``/`` (``org/model``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from modelyard.hardware.gpus import GpuInventory
+from modelyard.server.api.common import in_session
+from modelyard.server.context import ServerContext, server_context
+from modelyard.services import deployments, instances
+
+router = APIRouter(tags=["deployments"])
+
+
+class DeploymentCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, description="the model file's name (see /api/v1/models)")
+    name: str | None = Field(
+        default=None, description="the name clients send as 'model'; default: the model's"
+    )
+    backend: str = "transformers"
+    backend_version: str | None = None
+    replicas: int = 1
+    gpus_per_replica: int | None = None
+    gpu_ids: list[int] | None = None
+    # One line, many lines, or a list of lines; split with shell quoting rules.
+    backend_parameters: str | list[str] = Field(default_factory=list)
+    # KEY=VALUE lines (text or list) or a mapping.
+    env: str | list[str] | dict[str, str] = Field(default_factory=dict)
+    skip_verification: bool = False
+
+
+class DeploymentChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _create(session: Session, body: DeploymentCreate, inventory: GpuInventory) -> dict[str, Any]:
+    request = deployments.DeploymentRequest(**body.model_dump())
+    return deployments.deployment_to_json(deployments.create_deployment(session, request, inventory), _now())
+
+
+def _list(session: Session) -> list[dict[str, Any]]:
+    return [deployments.deployment_to_json(item, _now()) for item in deployments.list_deployments(session)]
+
+
+def _show(session: Session, name: str) -> dict[str, Any]:
+    return deployments.deployment_to_json(deployments.get_deployment(session, name), _now())
+
+
+def _scale(session: Session, name: str, replicas: int, inventory: GpuInventory) -> dict[str, Any]:
+    return deployments.deployment_to_json(
+        deployments.scale_deployment(session, name, replicas, inventory), _now()
+    )
+
+
+def _set_state(session: Session, name: str, desired_state: str) -> dict[str, Any]:
+    return deployments.deployment_to_json(deployments.set_desired_state(session, name, desired_state), _now())
+
+
+def _events(session: Session, name: str, limit: int) -> list[dict[str, Any]]:
+    return [instances.event_to_json(event) for event in instances.list_events(session, name, limit)]
+
+
+@router.get("/deployments")
+async def list_deployments(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
+    return await in_session(context, _list)
+
+
+@router.post("/deployments", status_code=201)
+async def create_deployment(
+    body: DeploymentCreate, context: ServerContext = Depends(server_context)
+) -> dict[str, Any]:
+    result = await in_session(context, _create, body, context.controller.gpu_inventory())
+    context.controller.poke()
+    return result
+
+
+@router.post("/deployments/{name:path}/stop")
+async def stop_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    result = await in_session(context, _set_state, name, "stopped")
+    context.controller.poke()
+    return result
+
+
+@router.post("/deployments/{name:path}/start")
+async def start_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    result = await in_session(context, _set_state, name, "running")
+    context.controller.poke()
+    return result
+
+
+@router.get("/deployments/{name:path}/events")
+async def list_events(
+    name: str, limit: int = 200, context: ServerContext = Depends(server_context)
+) -> list[dict[str, Any]]:
+    return await in_session(context, _events, name, limit)
+
+
+@router.get("/deployments/{name:path}")
+async def show_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    return await in_session(context, _show, name)
+
+
+@router.patch("/deployments/{name:path}")
+async def change_deployment(
+    name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
+) -> dict[str, Any]:
+    result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
+    context.controller.poke()
+    return result
+
+
+@router.delete("/deployments/{name:path}", status_code=202)
+async def remove_deployment(name: str, context: ServerContext = Depends(server_context)) -> Response:
+    result = await in_session(context, _set_state, name, "deleted")
+    context.controller.poke()
+    return JSONResponse(result, status_code=202)

@@ -1,0 +1,276 @@
+"""Deployments: desired state written by the API, made real by the controller.
+
+Every use case validates everything first and writes in one transaction; the caller then pokes
+the controller (``context.controller.poke()``). Stopping sets ``desired_state="stopped"``;
+removing sets ``desired_state="deleted"`` and the controller stops the instances, then deletes
+the rows.
+
+Usage::
+
+    request = DeploymentRequest(model="qwen3-8b", backend="vllm", gpus_per_replica=2)
+    deployment = create_deployment(session, request, inventory)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
+from modelyard.hardware.gpus import GpuInventory
+from modelyard.services import backends as backend_service
+from modelyard.services.deployment_checks import run_preflight
+from modelyard.services.model_files import get_model
+from modelyard.services.names import check_name
+from modelyard.store.tables import Deployment, ModelFile
+
+logger = logging.getLogger(__name__)
+
+MAXIMUM_REPLICAS = 64
+DESIRED_STATES = ("running", "stopped", "deleted")
+
+
+@dataclass
+class DeploymentRequest:
+    """What a user asks for. ``name`` defaults to the model's name."""
+
+    model: str
+    name: str | None = None
+    backend: str = "transformers"
+    backend_version: str | None = None
+    replicas: int = 1
+    # None: 1 when the host has GPUs and the backend uses them, else 0 (CPU).
+    gpus_per_replica: int | None = None
+    gpu_ids: list[int] | None = None
+    backend_parameters: str | list[str] = field(default_factory=list)
+    env: str | list[str] | dict[str, str] = field(default_factory=dict)
+    skip_verification: bool = False
+
+
+def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
+    """CPU engines: transformers serve, custom servers, and any version that declares no GPU use."""
+    return spec.family in ("transformers", "custom") or not version.supports_gpu
+
+
+def check_fits(
+    gpus_per_replica: int,
+    gpu_ids: list[int] | None,
+    replicas: int,
+    inventory: GpuInventory,
+    supports_cpu: bool,
+) -> None:
+    """Refuse (``Unschedulable``) a GPU request this host can never satisfy."""
+    from modelyard.control.scheduler import check_request_fits
+
+    check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu)
+
+
+def _check_replicas(replicas: int) -> None:
+    if not 0 <= replicas <= MAXIMUM_REPLICAS:
+        raise InvalidInput(
+            f"replicas must be between 0 and {MAXIMUM_REPLICAS}, got {replicas}",
+            hint="scale to 0 to keep the deployment without running it",
+        )
+
+
+def _gpu_request(
+    request: DeploymentRequest, inventory: GpuInventory, version: BackendVersion
+) -> tuple[int, list[int] | None]:
+    if request.gpu_ids is not None:
+        ids = request.gpu_ids
+        if not ids:
+            raise InvalidInput("gpu_ids is empty", hint="leave it out, or list GPU indices such as [0, 1]")
+        if len(set(ids)) != len(ids) or any(index < 0 for index in ids):
+            raise InvalidInput(f"gpu_ids {ids} must be distinct indices >= 0")
+        if request.gpus_per_replica is not None and request.gpus_per_replica != len(ids):
+            raise InvalidInput(
+                f"gpus_per_replica {request.gpus_per_replica} disagrees with gpu_ids {ids}",
+                hint="give either a GPU count (--gpus) or GPU ids (--gpu-ids), not both",
+            )
+        return len(ids), sorted(ids)
+    if request.gpus_per_replica is None:
+        return (1 if inventory.available and version.supports_gpu else 0), None
+    if request.gpus_per_replica < 0:
+        raise InvalidInput(f"gpus_per_replica must be 0 or more, got {request.gpus_per_replica}")
+    return request.gpus_per_replica, None
+
+
+def _usable_model(session: Session, name: str) -> ModelFile:
+    model = get_model(session, name)
+    if model.state != "valid":
+        reasons = "; ".join(model.reasons) or model.state
+        raise InvalidModelDirectory(
+            f"model {name!r} is {model.state}: {reasons}",
+            hint="fix the directory, then remove and add the model again",
+        )
+    if not Path(model.path).is_dir():
+        raise InvalidModelDirectory(
+            f"model {name!r}: its directory {model.path} no longer exists",
+            hint="restore the files, or remove the model (modelyard models rm) and add it again",
+        )
+    return model
+
+
+def find_deployment(session: Session, name: str) -> Deployment | None:
+    return session.scalar(
+        select(Deployment).where(Deployment.name == name).options(selectinload(Deployment.instances))
+    )
+
+
+def get_deployment(session: Session, name: str) -> Deployment:
+    deployment = find_deployment(session, name)
+    if deployment is None:
+        known = session.scalars(select(Deployment.name).order_by(Deployment.name)).all()
+        raise NotFound(
+            f"no deployment named {name!r}",
+            hint=f"deployments: {', '.join(known)}" if known else "create one with `modelyard deploy MODEL`",
+        )
+    return deployment
+
+
+def list_deployments(session: Session) -> list[Deployment]:
+    return list(
+        session.scalars(
+            select(Deployment).options(selectinload(Deployment.instances)).order_by(Deployment.name)
+        )
+    )
+
+
+def create_deployment(session: Session, request: DeploymentRequest, inventory: GpuInventory) -> Deployment:
+    """Validate the whole request, run doctor's preflight, then store the deployment."""
+    model = _usable_model(session, request.model)
+    name = check_name(request.name if request.name is not None else model.name, "deployment")
+    existing = find_deployment(session, name)
+    if existing is not None:
+        if existing.desired_state == "deleted":
+            raise Conflict(
+                f"deployment {name!r} is being removed",
+                hint="wait until `modelyard ps` no longer lists it, then deploy again",
+            )
+        raise AlreadyExists(
+            f"a deployment named {name!r} already exists",
+            hint="pick another name with --name, or scale the existing one (modelyard scale)",
+        )
+    _check_replicas(request.replicas)
+    spec = backend_service.get_backend(session, request.backend)
+    version = backend_service.resolve_version(spec, request.backend_version)
+    parameters = split_backend_parameters(request.backend_parameters)
+    env = parse_env(request.env)
+    gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
+    check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
+    warnings = run_preflight(
+        model=model,
+        spec=spec,
+        version=version,
+        backend_parameters=parameters,
+        env=env,
+        gpus_per_replica=gpus_per_replica,
+        inventory=inventory,
+    )
+    deployment = Deployment(
+        name=name,
+        model_file_id=model.id,
+        backend=spec.name,
+        backend_version=version.version,
+        replicas=request.replicas,
+        gpus_per_replica=gpus_per_replica,
+        gpu_ids=gpu_ids,
+        backend_parameters=parameters,
+        env=env,
+        desired_state="running",
+        skip_verification=request.skip_verification,
+        warnings=warnings,
+    )
+    session.add(deployment)
+    session.commit()
+    logger.info(
+        "deployment %s created (%s %s, %d replica(s))", name, spec.name, version.version, request.replicas
+    )
+    return get_deployment(session, name)
+
+
+def _live_deployment(session: Session, name: str, action: str) -> Deployment:
+    deployment = get_deployment(session, name)
+    if deployment.desired_state == "deleted":
+        raise Conflict(f"deployment {name!r} is being removed; it cannot be {action}")
+    return deployment
+
+
+def scale_deployment(session: Session, name: str, replicas: int, inventory: GpuInventory) -> Deployment:
+    """Set the number of replicas (0 keeps the deployment without running anything)."""
+    _check_replicas(replicas)
+    deployment = _live_deployment(session, name, "scaled")
+    if replicas > deployment.replicas:
+        spec = backend_service.get_backend(session, deployment.backend)
+        version = backend_service.resolve_version(spec, deployment.backend_version)
+        check_fits(
+            deployment.gpus_per_replica,
+            deployment.gpu_ids,
+            replicas,
+            inventory,
+            backend_supports_cpu(spec, version),
+        )
+    deployment.replicas = replicas
+    session.commit()
+    return get_deployment(session, name)
+
+
+def set_desired_state(session: Session, name: str, desired_state: str) -> Deployment:
+    """``running`` (start), ``stopped`` (stop) or ``deleted`` (remove)."""
+    if desired_state not in DESIRED_STATES:
+        raise InvalidInput(f"desired state {desired_state!r} is not one of {', '.join(DESIRED_STATES)}")
+    action = {"running": "started", "stopped": "stopped", "deleted": "removed"}[desired_state]
+    deployment = get_deployment(session, name)
+    if deployment.desired_state == "deleted" and desired_state != "deleted":
+        raise Conflict(f"deployment {name!r} is being removed; it cannot be {action}")
+    deployment.desired_state = desired_state
+    session.commit()
+    return get_deployment(session, name)
+
+
+def deployment_summary_state(deployment: Deployment) -> str:
+    """One word for listings: running, starting, degraded, error, stopping, stopped, removing, idle."""
+    states = [instance.state for instance in deployment.instances]
+    if deployment.desired_state == "deleted":
+        return "removing"
+    if deployment.desired_state == "stopped":
+        return "stopping" if any(state not in ("stopped", "error") for state in states) else "stopped"
+    if deployment.replicas == 0:
+        return "idle"
+    running = states.count("running")
+    if running >= deployment.replicas:
+        return "running"
+    if "error" in states:
+        return "degraded" if running else "error"
+    return "starting"
+
+
+def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, Any]:
+    from modelyard.services.instances import instance_to_json
+
+    return {
+        "name": deployment.name,
+        "model": deployment.model_file.name,
+        "model_path": deployment.model_file.path,
+        "backend": deployment.backend,
+        "backend_version": deployment.backend_version,
+        "replicas": deployment.replicas,
+        "gpus_per_replica": deployment.gpus_per_replica,
+        "gpu_ids": deployment.gpu_ids,
+        "backend_parameters": deployment.backend_parameters,
+        "env": deployment.env,
+        "desired_state": deployment.desired_state,
+        "state": deployment_summary_state(deployment),
+        "skip_verification": deployment.skip_verification,
+        "warnings": deployment.warnings,
+        "created_at": deployment.created_at.isoformat(),
+        "updated_at": deployment.updated_at.isoformat(),
+        "instances": [instance_to_json(instance, now_seconds) for instance in deployment.instances],
+    }

@@ -1,0 +1,144 @@
+"""Actual state as users see it: instances, their transitions (events) and their log files.
+
+Engine logs live in ``<data-dir>/logs/<deployment>/replica-<i>/start-<n>.log``; an instance's
+``log_path`` is the current start's file, and earlier starts' files stay beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from modelyard.errors import InvalidInput, NotFound
+from modelyard.store.tables import Deployment, Instance, InstanceEvent
+
+START_LOG_PATTERN = re.compile(r"^start-(\d+)\.log$")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
+    uptime_seconds = None
+    if instance.state == "running" and instance.started_at is not None:
+        uptime_seconds = max(0.0, now_seconds - instance.started_at.timestamp())
+    return {
+        "id": instance.id,
+        "replica_index": instance.replica_index,
+        "state": instance.state,
+        "reason": instance.reason,
+        "host": instance.host,
+        "port": instance.port,
+        "gpu_ids": instance.gpu_ids,
+        "pid": instance.pid,
+        "start_count": instance.start_count,
+        "restart_count": instance.restart_count,
+        "next_start_at": _iso(instance.next_start_at),
+        "started_at": _iso(instance.started_at),
+        "ready_at": _iso(instance.ready_at),
+        "uptime_seconds": uptime_seconds,
+        "diagnosis": instance.diagnosis,
+        "verification": instance.verification,
+        "log_path": instance.log_path,
+        "command": instance.command,
+    }
+
+
+def event_to_json(event: InstanceEvent) -> dict[str, Any]:
+    return {
+        "deployment": event.deployment_name,
+        "instance_id": event.instance_id,
+        "replica_index": event.replica_index,
+        "from_state": event.from_state,
+        "to_state": event.to_state,
+        "reason": event.reason,
+        "at": event.at.isoformat(),
+    }
+
+
+def list_events(session: Session, deployment_name: str, limit: int = 200) -> list[InstanceEvent]:
+    """The newest ``limit`` transitions of a deployment's instances, oldest first."""
+    if limit < 1:
+        raise InvalidInput(f"limit must be 1 or more, got {limit}")
+    events = list(
+        session.scalars(
+            select(InstanceEvent)
+            .where(InstanceEvent.deployment_name == deployment_name)
+            .order_by(InstanceEvent.at.desc(), InstanceEvent.id.desc())
+            .limit(limit)
+        )
+    )
+    if not events and session.scalar(select(Deployment.id).where(Deployment.name == deployment_name)) is None:
+        raise NotFound(f"no deployment named {deployment_name!r} and no events recorded for that name")
+    return list(reversed(events))
+
+
+def choose_instance(deployment: Deployment, instance_id: int | None) -> Instance:
+    """The instance asked for, or the first replica when none is named."""
+    if instance_id is not None:
+        for instance in deployment.instances:
+            if instance.id == instance_id:
+                return instance
+        ids = ", ".join(str(instance.id) for instance in deployment.instances) or "none"
+        raise NotFound(
+            f"deployment {deployment.name!r} has no instance {instance_id}",
+            hint=f"its instances: {ids} (see `modelyard ps {deployment.name}`)",
+        )
+    if not deployment.instances:
+        raise NotFound(
+            f"deployment {deployment.name!r} has no instances yet",
+            hint="wait for the controller to create them (`modelyard ps`)",
+        )
+    return deployment.instances[0]
+
+
+def log_file(instance: Instance, previous: bool) -> Path:
+    """The current start's log file, or the one before it when ``previous``."""
+    if not instance.log_path:
+        raise NotFound(
+            f"instance {instance.id} has not been started yet, so it has no log",
+            hint=f"its state is {instance.state}: {instance.reason or 'no reason recorded'}",
+        )
+    current = Path(instance.log_path)
+    if not previous:
+        return current
+    match = START_LOG_PATTERN.match(current.name)
+    current_number = int(match.group(1)) if match else instance.start_count
+    if current_number <= 1:
+        raise NotFound(
+            f"instance {instance.id} has started only once; there is no previous log",
+            hint="leave out --previous to see the current log",
+        )
+    return current.with_name(f"start-{current_number - 1}.log")
+
+
+def read_tail(path: Path, lines: int | None, block_bytes: int = 65536) -> tuple[bytes, int]:
+    """The last ``lines`` lines of ``path`` (all when None) and the file size read up to."""
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        if lines is None:
+            handle.seek(0)
+            return handle.read(size), size
+        if lines <= 0:
+            return b"", size
+        position = size
+        data = b""
+        # One more newline than lines wanted: the text after the (lines+1)-th newline from the end.
+        while position > 0 and data.count(b"\n") <= lines:
+            step = min(block_bytes, position)
+            position -= step
+            handle.seek(position)
+            data = handle.read(step) + data
+        kept = data.split(b"\n")
+        trailing = kept[-1] == b""
+        if trailing:
+            kept = kept[:-1]
+        text = b"\n".join(kept[-lines:])
+        return (text + b"\n" if trailing else text), size
