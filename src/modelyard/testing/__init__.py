@@ -1,0 +1,1 @@
+"""Helpers for tests and demos: tiny real model directories built offline."""
