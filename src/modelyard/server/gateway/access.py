@@ -1,0 +1,118 @@
+"""Who may call what: the bearer key, the request body's ``model``, and the replicas to try.
+
+Raises the gateway errors of ``errors.py``; the routes turn them into OpenAI-shaped responses.
+Nothing here touches the database on the way to a ready replica: keys come from ``KeyCache``,
+deployments from the controller's ``EndpointRegistry``. Only the 503 path reads instance states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.requests import Request
+
+from modelyard.control.endpoints import Endpoint
+from modelyard.server.gateway.errors import (
+    InvalidApiKey,
+    InvalidJsonBody,
+    MissingModel,
+    ModelNotAllowed,
+    ModelNotFound,
+    NoReadyReplica,
+)
+from modelyard.server.gateway.keys import KeyFacts
+from modelyard.server.gateway.routing import describe_unready
+from modelyard.server.gateway.runtime import GatewayRuntime
+from modelyard.services.key_hashing import display_prefix
+
+logger = logging.getLogger(__name__)
+
+_KEY_HINT = "an admin creates keys with `modelyard keys create NAME`"
+
+
+async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
+    """The facts of the request's ``Authorization: Bearer`` key; ``InvalidApiKey`` otherwise."""
+    header = request.headers.get("authorization")
+    if not header:
+        raise InvalidApiKey("no API key: send the header 'Authorization: Bearer <key>'", hint=_KEY_HINT)
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise InvalidApiKey("the Authorization header must be 'Bearer <key>'", hint=_KEY_HINT)
+    try:
+        facts = await runtime.key_cache.resolve(key)
+    except SQLAlchemyError as error:
+        logger.exception("could not check an API key against the database")
+        raise NoReadyReplica(
+            "the API key could not be checked: the database did not answer",
+            hint="see the server log",
+        ) from error
+    if facts is None:
+        raise InvalidApiKey(f"API key {display_prefix(key)}... is not valid", hint=_KEY_HINT)
+    if facts.revoked:
+        raise InvalidApiKey(f"API key {facts.name!r} was revoked", hint="ask an admin for a new key")
+    return facts
+
+
+def visible_deployments(runtime: GatewayRuntime, facts: KeyFacts) -> list[str]:
+    """The deployment names this key may see, sorted."""
+    return [name for name in runtime.context.endpoints.known_deployments() if facts.may_use(name)]
+
+
+def parse_request_body(body: bytes) -> tuple[dict[str, Any], str]:
+    """The JSON object of the body and its ``model``."""
+    try:
+        payload = json.loads(body)
+    except ValueError as error:
+        raise InvalidJsonBody(
+            f"the request body is not JSON ({error})",
+            hint="send a JSON object with Content-Type: application/json",
+        ) from error
+    if not isinstance(payload, dict):
+        raise InvalidJsonBody(
+            f"the request body must be a JSON object, got a JSON {type(payload).__name__}",
+            hint='send {"model": "...", ...}',
+        )
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise MissingModel(
+            'the request body has no "model"',
+            hint="set it to a deployment name; GET /v1/models lists them",
+        )
+    return payload, model
+
+
+def _visible_hint(runtime: GatewayRuntime, facts: KeyFacts, lead: str) -> str:
+    names = visible_deployments(runtime, facts)
+    return f"{lead}: {', '.join(names)}" if names else "no model is available to this key yet"
+
+
+async def ready_endpoints(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> tuple[Endpoint, ...]:
+    """The ready replicas of deployment ``model`` that this key may use."""
+    registry = runtime.context.endpoints
+    if not registry.is_known(model):
+        raise ModelNotFound(
+            f"model {model!r} does not exist", hint=_visible_hint(runtime, facts, "known models")
+        )
+    if not facts.may_use(model):
+        raise ModelNotAllowed(
+            f"API key {facts.name!r} may not use model {model!r}",
+            hint=_visible_hint(runtime, facts, "it may use"),
+        )
+    endpoints = registry.endpoints_for(model)
+    if endpoints:
+        return endpoints
+    try:
+        state = await asyncio.to_thread(describe_unready, runtime.context.database, model)
+    except SQLAlchemyError:
+        logger.exception("could not read the instances of deployment %r", model)
+        state = ""
+    message = f"deployment {model!r} has no ready replica"
+    raise NoReadyReplica(
+        f"{message} {state}" if state else message,
+        hint=f"see why with `modelyard ps` and `modelyard logs {model}`",
+    )

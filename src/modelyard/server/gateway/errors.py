@@ -1,0 +1,133 @@
+"""The gateway's errors, sent in OpenAI's shape so every OpenAI SDK can read them.
+
+Body: ``{"error": {"message", "type", "param", "code"}}``. ``type`` follows the REST API's
+vocabulary (``modelyard.server.errors``); ``code`` names the case so scripts can branch on it:
+
+==========  ========================  =====================================================
+status      code                      when
+==========  ========================  =====================================================
+400         ``invalid_json``          the body is not a JSON object
+400         ``missing_model``         the body has no string ``model``
+401         ``invalid_api_key``       no ``Authorization: Bearer``, an unknown or revoked key
+403         ``model_not_allowed``     the key is limited to other deployments
+404         ``model_not_found``       no deployment of that name (the message lists the known)
+502         ``engine_unreachable``    no replica could be reached (connection refused / reset)
+503         ``no_ready_replica``      the deployment exists but no replica is ready
+==========  ========================  =====================================================
+
+Inside a stream that the engine cut, the client gets the same shape as an SSE event
+(``stream_interrupted``), then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from modelyard.errors import Forbidden, InvalidInput, ModelyardError, NotFound, Unauthorized
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type_for(status: int) -> str:
+    """OpenAI-style ``type`` for an HTTP status (``server_error`` for 5xx and the unknown)."""
+    return _TYPE_BY_STATUS.get(status, "invalid_request_error" if 400 <= status < 500 else "server_error")
+
+
+class InvalidApiKey(Unauthorized):
+    code = "invalid_api_key"
+
+
+class ModelNotAllowed(Forbidden):
+    code = "model_not_allowed"
+    param = "model"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+    param = "model"
+
+
+class InvalidJsonBody(InvalidInput):
+    code = "invalid_json"
+
+
+class MissingModel(InvalidInput):
+    code = "missing_model"
+    param = "model"
+
+
+class NoReadyReplica(ModelyardError):
+    http_status = 503
+    code = "no_ready_replica"
+    param = "model"
+
+
+class EngineUnreachable(ModelyardError):
+    http_status = 502
+    code = "engine_unreachable"
+
+
+def openai_error(
+    message: str, *, status: int, code: str | int | None, param: str | None = None
+) -> dict[str, Any]:
+    """The ``{"error": {...}}`` object for one error."""
+    return {"error": {"message": message, "type": error_type_for(status), "param": param, "code": code}}
+
+
+def error_json_bytes(message: str, *, status: int, code: str | int | None, param: str | None = None) -> bytes:
+    return json.dumps(openai_error(message, status=status, code=code, param=param)).encode()
+
+
+def gateway_error_response(error: ModelyardError) -> Response:
+    """The HTTP response for a gateway error (``WWW-Authenticate: Bearer`` on 401)."""
+    param = getattr(error, "param", None)
+    body = error_json_bytes(str(error), status=error.http_status, code=error.code, param=param)
+    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+    return Response(body, status_code=error.http_status, media_type="application/json", headers=headers)
+
+
+def sse_error_event(message: str, *, code: str, status: int = 502) -> bytes:
+    """One SSE event carrying an error in OpenAI's shape (ends with the blank line)."""
+    return b"data: " + error_json_bytes(message, status=status, code=code) + b"\n\n"
+
+
+def engine_error_in_openai_shape(payload: dict[str, Any], *, status: int) -> dict[str, Any] | None:
+    """An engine's error object in OpenAI's shape; None when ``payload`` is not an error.
+
+    Engines disagree: vLLM sends ``{"error": {...}}`` (older: ``{"object": "error", "message"...}``),
+    transformers serve ``{"error": "text"}``, FastAPI ``{"detail": ...}``.
+    """
+    error = payload.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        shaped = {
+            "message": message if isinstance(message, str) else json.dumps(error),
+            "type": error.get("type") or error_type_for(status),
+            "param": error.get("param"),
+            "code": error.get("code"),
+        }
+        return {"error": shaped}
+    if isinstance(error, str):
+        return openai_error(error, status=status, code=None)
+    if payload.get("object") == "error" and isinstance(payload.get("message"), str):
+        shaped = openai_error(payload["message"], status=status, code=payload.get("code"))
+        shaped["error"]["type"] = payload.get("type") or shaped["error"]["type"]
+        shaped["error"]["param"] = payload.get("param")
+        return shaped
+    if "detail" in payload and len(payload) == 1:
+        detail = payload["detail"]
+        return openai_error(
+            detail if isinstance(detail, str) else json.dumps(detail), status=status, code=None
+        )
+    return None

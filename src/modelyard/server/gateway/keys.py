@@ -1,0 +1,176 @@
+"""API key checks for the gateway: a small in-memory cache in front of ``api_keys``.
+
+A bearer key is hashed (SHA-256, as stored) and looked up in the database only on a cache miss,
+in a worker thread; concurrent misses for one key share one lookup. Known keys are cached for
+``known_ttl_s``, unknown ones for ``unknown_ttl_s`` (so a flood of bad keys cannot reach the
+database on every request). The REST API calls ``invalidate()`` after creating or revoking a key,
+which takes effect on the next request.
+
+``last_used_at`` is kept in memory and written every ``last_used_interval_s`` and at ``close()``,
+never on the request path.
+
+Usage::
+
+    keys = KeyCache(database)
+    keys.start()
+    facts = await keys.resolve("my-...")   # None: unknown key
+    keys.invalidate()
+    await keys.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from modelyard.services.key_hashing import hash_key
+from modelyard.store.database import Database
+from modelyard.store.tables import ApiKey
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFacts:
+    """What the gateway needs to know about one API key."""
+
+    id: int
+    name: str
+    # None: every deployment.
+    allowed_deployments: frozenset[str] | None
+    revoked: bool
+
+    def may_use(self, deployment_name: str) -> bool:
+        return self.allowed_deployments is None or deployment_name in self.allowed_deployments
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    facts: KeyFacts | None
+    expires_at: float
+
+
+class KeyCache:
+    """Resolves bearer keys to ``KeyFacts``; implements the context's ``KeyCacheHandle``."""
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        known_ttl_s: float = 30.0,
+        unknown_ttl_s: float = 5.0,
+        last_used_interval_s: float = 60.0,
+        max_entries: int = 50_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._database = database
+        self._known_ttl_s = known_ttl_s
+        self._unknown_ttl_s = unknown_ttl_s
+        self._last_used_interval_s = last_used_interval_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._lookups: dict[str, asyncio.Future[KeyFacts | None]] = {}
+        # Bumped by invalidate(): a lookup that started before it must not fill the cache.
+        self._generation = 0
+        self._last_used: dict[int, float] = {}
+        self._flush_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start writing ``last_used_at`` periodically (call inside the running event loop)."""
+        if self._flush_task is None:
+            self._flush_task = asyncio.get_running_loop().create_task(
+                self._flush_periodically(), name="key-last-used"
+            )
+
+    async def close(self) -> None:
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+            self._flush_task = None
+        await self.flush_last_used()
+
+    def invalidate(self) -> None:
+        """Forget every cached answer: keys were created, revoked or changed."""
+        self._generation += 1
+        self._entries.clear()
+        self._lookups.clear()
+
+    async def resolve(self, key: str) -> KeyFacts | None:
+        """The facts of ``key`` (``revoked`` may be True), or None for a key that does not exist."""
+        key_hash = hash_key(key)
+        entry = self._entries.get(key_hash)
+        if entry is None or entry.expires_at <= self._clock():
+            facts = await self._lookup(key_hash)
+        else:
+            facts = entry.facts
+        if facts is not None and not facts.revoked:
+            self._last_used[facts.id] = time.time()
+        return facts
+
+    async def _lookup(self, key_hash: str) -> KeyFacts | None:
+        # One database read per key however many requests wait for it; a waiter that goes away
+        # (client disconnected) does not cancel the read the others wait on.
+        lookup = self._lookups.get(key_hash)
+        if lookup is None:
+            lookup = asyncio.ensure_future(asyncio.to_thread(self._read, key_hash))
+            self._lookups[key_hash] = lookup
+            lookup.add_done_callback(partial(self._remember, key_hash, self._generation))
+        return await asyncio.shield(lookup)
+
+    def _remember(self, key_hash: str, generation: int, lookup: asyncio.Future[KeyFacts | None]) -> None:
+        if self._lookups.get(key_hash) is lookup:
+            del self._lookups[key_hash]
+        if lookup.cancelled() or lookup.exception() is not None or generation != self._generation:
+            return
+        facts = lookup.result()
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        ttl_s = self._unknown_ttl_s if facts is None else self._known_ttl_s
+        self._entries[key_hash] = _Entry(facts, self._clock() + ttl_s)
+
+    def _read(self, key_hash: str) -> KeyFacts | None:
+        with self._database.session() as session:
+            record = session.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash))
+            if record is None:
+                return None
+            allowed = record.allowed_deployments
+            return KeyFacts(
+                id=record.id,
+                name=record.name,
+                allowed_deployments=None if allowed is None else frozenset(allowed),
+                revoked=record.revoked_at is not None,
+            )
+
+    async def flush_last_used(self) -> None:
+        """Write the in-memory ``last_used_at`` times to ``api_keys``."""
+        if not self._last_used:
+            return
+        used, self._last_used = self._last_used, {}
+        try:
+            await asyncio.to_thread(self._write_last_used, used)
+        except SQLAlchemyError:
+            logger.exception("could not write last_used_at of %d API keys", len(used))
+
+    def _write_last_used(self, used: dict[int, float]) -> None:
+        with self._database.session() as session:
+            for key_id, used_at in used.items():
+                session.execute(
+                    update(ApiKey)
+                    .where(ApiKey.id == key_id)
+                    .values(last_used_at=datetime.fromtimestamp(used_at, UTC))
+                )
+            session.commit()
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._last_used_interval_s)
+            await self.flush_last_used()

@@ -1,0 +1,92 @@
+"""Choosing a replica: least outstanding requests among the ready endpoints of a deployment.
+
+The balancer counts the requests each endpoint is serving right now (from the moment one is
+sent until its response, streamed or not, is finished). Ties go round-robin, so an idle
+deployment still spreads sequential requests across replicas. Everything runs in the server's
+event loop: no locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import func, select
+
+from modelyard.control.endpoints import Endpoint
+from modelyard.store.database import Database
+from modelyard.store.tables import Deployment, Instance
+
+
+class ReplicaBalancer:
+    """Least outstanding requests, round-robin among equals.
+
+    Usage::
+
+        endpoint = balancer.choose(registry.endpoints_for("demo"))
+        balancer.acquire(endpoint)
+        try:
+            ...  # forward the request, relay the response
+        finally:
+            balancer.release(endpoint)
+    """
+
+    def __init__(self) -> None:
+        self._outstanding: dict[str, int] = {}
+        self._turn = 0
+
+    def choose(self, endpoints: Sequence[Endpoint], exclude: Collection[str] = ()) -> Endpoint | None:
+        """The endpoint with the fewest outstanding requests, skipping base URLs in ``exclude``."""
+        count = len(endpoints)
+        if count == 1:
+            only = endpoints[0]
+            return None if only.base_url in exclude else only
+        self._turn += 1
+        best: Endpoint | None = None
+        best_outstanding = 0
+        for offset in range(count):
+            endpoint = endpoints[(self._turn + offset) % count]
+            if endpoint.base_url in exclude:
+                continue
+            outstanding = self._outstanding.get(endpoint.base_url, 0)
+            if best is None or outstanding < best_outstanding:
+                best, best_outstanding = endpoint, outstanding
+                if outstanding == 0:
+                    break
+        return best
+
+    def acquire(self, endpoint: Endpoint) -> None:
+        self._outstanding[endpoint.base_url] = self._outstanding.get(endpoint.base_url, 0) + 1
+
+    def release(self, endpoint: Endpoint) -> None:
+        remaining = self._outstanding.get(endpoint.base_url, 0) - 1
+        if remaining > 0:
+            self._outstanding[endpoint.base_url] = remaining
+        else:
+            self._outstanding.pop(endpoint.base_url, None)
+
+    def outstanding(self, endpoint: Endpoint) -> int:
+        """Requests ``endpoint`` is serving now through this gateway."""
+        return self._outstanding.get(endpoint.base_url, 0)
+
+
+def describe_unready(database: Database, deployment_name: str) -> str:
+    """Why a known deployment has no ready replica, e.g. ``(1 starting, 1 error)`` or ``(stopped)``.
+
+    Blocking (a database read): call it in a worker thread, and only on the 503 path.
+    """
+    with database.session() as session:
+        desired = session.scalar(select(Deployment.desired_state).where(Deployment.name == deployment_name))
+        if desired is None:
+            return ""
+        if desired == "stopped":
+            return f"(stopped: start it with `modelyard start {deployment_name}`)"
+        rows = session.execute(
+            select(Instance.state, func.count())
+            .join(Deployment, Instance.deployment_id == Deployment.id)
+            .where(Deployment.name == deployment_name)
+            .group_by(Instance.state)
+            .order_by(Instance.state)
+        ).all()
+    if not rows:
+        return "(no instance yet)"
+    return "(" + ", ".join(f"{count} {state}" for state, count in rows) + ")"
