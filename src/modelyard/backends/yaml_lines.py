@@ -1,0 +1,179 @@
+"""Parse YAML keeping each value's position, so that errors can name the line and column.
+
+``yaml.safe_load`` forgets where things were. ``YamlDocument`` keeps the composed node tree
+beside the data, maps a key path such as ``["version_configs", "0.25.0", "run_command"]`` back to
+its line, and turns pydantic validation errors into ``InvalidYaml`` messages::
+
+    document = YamlDocument.parse(text, what="backend YAML")
+    raise document.error(["default_version"], "default_version '9' is not one of the versions")
+    # InvalidYaml: backend YAML line 2, column 18: default_version: default_version '9' is ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from yaml.constructor import SafeConstructor
+
+from modelyard.errors import InvalidYaml
+
+KEY = "[key]"  # a path element meaning "the key itself, not its value" (as pydantic writes it)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_NODE_KIND = {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", yaml.ScalarNode: "a single value"}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _duplicate_key(node: yaml.Node, constructor: SafeConstructor) -> tuple[yaml.Node, yaml.Node] | None:
+    """The first key given twice in one mapping (merge keys ``<<`` aside): (first, second)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG and isinstance(key_node, yaml.ScalarNode):
+                key = constructor.construct_object(key_node)
+                if key in seen:
+                    return seen[key], key_node
+                seen[key] = key_node
+            found = _duplicate_key(value_node, constructor)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_key(item, constructor)
+            if found:
+                return found
+    return None
+
+
+@dataclass
+class YamlDocument:
+    """Parsed YAML data with the node tree it came from."""
+
+    data: Any
+    root: yaml.Node
+    what: str
+    _constructor: SafeConstructor = field(default_factory=SafeConstructor, repr=False)
+
+    @classmethod
+    def parse(cls, text: str, *, what: str) -> YamlDocument:
+        """Parse ``text``; a syntax error, an empty document or a key given twice is ``InvalidYaml``."""
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                raise InvalidYaml(f"{what} is empty", hint="paste a mapping that starts with backend_name:")
+            duplicate = _duplicate_key(root, SafeConstructor())
+            if duplicate:
+                first, second = duplicate
+                raise InvalidYaml(
+                    f"{what} line {second.start_mark.line + 1}, column {second.start_mark.column + 1}: "
+                    f"key {second.value!r} is given twice (first on line {first.start_mark.line + 1})",
+                    hint="keep one of them",
+                )
+            data = loader.construct_document(root)
+        except yaml.MarkedYAMLError as error:
+            mark = error.problem_mark or error.context_mark
+            place = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = " ".join(part for part in (error.context, error.problem) if part)
+            raise InvalidYaml(f"{what}{place}: not valid YAML: {problem}") from error
+        except yaml.YAMLError as error:
+            raise InvalidYaml(f"{what}: not valid YAML: {error}") from error
+        finally:
+            loader.dispose()
+        if not isinstance(root, yaml.MappingNode):
+            kind = _NODE_KIND.get(type(root), "something else")
+            raise InvalidYaml(
+                f"{what} line {root.start_mark.line + 1}: expected a mapping of keys, got {kind}"
+            )
+        return cls(data=data, root=root, what=what)
+
+    def locate(self, path: Sequence[Any]) -> tuple[yaml.Mark, list[str]]:
+        """The position of ``path`` (or of its deepest part that exists) and the names walked to it."""
+        node = self.root
+        mark = node.start_mark
+        walked: list[str] = []
+        for element in path:
+            if element == KEY:
+                break
+            if isinstance(node, yaml.MappingNode):
+                match = None
+                for key_node, value_node in node.value:  # the last match wins, as in the data
+                    key = self._constructor.construct_object(key_node)
+                    if key == element or str(key) == str(element):
+                        match = (key_node, value_node)
+                if match is None:
+                    break
+                mark, node = match[0].start_mark, match[1]
+                walked.append(str(match[0].value))
+            elif (
+                isinstance(node, yaml.SequenceNode) and isinstance(element, int) and element < len(node.value)
+            ):
+                node = node.value[element]
+                mark = node.start_mark
+                walked.append(f"item {element + 1}")
+            else:
+                break
+        return mark, walked
+
+    def error(self, path: Sequence[Any], message: str, *, hint: str | None = None) -> InvalidYaml:
+        """An ``InvalidYaml`` for the value at ``path``: '<what> line L, column C: <path>: <message>'."""
+        mark, walked = self.locate(path)
+        where = " > ".join(walked)
+        prefix = f"{self.what} line {mark.line + 1}, column {mark.column + 1}: "
+        return InvalidYaml(prefix + (f"{where}: " if where else "") + message, hint=hint)
+
+    def key_text(self, path: Sequence[Any]) -> str:
+        """The key at ``path`` exactly as written in the file (``1.10`` stays ``1.10``)."""
+        _, walked = self.locate(path)
+        return walked[-1] if walked else ""
+
+    def validation_error(
+        self, error: ValidationError, *, known_keys: Callable[[tuple[Any, ...]], Sequence[str]] | None = None
+    ) -> InvalidYaml:
+        """Turn the first problem pydantic found into an ``InvalidYaml`` at its line."""
+        problem = error.errors()[0]
+        location = tuple(problem["loc"])
+        kind = problem["type"]
+        value = problem.get("input")
+        others = error.error_count() - 1
+        more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
+        if kind == "extra_forbidden":
+            keys = list(known_keys(location[:-1])) if known_keys else []
+            return self.error(
+                location,
+                f"unknown key {location[-1]!r}{more}",
+                hint=f"known keys here: {', '.join(keys)}" if keys else None,
+            )
+        if kind == "missing":
+            return self.error(location[:-1], f"{location[-1]} is missing{more}")
+        if location and location[-1] == KEY:
+            written = self.key_text(location[:-1]) or str(location[-2])
+            return self.error(
+                location,
+                f"the key {written} is read as {_describe(value)}, not text{more}",
+                hint=f"quote it: '{written}'",
+            )
+        if kind in ("string_type", "str_type"):
+            return self.error(
+                location, f"expected text, got {_describe(value)}{more}", hint=f"quote it: '{value}'"
+            )
+        if kind in ("dict_type", "mapping_type"):
+            return self.error(location, f"expected a mapping of keys, got {_describe(value)}{more}")
+        if kind == "list_type":
+            return self.error(location, f"expected a list, got {_describe(value)}{more}")
+        if kind == "too_short":
+            return self.error(location, f"is empty{more}")
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        return self.error(location, f"{message} (got {_describe(value)}){more}")
