@@ -27,22 +27,32 @@ _ASSISTANT_ROLES = {"gpt", "chatgpt", "assistant", "bard", "bing"}
 MIN_TOKENS = 4
 
 
+def _not_sharegpt(path: Path, message: str, line: int) -> InvalidInput:
+    return InvalidInput(
+        f"{path} is not ShareGPT JSON or JSON lines: {message} at line {line}",
+        hint="each record needs a 'conversations' list of {from, value} turns",
+    )
+
+
 def read_conversations(path: Path) -> list[list[tuple[str, str]]]:
     """Every conversation of the file as ``(role, text)`` turns, roles as written."""
     if not path.is_file():
         raise NotFound(f"no ShareGPT file at {path}", hint="give the path of a .json or .jsonl file")
     text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith("["):
-            records: list[Any] = json.loads(text)
-        else:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as error:
-        raise InvalidInput(
-            f"{path} is not ShareGPT JSON or JSON lines: {error.msg} at line {error.lineno}",
-            hint="each record needs a 'conversations' list of {from, value} turns",
-        ) from error
+    records: list[Any] = []
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise _not_sharegpt(path, error.msg, error.lineno) from error
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise _not_sharegpt(path, error.msg, number) from error
     conversations: list[list[tuple[str, str]]] = []
     for record in records:
         if not isinstance(record, dict):
