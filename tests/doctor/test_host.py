@@ -99,7 +99,10 @@ DOCKER_INFO_WITH_NVIDIA = json.dumps(
     {
         "ServerVersion": "26.1.5",
         "DefaultRuntime": "runc",
-        "Runtimes": {"io.containerd.runc.v2": {"path": "runc"}, "nvidia": {"path": "nvidia-container-runtime"}},
+        "Runtimes": {
+            "io.containerd.runc.v2": {"path": "runc"},
+            "nvidia": {"path": "nvidia-container-runtime"},
+        },
         "CDISpecDirs": [],
     }
 )
@@ -266,7 +269,10 @@ def test_daemon_errors_make_docker_unavailable() -> None:
 
 def test_model_path_outside_every_volume(tmp_path: Path) -> None:
     request = replace(
-        GOOD, runs_in_container=True, model_path=tmp_path / "models" / "qwen", volume_mounts={"/data": "/data"}
+        GOOD,
+        runs_in_container=True,
+        model_path=tmp_path / "models" / "qwen",
+        volume_mounts={"/data": "/data"},
     )
     findings = _run(request)
     assert _ids(findings) == ["host.model-path-not-mounted"]
@@ -294,9 +300,7 @@ def test_ram_smaller_than_the_model() -> None:
     assert _run(request, system=SystemDouble(available_memory=120 * GIB)) == []
 
 
-@pytest.mark.parametrize(
-    ("free_gib", "severity"), [(1, Severity.ERROR), (5, Severity.WARNING), (50, None)]
-)
+@pytest.mark.parametrize(("free_gib", "severity"), [(1, Severity.ERROR), (5, Severity.WARNING), (50, None)])
 def test_free_disk(tmp_path: Path, free_gib: int, severity: Severity | None) -> None:
     findings = _run(replace(GOOD, data_dir=tmp_path), system=SystemDouble(free_disk=free_gib * GIB))
     assert [f.severity for f in findings] == ([severity] if severity else [])
