@@ -173,7 +173,13 @@ def _write_sharegpt(path: Path, *, jsonl: bool) -> None:
 
     records = [
         {"conversations": [turn("human", "Tell me about rivers"), turn("gpt", RIVERS_ANSWER)]},
-        {"conversations": [turn("system", "Be brief"), turn("human", "Name a colour"), turn("gpt", "Blue")]},
+        {
+            "conversations": [
+                turn("system", "Be brief"),
+                turn("human", "Name a colour"),
+                turn("gpt", "Blue is a calm colour of the sky"),
+            ]
+        },
         {"conversations": [turn("gpt", "A record with no user turn")]},
         {
             "messages": [
