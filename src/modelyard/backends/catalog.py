@@ -10,6 +10,7 @@ backends are what users imported; the service layer reads them from the store an
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 from collections.abc import Sequence
@@ -77,7 +78,12 @@ def _spec_from_document(document: Any, source: str, *, builtin: bool) -> Backend
 
 
 def load_builtin_backends() -> list[BackendSpec]:
-    """Read the built-in catalog from the package, in name order."""
+    """Read the built-in catalog from the package, in name order (parsed once per process)."""
+    return list(_load_builtin_backends())
+
+
+@functools.cache
+def _load_builtin_backends() -> tuple[BackendSpec, ...]:
     folder = resources.files("modelyard.backends").joinpath("catalog")
     specs: list[BackendSpec] = []
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
@@ -89,7 +95,7 @@ def load_builtin_backends() -> list[BackendSpec]:
         except yaml.YAMLError as error:
             raise InvalidYaml(f"{source}: {error}") from error
         specs.append(_spec_from_document(document, source, builtin=True))
-    return sorted(specs, key=lambda spec: spec.name)
+    return tuple(sorted(specs, key=lambda spec: spec.name))
 
 
 class BackendCatalog:
