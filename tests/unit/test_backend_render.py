@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
-from modelyard.backends.render import LaunchCommand, render_launch
+from modelyard.backends.render import LaunchCommand, check_launch, render_launch
 from modelyard.backends.spec import BackendVersion
 from modelyard.errors import EngineStartFailed, InvalidInput
 
@@ -207,3 +207,20 @@ def test_container_version_renders_docker_run_without_env_values(programs_folder
     assert argv[argv.index("--entrypoint") + 1] == "trtllm-serve"
     assert argv[image_at + 1 :] == ["serve", MODEL_PATH, "--host", "127.0.0.1", "--port", "8001"]
     assert launch.in_container
+
+
+def test_check_before_storing_refuses_a_repeated_flag_without_the_program(catalog: BackendCatalog) -> None:
+    version = catalog.resolve_version("vllm", "0.19.1")  # vllm is not installed here
+    check_launch(version, backend_parameters=["--max-model-len", "8192"], env={}, gpu_count=2)
+    with pytest.raises(InvalidInput, match="--host"):
+        check_launch(version, backend_parameters=["--host=0.0.0.0"], env={})
+
+
+def test_check_before_storing_refuses_an_unknown_placeholder_in_an_entrypoint() -> None:
+    version = BackendVersion(
+        version="1", image="example/server:1", entrypoint=["{{launcher}}"], run_command=""
+    )
+    with pytest.raises(
+        InvalidInput, match=r"entrypoint of version 1 uses the unknown placeholder \{\{launcher\}\}"
+    ):
+        check_launch(version, backend_parameters=[], env={})

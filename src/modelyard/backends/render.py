@@ -155,13 +155,13 @@ def _merged_env(version: BackendVersion, env: Mapping[str, str], gpu_ids: list[i
 
 def _docker_argv(
     version: BackendVersion,
+    entrypoint: list[str],
     arguments: list[str],
     *,
     model_path: str,
     gpu_ids: list[int],
     env: Mapping[str, str],
     container_name: str | None,
-    values: Mapping[str, str],
     search_path: str | None,
 ) -> list[str]:
     docker = resolve_executable(
@@ -178,13 +178,75 @@ def _docker_argv(
             argv += ["-e", name]
     mount = os.path.abspath(model_path)
     argv += ["-v", f"{mount}:{mount}:ro"]
-    entrypoint = [
-        _fill(token, values, f"entrypoint of version {version.version}") for token in version.entrypoint
-    ]
     if entrypoint:
         argv += ["--entrypoint", entrypoint[0]]
     assert version.image is not None
     return [*argv, version.image, *entrypoint[1:], *arguments]
+
+
+def _prepare(
+    version: BackendVersion,
+    *,
+    model_path: str,
+    port: int,
+    worker_ip: str,
+    model_name: str,
+    gpu_ids: list[int],
+    backend_parameters: list[str],
+    env: Mapping[str, str],
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """Everything but finding programs: (entrypoint, arguments, env), or ``InvalidInput``."""
+    if gpu_ids and not version.supports_gpu:
+        raise InvalidInput(
+            f"backend version {version.version} runs on CPU only but was given GPUs {gpu_ids}",
+            hint="deploy it with no GPUs",
+        )
+    merged_env = _merged_env(version, env, gpu_ids)
+    values = {
+        **{name: value for name, value in merged_env.items() if name != GPU_VARIABLE},
+        "model_path": model_path,
+        "port": str(port),
+        "worker_ip": worker_ip,
+        "model_name": model_name,
+        "gpu_ids": merged_env[GPU_VARIABLE],
+        "gpu_count": str(len(gpu_ids)),
+    }
+    entrypoint = [
+        _fill(token, values, f"entrypoint of version {version.version}") for token in version.entrypoint
+    ]
+    template_arguments = _render_template(
+        version.run_command, values, f"run_command of version {version.version}"
+    )
+    _check_parameters(template_arguments, backend_parameters)
+    arguments = [*template_arguments, *backend_parameters]
+    if (
+        not gpu_ids
+        and version.cpu_parameters
+        and not (_flags(version.cpu_parameters) & _flags(backend_parameters))
+    ):
+        arguments += version.cpu_parameters
+    return entrypoint, arguments, merged_env
+
+
+def check_launch(
+    version: BackendVersion, *, backend_parameters: list[str], env: Mapping[str, str], gpu_count: int = 0
+) -> None:
+    """Check a deployment's parameters and env against ``version`` before it is stored.
+
+    Raises what ``render_launch`` would (unknown placeholder, a repeated platform flag, a bad env
+    name, GPUs for a CPU-only version) without looking for the program, which may be installed
+    later.
+    """
+    _prepare(
+        version,
+        model_path="/model",
+        port=8000,
+        worker_ip="127.0.0.1",
+        model_name="model",
+        gpu_ids=list(range(gpu_count)),
+        backend_parameters=backend_parameters,
+        env=env,
+    )
 
 
 def render_launch(
@@ -206,41 +268,25 @@ def render_launch(
     template sets, GPUs given to a CPU-only version or a bad env name; ``EngineStartFailed``
     when the program (or ``docker``) cannot be found. ``search_path`` stands for ``$PATH``.
     """
-    if gpu_ids and not version.supports_gpu:
-        raise InvalidInput(
-            f"backend version {version.version} runs on CPU only but was given GPUs {gpu_ids}",
-            hint="deploy it with no GPUs",
-        )
-    merged_env = _merged_env(version, env, gpu_ids)
-    values = {
-        **{name: value for name, value in merged_env.items() if name != GPU_VARIABLE},
-        "model_path": model_path,
-        "port": str(port),
-        "worker_ip": worker_ip,
-        "model_name": model_name,
-        "gpu_ids": merged_env[GPU_VARIABLE],
-        "gpu_count": str(len(gpu_ids)),
-    }
-    template_arguments = _render_template(
-        version.run_command, values, f"run_command of version {version.version}"
+    entrypoint, arguments, merged_env = _prepare(
+        version,
+        model_path=model_path,
+        port=port,
+        worker_ip=worker_ip,
+        model_name=model_name,
+        gpu_ids=gpu_ids,
+        backend_parameters=backend_parameters,
+        env=env,
     )
-    _check_parameters(template_arguments, backend_parameters)
-    arguments = [*template_arguments, *backend_parameters]
-    if (
-        not gpu_ids
-        and version.cpu_parameters
-        and not (_flags(version.cpu_parameters) & _flags(backend_parameters))
-    ):
-        arguments += version.cpu_parameters
     if version.runs_in_container:
         argv = _docker_argv(
             version,
+            entrypoint,
             arguments,
             model_path=model_path,
             gpu_ids=gpu_ids,
             env=merged_env,
             container_name=container_name,
-            values=values,
             search_path=search_path,
         )
         return LaunchCommand(argv=argv, env=merged_env, in_container=True)
