@@ -84,9 +84,10 @@ def build_app(context: ServerContext) -> FastAPI:
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[ApiHarness]:
+def api(tmp_path: Path, database_url: str) -> Iterator[ApiHarness]:
+    """The API on a fresh database: a SQLite file, and PostgreSQL when the suite has one."""
     data_dir = tmp_path / "data"
-    settings = Settings(data_dir=data_dir, port=18080, deploy_demo=False)
+    settings = Settings(data_dir=data_dir, port=18080, deploy_demo=False, database_url_override=database_url)
     database = Database.open(settings.database_url)
     password = ensure_admin(database, settings.admin_password_file)
     assert password is not None

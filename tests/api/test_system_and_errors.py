@@ -8,7 +8,8 @@ from .conftest import ApiHarness, assert_error
 def test_system_names_the_urls_and_database(api: ApiHarness) -> None:
     body = api.client.get("/api/v1/system").json()
     assert body["openai_base_url"] == "http://127.0.0.1:18080/v1"
-    assert body["database"] == "sqlite"
+    assert body["database"] == api.database.engine.url.get_backend_name()
+    assert body["database"] in ("sqlite", "postgresql")
     assert body["data_dir"] == str(api.data_dir)
 
 
