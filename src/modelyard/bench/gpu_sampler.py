@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any
 
+from modelyard.bench.records import TimelineSeries
+
 logger = logging.getLogger(__name__)
 
 
@@ -64,6 +66,25 @@ class GpuTimeline:
             if sample.power_watts is not None:
                 by_time[sample.elapsed_s] = by_time.get(sample.elapsed_s, 0.0) + sample.power_watts
         return sum(by_time.values()) / len(by_time) if by_time else None
+
+    def to_series(self, offset_s: float = 0.0) -> list[TimelineSeries]:
+        """Per GPU: utilization (%), memory used (bytes) and power (W) as ``TimelineSeries``."""
+        series: dict[str, TimelineSeries] = {}
+
+        def add(name: str, unit: str, sample: GpuSample, value: float | None) -> None:
+            if value is None:
+                return
+            key = f"gpu{sample.gpu_index}_{name}"
+            source = f"nvml:gpu{sample.gpu_index}"
+            entry = series.setdefault(key, TimelineSeries(name=key, unit=unit, source=source))
+            entry.times_s.append(sample.elapsed_s - offset_s)
+            entry.values.append(float(value))
+
+        for sample in self.samples:
+            add("utilization_percent", "%", sample, sample.utilization_percent)
+            add("memory_used_bytes", "bytes", sample, sample.memory_used_bytes)
+            add("power_watts", "W", sample, sample.power_watts)
+        return list(series.values())
 
     def to_json(self) -> dict[str, Any]:
         return {

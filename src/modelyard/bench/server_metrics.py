@@ -34,6 +34,8 @@ from typing import Any, Literal
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelyard.bench.records import TimelineSeries
+
 logger = logging.getLogger(__name__)
 
 EngineFlavor = Literal["vllm", "sglang", "unknown"]
@@ -206,6 +208,67 @@ class ServerTimeline:
         window = self._ttft_window()
         return 0.0 if window is None else window.count
 
+    def to_series(self, offset_s: float = 0.0) -> list[TimelineSeries]:
+        """The timeline as ``TimelineSeries`` for a ``LoadPointResult`` (times shifted by ``offset_s``,
+        the poller's elapsed time when the measurement window began). Cumulative counters become
+        per-interval rates or ratios; the TTFT histogram's count and sum stay cumulative so that
+        the engine's mean TTFT over any window can be taken later (``server_ttft_mean_ms_from_series``).
+        """
+        source = f"{self.flavor}:/metrics"
+        series: dict[str, TimelineSeries] = {}
+
+        def add(name: str, unit: str, time_s: float, value: float | None) -> None:
+            if value is None:
+                return
+            entry = series.setdefault(name, TimelineSeries(name=name, unit=unit, source=source))
+            entry.times_s.append(time_s - offset_s)
+            entry.values.append(float(value))
+
+        previous: ServerMetricsSample | None = None
+        for sample in self.samples:
+            time_s = sample.elapsed_s
+            add("server_running_requests", "requests", time_s, sample.running_requests)
+            add("server_waiting_requests", "requests", time_s, sample.waiting_requests)
+            add("server_kv_cache_usage", "ratio", time_s, sample.kv_cache_usage_ratio)
+            add("server_preemptions_total", "count", time_s, sample.preemptions_total)
+            if sample.ttft_histogram is not None:
+                add("server_ttft_count", "count", time_s, sample.ttft_histogram.count)
+                add("server_ttft_sum_s", "s", time_s, sample.ttft_histogram.sum_s)
+            if previous is not None:
+                interval_s = sample.elapsed_s - previous.elapsed_s
+                add(
+                    "server_prefix_cache_hit_ratio",
+                    "ratio",
+                    time_s,
+                    _ratio_of_deltas(
+                        sample.prefix_cache_hit_tokens_total,
+                        previous.prefix_cache_hit_tokens_total,
+                        sample.prefix_cache_query_tokens_total,
+                        previous.prefix_cache_query_tokens_total,
+                    )
+                    if sample.prefix_cache_hit_ratio_gauge is None
+                    else sample.prefix_cache_hit_ratio_gauge,
+                )
+                add(
+                    "server_spec_acceptance_ratio",
+                    "ratio",
+                    time_s,
+                    _ratio_of_deltas(
+                        sample.spec_accepted_tokens_total,
+                        previous.spec_accepted_tokens_total,
+                        sample.spec_draft_tokens_total,
+                        previous.spec_draft_tokens_total,
+                    )
+                    if sample.spec_acceptance_ratio_gauge is None
+                    else sample.spec_acceptance_ratio_gauge,
+                )
+                generated = _ratio_of_deltas(
+                    sample.generation_tokens_total, previous.generation_tokens_total, interval_s, 0.0
+                )
+                add("server_generation_tokens_per_s", "tokens/s", time_s, generated)
+            previous = sample
+        return list(series.values())
+
     def peak(self, attribute: str) -> float | None:
         values = [getattr(sample, attribute) for sample in self.samples]
         present = [float(value) for value in values if value is not None]
@@ -283,6 +346,32 @@ def ttft_gap(client_ttft_ms: Sequence[float], timeline: ServerTimeline) -> TtftG
         client_request_count=len(ordered),
         server_request_count=timeline.server_ttft_request_count(),
     )
+
+
+def _ratio_of_deltas(
+    numerator_now: float | None,
+    numerator_before: float | None,
+    denominator_now: float | None,
+    denominator_before: float | None,
+) -> float | None:
+    if None in (numerator_now, numerator_before, denominator_now, denominator_before):
+        return None
+    denominator = float(denominator_now) - float(denominator_before)  # type: ignore[arg-type]
+    if denominator <= 0:
+        return None
+    return (float(numerator_now) - float(numerator_before)) / denominator  # type: ignore[arg-type]
+
+
+def server_ttft_mean_ms_from_series(series: Sequence[TimelineSeries]) -> float | None:
+    """The engine's mean TTFT over a stored timeline (from its cumulative count and sum)."""
+    by_name = {entry.name: entry for entry in series}
+    count, total = by_name.get("server_ttft_count"), by_name.get("server_ttft_sum_s")
+    if count is None or total is None or len(count.values) < 2 or len(total.values) < 2:
+        return None
+    requests = count.values[-1] - count.values[0]
+    if requests <= 0:
+        return None
+    return (total.values[-1] - total.values[0]) / requests * 1000.0
 
 
 def _median(ordered: Sequence[float]) -> float:
