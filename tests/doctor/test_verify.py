@@ -1,0 +1,318 @@
+"""The verification suite against the reference server (the engine double) in its vLLM and SGLang
+flavors, against small engine doubles for what the reference server does not play (tool calls,
+reasoning left in the content), and (slow) against transformers serve on a tiny test model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from modelyard.bench.reference import ReferenceConfig, ReferenceServer
+from modelyard.doctor.verify import VerificationResult, verify_instance
+
+MODEL = "qwen-test"
+
+
+@pytest.fixture
+def reference() -> Iterator[Callable[..., ReferenceServer]]:
+    servers: list[ReferenceServer] = []
+
+    def start(**settings: Any) -> ReferenceServer:
+        config = ReferenceConfig(ttft_ms=1, itl_ms=0, served_model_names=[MODEL], **settings)
+        server = ReferenceServer(config)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+async def _verify(base_url: str, **overrides: Any) -> dict[str, VerificationResult]:
+    arguments: dict[str, Any] = {
+        "base_url": base_url,
+        "served_model_name": MODEL,
+        "expected_model_id": MODEL,
+        "reasoning_field": "reasoning",
+        "metrics_path": "/metrics",
+        "model_supports_tools": False,
+        "model_supports_thinking": True,
+        "timeout_seconds": 10.0,
+    }
+    arguments.update(overrides)
+    async with httpx.AsyncClient() as client:
+        results = await verify_instance(client=client, **arguments)
+    return {result.check_id: result for result in results}
+
+
+def _statuses(results: dict[str, VerificationResult]) -> dict[str, str]:
+    return {check_id: result.status for check_id, result in results.items()}
+
+
+async def test_vllm_flavor_passes_every_applicable_check(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    results = await _verify(server.base_url)
+    assert _statuses(results) == {
+        "verify.models-listed": "passed",
+        "verify.chat-answer": "passed",
+        "verify.reasoning-separated": "passed",
+        "verify.tool-call": "skipped",
+        "verify.streaming": "passed",
+        "verify.metrics": "passed",
+    }
+    assert all(result.duration_ms >= 0 for result in results.values())
+    assert results["verify.streaming"].message.endswith("[DONE]")
+
+
+async def test_sglang_flavor_passes_with_reasoning_content(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="sglang", reasoning_tokens=4)
+    results = await _verify(server.base_url, reasoning_field="reasoning_content")
+    assert {status for status in _statuses(results).values()} == {"passed", "skipped"}
+
+
+async def test_model_not_listed_under_the_expected_name(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    results = await _verify(server.base_url, expected_model_id="qwen-prod")
+    assert results["verify.models-listed"].status == "failed"
+    assert "qwen-test" in results["verify.models-listed"].message
+    assert results["verify.chat-answer"].passed
+
+
+async def test_wrong_served_name_fails_the_chat(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    results = await _verify(server.base_url, served_model_name="other")
+    assert results["verify.chat-answer"].status == "failed"
+    assert "HTTP 404" in results["verify.chat-answer"].message
+
+
+async def test_all_tokens_spent_on_reasoning_is_an_empty_answer(
+    reference: Callable[..., ReferenceServer],
+) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=500)
+    results = await _verify(server.base_url, max_tokens=16)
+    assert results["verify.chat-answer"].status == "failed"
+    assert "reasoning" in results["verify.chat-answer"].message
+
+
+async def test_no_reasoning_from_a_thinking_model(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=0)
+    results = await _verify(server.base_url)
+    assert results["verify.reasoning-separated"].status == "failed"
+
+
+async def test_reasoning_in_another_field_than_declared(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    results = await _verify(server.base_url, reasoning_field="reasoning_content")
+    failure = results["verify.reasoning-separated"]
+    assert failure.status == "failed"
+    assert "'reasoning'" in failure.message
+
+
+async def test_reasoning_check_skipped_for_a_model_without_thinking(
+    reference: Callable[..., ReferenceServer],
+) -> None:
+    server = reference(flavor="vllm")
+    results = await _verify(server.base_url, model_supports_thinking=False)
+    assert results["verify.reasoning-separated"].status == "skipped"
+    assert results["verify.chat-answer"].passed
+
+
+async def test_tools_supported_but_no_tool_call(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    results = await _verify(server.base_url, model_supports_tools=True)
+    assert results["verify.tool-call"].status == "failed"
+    assert "without calling the tool" in results["verify.tool-call"].message
+
+
+async def test_missing_metrics_endpoint(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="transformers", reasoning_tokens=4)
+    results = await _verify(server.base_url, reasoning_field="reasoning_content")
+    assert results["verify.metrics"].status == "failed"
+    assert "404" in results["verify.metrics"].message
+    no_metrics = await _verify(server.base_url, reasoning_field="reasoning_content", metrics_path=None)
+    assert no_metrics["verify.metrics"].status == "skipped"
+
+
+async def test_stream_without_done_but_with_finish_reason_passes(
+    reference: Callable[..., ReferenceServer],
+) -> None:
+    server = reference(flavor="transformers", reasoning_tokens=4)
+    results = await _verify(server.base_url, reasoning_field="reasoning_content", metrics_path=None)
+    assert results["verify.streaming"].passed
+    assert "finish_reason" in results["verify.streaming"].message
+
+
+async def test_cut_stream_fails(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4, cut_after_chunks=2)
+    results = await _verify(server.base_url)
+    assert results["verify.streaming"].status == "failed"
+
+
+async def test_slow_engine_fails_by_timeout(reference: Callable[..., ReferenceServer]) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    server.config.ttft_ms = 3_000.0
+    results = await _verify(server.base_url, timeout_seconds=0.2)
+    assert results["verify.chat-answer"].status == "failed"
+    assert "no answer in time" in results["verify.chat-answer"].message
+    assert results["verify.models-listed"].passed
+
+
+async def test_unreachable_engine_fails_every_request_check() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = await _verify(f"http://127.0.0.1:{port}")
+    assert results["verify.models-listed"].status == "failed"
+    assert results["verify.streaming"].status == "failed"
+
+
+# -- engine doubles for what the reference server does not play ----------------------------------
+
+
+def _chat_engine_double(message: dict[str, Any]) -> httpx.MockTransport:
+    """An OpenAI-compatible engine double that answers every chat request with ``message``."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": MODEL}]})
+        body = json.loads(request.content)
+        if body.get("stream"):
+            events = [
+                {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            ]
+            text = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+            return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            200, json={"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        )
+
+    return httpx.MockTransport(handle)
+
+
+async def _verify_double(message: dict[str, Any]) -> dict[str, VerificationResult]:
+    async with httpx.AsyncClient(transport=_chat_engine_double(message)) as client:
+        results = await verify_instance(
+            base_url="http://engine-double",
+            served_model_name=MODEL,
+            expected_model_id=MODEL,
+            reasoning_field="reasoning",
+            metrics_path=None,
+            model_supports_tools=True,
+            model_supports_thinking=True,
+            client=client,
+        )
+    return {result.check_id: result for result in results}
+
+
+async def test_parsed_tool_call_passes() -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
+    results = await _verify_double(
+        {"role": "assistant", "content": "ok", "reasoning": "x", "tool_calls": [call]}
+    )
+    assert results["verify.tool-call"].passed
+    assert "get_weather" in results["verify.tool-call"].message
+
+
+async def test_tool_call_left_in_the_content_names_the_parser() -> None:
+    content = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    results = await _verify_double({"role": "assistant", "content": content})
+    assert results["verify.tool-call"].status == "failed"
+    assert "--tool-call-parser" in results["verify.tool-call"].message
+
+
+async def test_reasoning_left_in_the_content_names_the_parser() -> None:
+    results = await _verify_double({"role": "assistant", "content": "<think>2+3=5</think>5"})
+    assert results["verify.reasoning-separated"].status == "failed"
+    assert "--reasoning-parser" in results["verify.reasoning-separated"].message
+
+
+async def test_tool_arguments_that_are_not_json_fail() -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{city: Paris"}}
+    results = await _verify_double({"role": "assistant", "content": "", "tool_calls": [call]})
+    assert results["verify.tool-call"].status == "failed"
+
+
+# -- transformers serve on a tiny test model (slow) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transformers_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    pytest.importorskip("transformers")
+    if shutil.which("transformers") is None and not (Path(sys.executable).parent / "transformers").exists():
+        pytest.skip("the transformers CLI is not installed")
+    from modelyard.testing.tiny_model import build_tiny_qwen3
+
+    model_dir = build_tiny_qwen3(tmp_path_factory.mktemp("serve") / "tiny-qwen3")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    program = shutil.which("transformers") or str(Path(sys.executable).parent / "transformers")
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
+    log = (tmp_path_factory.mktemp("serve-log") / "serve.log").open("w")
+    process = subprocess.Popen(
+        [program, "serve", str(model_dir), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+        start_new_session=True,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline_s = time.monotonic() + 120
+        while time.monotonic() < deadline_s and process.poll() is None:
+            try:
+                if httpx.get(base_url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not become healthy in 120 s")
+        yield base_url, str(model_dir)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+@pytest.mark.slow
+async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str, str]) -> None:
+    base_url, model_path = transformers_serve
+    async with httpx.AsyncClient() as client:
+        results = await verify_instance(
+            base_url=base_url,
+            served_model_name=model_path,
+            expected_model_id=model_path,
+            reasoning_field="reasoning_content",
+            metrics_path=None,
+            model_supports_tools=False,
+            model_supports_thinking=False,
+            client=client,
+            timeout_seconds=120.0,
+            max_tokens=8,
+        )
+    by_id = {result.check_id: result for result in results}
+    assert by_id["verify.chat-answer"].passed, by_id["verify.chat-answer"].message
+    assert by_id["verify.streaming"].passed, by_id["verify.streaming"].message
+    assert by_id["verify.metrics"].status == "skipped"
