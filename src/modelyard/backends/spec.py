@@ -8,7 +8,8 @@ process and to know when it is ready:
 - how to launch: ``executable`` (a program on PATH or next to the running Python) *or*
   ``image`` + ``entrypoint`` (a container);
 - ``run_command``: the argument template, with ``{{model_path}}``, ``{{port}}``,
-  ``{{worker_ip}}``, ``{{model_name}}``, ``{{gpu_ids}}``; rendered into an argv list, never a shell string;
+  ``{{worker_ip}}``, ``{{model_name}}``, ``{{gpu_ids}}`` (comma-separated), ``{{gpu_count}}``;
+  rendered into an argv list (``modelyard.backends.render``), never a shell string;
 - ``env``: default environment, KEY -> VALUE, kept apart from the arguments;
 - ``health_path`` / ``metrics_path``; ``reasoning_field``;
 - ``served_model_name``: which template value the engine answers to in ``"model"``;
