@@ -1,9 +1,336 @@
-"""CLI: deployments commands (placeholder until its owner fills it in)."""
+"""``modelyard deploy|ps|logs|scale|stop|start|rm|gpus``: deployments and their instances."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import typer
+
+from modelyard.cli.client import ApiClient, fail
+from modelyard.cli.context import stderr, stdout
+from modelyard.cli.output import format_bytes, format_duration, print_fields, print_json, print_table
+
+POLL_SECONDS = 1.0
+DEFAULT_WAIT_SECONDS = 900
+
+
+def _path(name: str, suffix: str = "") -> str:
+    return f"/deployments/{name}{suffix}"
+
+
+def _parse_gpu_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        fail(f"--gpu-ids {text!r} is not a list of GPU indices", "write it like --gpu-ids 0,1")
+    if not ids:
+        fail("--gpu-ids is empty", "write it like --gpu-ids 0,1")
+    return ids
+
+
+def _instance_line(instance: dict[str, Any]) -> str:
+    reason = f": {instance['reason']}" if instance["reason"] else ""
+    return f"replica {instance['replica_index']} (instance {instance['id']}) {instance['state']}{reason}"
+
+
+def _print_warnings(deployment: dict[str, Any]) -> None:
+    for warning in deployment.get("warnings", []):
+        fix = f" fix: {warning['fix']}" if warning.get("fix") else ""
+        stderr.print(
+            f"[yellow]{warning.get('severity', 'warning')}[/yellow] {warning.get('check_id', '')}: "
+            f"{warning.get('message', '')}{fix}",
+            highlight=False,
+        )
+
+
+def wait_until_running(client: ApiClient, name: str, timeout_seconds: float) -> dict[str, Any]:
+    """Poll until every replica runs; print each transition; ``fail`` on an error or the timeout."""
+    seen: dict[int, tuple[str, str]] = {}
+    deadline = time.monotonic() + timeout_seconds
+    with stderr.status(f"waiting for {name} to start") as status:
+        while True:
+            deployment: dict[str, Any] = client.get(_path(name))
+            for instance in deployment["instances"]:
+                current = (instance["state"], instance["reason"])
+                if seen.get(instance["id"]) != current:
+                    seen[instance["id"]] = current
+                    stderr.print(_instance_line(instance), highlight=False)
+                if instance["state"] == "error":
+                    if instance.get("diagnosis"):
+                        stderr.print(f"[red]diagnosis:[/red] {instance['diagnosis']}", highlight=False)
+                    fail(
+                        f"{name} replica {instance['replica_index']} failed: "
+                        f"{instance['reason'] or 'no reason recorded'}",
+                        f"see `modelyard logs {name} --instance {instance['id']}`; "
+                        "the controller retries with back-off",
+                    )
+            if deployment["state"] == "running":
+                return deployment
+            if deployment["desired_state"] != "running":
+                fail(f"{name} is now {deployment['state']} (someone stopped or removed it)")
+            if time.monotonic() > deadline:
+                fail(
+                    f"{name} is not running after {timeout_seconds:.0f} s (state {deployment['state']})",
+                    f"it keeps starting in the background: watch `modelyard ps {name}`",
+                )
+            running = sum(1 for instance in deployment["instances"] if instance["state"] == "running")
+            status.update(f"waiting for {name}: {running}/{deployment['replicas']} replicas running")
+            time.sleep(POLL_SECONDS)
+
+
+def deploy(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="A model registered with `modelyard models add`."),
+    name: str | None = typer.Option(
+        None, "--name", help="Name clients send as 'model' (default: the model's)."
+    ),
+    backend: str = typer.Option(
+        "transformers", "--backend", help="The engine (see `modelyard backends list`)."
+    ),
+    version: str | None = typer.Option(None, "--version", help="The backend version (default: its default)."),
+    replicas: int = typer.Option(1, "--replicas", help="How many copies to run."),
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs per replica (default: 1 with GPUs, else 0)."),
+    gpu_ids: str | None = typer.Option(None, "--gpu-ids", help="Exact GPU indices, e.g. 0,1 (one replica)."),
+    args: list[str] | None = typer.Option(
+        None, "--args", help="Engine flags, split with shell quoting rules (repeatable)."
+    ),
+    env: list[str] | None = typer.Option(None, "--env", help="KEY=VALUE for the engine (repeatable)."),
+    skip_verification: bool = typer.Option(
+        False, "--skip-verification", help="Ready once the health check and one tiny chat pass."
+    ),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
+    timeout_seconds: float = typer.Option(
+        DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait for running."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the deployment as JSON."),
+) -> None:
+    """Deploy a model and wait until it answers (unless --no-wait)."""
+    if gpus is not None and gpu_ids is not None:
+        fail("give either --gpus or --gpu-ids, not both")
+    body = {
+        "model": model,
+        "name": name,
+        "backend": backend,
+        "backend_version": version,
+        "replicas": replicas,
+        "gpus_per_replica": gpus,
+        "gpu_ids": _parse_gpu_ids(gpu_ids) if gpu_ids is not None else None,
+        "backend_parameters": args or [],
+        "env": env or [],
+        "skip_verification": skip_verification,
+    }
+    client = ApiClient.from_context(ctx)
+    deployment: dict[str, Any] = client.post("/deployments", body)
+    _print_warnings(deployment)
+    stderr.print(
+        f"deployment {deployment['name']}: {deployment['backend']} {deployment['backend_version']}, "
+        f"{deployment['replicas']} replica(s), {deployment['gpus_per_replica']} GPU(s) each",
+        highlight=False,
+    )
+    if not no_wait and deployment["replicas"] > 0:
+        try:
+            deployment = wait_until_running(client, deployment["name"], timeout_seconds)
+        except KeyboardInterrupt:
+            stderr.print(
+                f"stopped waiting; {deployment['name']} keeps starting (modelyard ps)", highlight=False
+            )
+            raise typer.Exit(130) from None
+        stderr.print(f"[green]{deployment['name']} is running[/green]", highlight=False)
+    if as_json:
+        print_json(deployment)
+        return
+    if not no_wait:
+        stdout.print(
+            f"model {deployment['name']!r} answers at {client.base_url}/v1 "
+            "(create a key: modelyard keys create NAME)",
+            highlight=False,
+        )
+
+
+def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for deployment in deployments:
+        running = sum(1 for instance in deployment["instances"] if instance["state"] == "running")
+        summary = f"{deployment['state']} {running}/{deployment['replicas']}"
+        if not deployment["instances"]:
+            rows.append([deployment["name"], summary, None, None, None, None, None, None, None, None])
+        for position, instance in enumerate(deployment["instances"]):
+            rows.append(
+                [
+                    deployment["name"] if position == 0 else "",
+                    summary if position == 0 else "",
+                    instance["id"],
+                    instance["state"],
+                    instance["reason"] or None,
+                    instance["port"],
+                    ",".join(str(gpu) for gpu in instance["gpu_ids"]) or "cpu",
+                    instance["pid"],
+                    instance["restart_count"],
+                    format_duration(instance["uptime_seconds"]),
+                ]
+            )
+    return rows
+
+
+def _print_diagnoses(deployments: list[dict[str, Any]]) -> None:
+    for deployment in deployments:
+        for instance in deployment["instances"]:
+            if instance.get("diagnosis"):
+                stdout.print(
+                    f"[red]diagnosis[/red] {deployment['name']} instance {instance['id']}: "
+                    f"{instance['diagnosis']}",
+                    highlight=False,
+                )
+
+
+def ps(
+    ctx: typer.Context,
+    name: str | None = typer.Argument(None, help="One deployment (default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Deployments and their instances: state, reason, port, GPUs, pid, restarts, uptime."""
+    client = ApiClient.from_context(ctx)
+    deployments: list[dict[str, Any]] = [client.get(_path(name))] if name else client.get("/deployments")
+    events: list[dict[str, Any]] = client.get(_path(name, "/events"), {"limit": 10}) if name else []
+    if as_json:
+        print_json({**deployments[0], "events": events} if name else deployments)
+        return
+    if name:
+        deployment = deployments[0]
+        print_fields(
+            [
+                ("name", deployment["name"]),
+                ("model", f"{deployment['model']} ({deployment['model_path']})"),
+                ("backend", f"{deployment['backend']} {deployment['backend_version']}"),
+                ("desired", f"{deployment['desired_state']}, {deployment['replicas']} replica(s)"),
+                ("GPUs", deployment["gpu_ids"] or f"{deployment['gpus_per_replica']} per replica"),
+                ("parameters", " ".join(deployment["backend_parameters"])),
+                ("env", " ".join(f"{key}={value}" for key, value in deployment["env"].items())),
+            ]
+        )
+        stdout.print()
+    if not deployments:
+        stderr.print("no deployments yet: modelyard deploy MODEL", highlight=False)
+        return
+    print_table(
+        [
+            "DEPLOYMENT",
+            "STATE",
+            "INSTANCE",
+            "INSTANCE STATE",
+            "REASON",
+            "PORT",
+            "GPUS",
+            "PID",
+            "RESTARTS",
+            "UPTIME",
+        ],
+        _instance_rows(deployments),
+    )
+    _print_diagnoses(deployments)
+    for deployment in deployments:
+        _print_warnings(deployment)
+    if events:
+        stdout.print()
+        print_table(
+            ["AT", "INSTANCE", "FROM", "TO", "REASON"],
+            [
+                [
+                    event["at"][:19].replace("T", " "),
+                    event["instance_id"],
+                    event["from_state"],
+                    event["to_state"],
+                    event["reason"],
+                ]
+                for event in events
+            ],
+            title="recent events",
+        )
+
+
+def logs(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The deployment."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    instance: int | None = typer.Option(None, "--instance", help="Instance id (see ps; default: the first)."),
+    previous: bool = typer.Option(False, "--previous", help="The log of the start before the current one."),
+    tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
+) -> None:
+    """An engine's log."""
+    params: dict[str, Any] = {"follow": follow, "previous": previous}
+    if instance is not None:
+        params["instance"] = instance
+    if tail is not None:
+        params["tail"] = tail
+    output = typer.get_binary_stream("stdout")
+    try:
+        for chunk in ApiClient.from_context(ctx).stream(_path(name, "/logs"), params):
+            output.write(chunk)
+            output.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+def scale(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The deployment."),
+    replicas: int = typer.Argument(..., help="The number of replicas (0 keeps it without running)."),
+) -> None:
+    """Set the number of replicas."""
+    deployment = ApiClient.from_context(ctx).patch(_path(name), {"replicas": replicas})
+    stdout.print(f"{name} scaled to {deployment['replicas']} replica(s)", highlight=False)
+
+
+def stop(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
+    """Stop every instance; the deployment stays (start it again with `modelyard start`)."""
+    ApiClient.from_context(ctx).post(_path(name, "/stop"))
+    stdout.print(f"stopping {name}", highlight=False)
+
+
+def start(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
+    """Start a stopped deployment."""
+    ApiClient.from_context(ctx).post(_path(name, "/start"))
+    stdout.print(f"starting {name}", highlight=False)
+
+
+def remove(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
+    """Remove a deployment: its instances are stopped, then it is gone."""
+    ApiClient.from_context(ctx).delete(_path(name))
+    stdout.print(f"removing {name} (its instances are being stopped)", highlight=False)
+
+
+def gpus(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The server host's GPUs."""
+    inventory: dict[str, Any] = ApiClient.from_context(ctx).get("/gpus")
+    if as_json:
+        print_json(inventory)
+        return
+    if not inventory["gpus"]:
+        stdout.print(f"no GPUs: {inventory['unavailable_reason']}", highlight=False)
+        return
+    print_table(
+        ["ID", "NAME", "MEMORY USED", "MEMORY TOTAL", "UTILIZATION"],
+        [
+            [
+                gpu["index"],
+                gpu["name"],
+                format_bytes(gpu["memory_used_bytes"]),
+                format_bytes(gpu["memory_total_bytes"]),
+                "-" if gpu["utilization_percent"] is None else f"{gpu['utilization_percent']}%",
+            ]
+            for gpu in inventory["gpus"]
+        ],
+    )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add the deployment commands to the root app."""
+    app.command("deploy")(deploy)
+    app.command("ps")(ps)
+    app.command("logs")(logs)
+    app.command("scale")(scale)
+    app.command("stop")(stop)
+    app.command("start")(start)
+    app.command("rm")(remove)
+    app.command("gpus")(gpus)

@@ -1,9 +1,69 @@
-"""CLI: keys commands (placeholder until its owner fills it in)."""
+"""``modelyard keys create|list|revoke``: API keys for the OpenAI-compatible gateway."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+
+from modelyard.cli.client import ApiClient
+from modelyard.cli.context import stderr, stdout
+from modelyard.cli.output import print_json, print_table
+
+keys_app = typer.Typer(help="API keys for the gateway (/v1).", no_args_is_help=True)
+
+
+@keys_app.command("create")
+def create(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="A name for the key (who or what uses it)."),
+    allow: list[str] | None = typer.Option(
+        None, "--allow", help="Limit the key to this deployment (repeatable). Default: every deployment."
+    ),
+    as_json: bool = typer.Option(False, "--json", help='Print {"key": ...} only.'),
+) -> None:
+    """Create a key and print it. It is shown this once; only a hash is stored."""
+    created = ApiClient.from_context(ctx).post("/keys", {"name": name, "allowed_deployments": allow or None})
+    if as_json:
+        print_json({"key": created["key"], "name": created["name"]})
+        return
+    typer.echo(created["key"])
+    scope = (
+        ", ".join(created["allowed_deployments"]) if created["allowed_deployments"] else "every deployment"
+    )
+    stderr.print(f"key {name!r} for {scope}; it is shown only this once: store it now.", highlight=False)
+
+
+@keys_app.command("list")
+def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The keys (never the keys themselves: their prefixes)."""
+    keys: list[dict[str, Any]] = ApiClient.from_context(ctx).get("/keys")
+    if as_json:
+        print_json(keys)
+        return
+    print_table(
+        ["NAME", "PREFIX", "DEPLOYMENTS", "STATE", "CREATED", "LAST USED"],
+        [
+            [
+                key["name"],
+                key["prefix"] + "...",
+                ", ".join(key["allowed_deployments"]) if key["allowed_deployments"] else "all",
+                "active" if key["active"] else "revoked",
+                key["created_at"][:19].replace("T", " "),
+                key["last_used_at"][:19].replace("T", " ") if key["last_used_at"] else None,
+            ]
+            for key in keys
+        ],
+    )
+
+
+@keys_app.command("revoke")
+def revoke(ctx: typer.Context, name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """Revoke a key: the gateway refuses it from now on."""
+    ApiClient.from_context(ctx).delete(f"/keys/{name}")
+    stdout.print(f"revoked key {name}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``modelyard keys ...`` to the root app."""
+    app.add_typer(keys_app, name="keys")

@@ -1,9 +1,109 @@
-"""CLI: models commands (placeholder until its owner fills it in)."""
+"""``modelyard models add|list|show|rm``: model directories registered with the server."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from modelyard.cli.client import ApiClient
+from modelyard.cli.context import stdout
+from modelyard.cli.output import format_bytes, format_count, print_fields, print_json, print_table
+
+models_app = typer.Typer(help="Model directories the server can deploy.", no_args_is_help=True)
+
+
+def _path(name: str) -> str:
+    return f"/models/{name}"
+
+
+@models_app.command("add")
+def add(
+    ctx: typer.Context,
+    path: Path = typer.Argument(..., help="The model directory (config.json, weights, tokenizer)."),
+    name: str | None = typer.Option(None, "--name", help="Name to register it under (default: folder name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Validate a model directory and register it. Nothing is stored when it is not servable."""
+    client = ApiClient.from_context(ctx)
+    model = client.post("/models", {"path": str(path.expanduser().absolute()), "name": name})
+    if as_json:
+        print_json(model)
+        return
+    stdout.print(
+        f"added model [bold]{model['name']}[/bold]: {model['architecture'] or 'unknown architecture'}, "
+        f"{format_count(model['parameter_count'])} parameters, {model['dtype'] or '?'}, "
+        f"{format_bytes(model['size_bytes'])}",
+        highlight=False,
+    )
+    stdout.print(f"deploy it with: modelyard deploy {model['name']}", highlight=False)
+
+
+@models_app.command("list")
+def list_models(
+    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")
+) -> None:
+    """The registered models."""
+    models: list[dict[str, Any]] = ApiClient.from_context(ctx).get("/models")
+    if as_json:
+        print_json(models)
+        return
+    print_table(
+        ["NAME", "STATE", "ARCHITECTURE", "PARAMETERS", "DTYPE", "SIZE", "DEPLOYMENTS", "PATH"],
+        [
+            [
+                model["name"],
+                model["state"],
+                model["architecture"],
+                format_count(model["parameter_count"]),
+                model["dtype"],
+                format_bytes(model["size_bytes"]),
+                model.get("deployment_count", 0),
+                model["path"],
+            ]
+            for model in models
+        ],
+    )
+
+
+@models_app.command("show")
+def show(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The model's name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """One model's facts, read from its directory without loading weights."""
+    model: dict[str, Any] = ApiClient.from_context(ctx).get(_path(name))
+    if as_json:
+        print_json(model)
+        return
+    details = model.get("details") or {}
+    print_fields(
+        [
+            ("name", model["name"]),
+            ("path", model["path"]),
+            ("state", model["state"]),
+            ("architecture", model["architecture"]),
+            ("model type", model["model_type"]),
+            ("dtype", model["dtype"]),
+            ("parameters", format_count(model["parameter_count"])),
+            ("size", format_bytes(model["size_bytes"])),
+            ("weight files", len(details.get("weight_files", []))),
+            ("eos token ids", details.get("eos_token_ids")),
+            ("warnings", "; ".join(details.get("warnings", []))),
+            ("deployments", ", ".join(model.get("deployments", []))),
+        ]
+    )
+
+
+@models_app.command("rm")
+def remove(ctx: typer.Context, name: str = typer.Argument(..., help="The model's name.")) -> None:
+    """Forget a model (its files stay on disk). Refused while a deployment uses it."""
+    ApiClient.from_context(ctx).delete(_path(name))
+    stdout.print(f"removed model {name} (its files are untouched)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``modelyard models ...`` to the root app."""
+    app.add_typer(models_app, name="models")

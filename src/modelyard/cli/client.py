@@ -1,0 +1,165 @@
+"""The CLI's client for the REST API: admin Basic auth, one-line errors, exit status 1.
+
+The admin password comes from ``MODELYARD_PASSWORD``, else from ``<data-dir>/admin-password``
+(written by ``modelyard serve`` on this host). Any failure is printed as one line on stderr
+(the server's message and hint) and ends the command with exit status 1.
+
+Usage::
+
+    client = ApiClient.from_context(ctx)
+    deployments = client.get("/deployments")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import httpx
+import typer
+
+from modelyard.cli.context import CliContext, cli_context, stderr
+
+ENV_PASSWORD = "MODELYARD_PASSWORD"
+ADMIN_USERNAME = "admin"
+API_PREFIX = "/api/v1"
+REQUEST_TIMEOUT_SECONDS = 60.0
+
+
+def fail(message: str, hint: str | None = None) -> NoReturn:
+    """Print one error line on stderr and exit with status 1."""
+    line = f"[red]error:[/red] {message}"
+    if hint:
+        line += f" ({hint})"
+    stderr.print(line, highlight=False, markup=True)
+    raise typer.Exit(1)
+
+
+def read_admin_password(data_dir: Path) -> tuple[str | None, str]:
+    """The admin password and where it came from (for messages)."""
+    from_environment = os.environ.get(ENV_PASSWORD)
+    if from_environment:
+        return from_environment, f"${ENV_PASSWORD}"
+    password_file = data_dir / "admin-password"
+    try:
+        return password_file.read_text(encoding="utf-8").strip() or None, str(password_file)
+    except FileNotFoundError:
+        return None, f"${ENV_PASSWORD} or {password_file} (not found)"
+    except PermissionError:
+        return None, f"{password_file} (not readable by this user)"
+
+
+class ApiClient:
+    """A thin httpx client for ``/api/v1`` that turns every failure into ``fail``."""
+
+    def __init__(self, base_url: str, password: str | None, password_source: str = "") -> None:
+        self.base_url = base_url.rstrip("/")
+        self.password_source = password_source
+        auth = httpx.BasicAuth(ADMIN_USERNAME, password) if password else None
+        self._http = httpx.Client(
+            base_url=self.base_url + API_PREFIX, auth=auth, timeout=REQUEST_TIMEOUT_SECONDS
+        )
+        self._has_password = password is not None
+
+    @classmethod
+    def from_cli(cls, context: CliContext) -> ApiClient:
+        password, source = read_admin_password(context.resolved_data_dir)
+        return cls(context.url, password, source)
+
+    @classmethod
+    def from_context(cls, ctx: typer.Context) -> ApiClient:
+        return cls.from_cli(cli_context(ctx))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _fail_for(self, response: httpx.Response) -> NoReturn:
+        message = f"the server answered {response.status_code}"
+        hint: str | None = None
+        details: Any = None
+        try:
+            error = response.json()["error"]
+            message, hint, details = error["message"], error.get("hint"), error.get("details")
+        except (ValueError, KeyError, TypeError):
+            if response.text.strip():
+                message += f": {response.text.strip()[:200]}"
+        if response.status_code == 401:
+            if not self._has_password:
+                hint = f"no admin password found in {self.password_source}; set {ENV_PASSWORD}"
+            else:
+                hint = (
+                    f"the password from {self.password_source} was refused; "
+                    f"set {ENV_PASSWORD} to the current one"
+                )
+        if isinstance(details, dict):
+            for finding in details.get("findings", []):
+                severity = finding.get("severity", "")
+                colour = "red" if severity == "error" else "yellow"
+                fix = f" fix: {finding['fix']}" if finding.get("fix") else ""
+                check = finding.get("check_id", "")
+                stderr.print(
+                    f"[{colour}]{severity}[/{colour}] {check}: {finding.get('message', '')}{fix}",
+                    highlight=False,
+                )
+        fail(message, hint)
+
+    def _send(self, method: str, path: str, **arguments: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **arguments)
+        except httpx.ConnectError:
+            fail(f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url")
+        except httpx.TimeoutException:
+            fail(f"the server at {self.base_url} did not answer within {REQUEST_TIMEOUT_SECONDS:.0f} s")
+        except httpx.HTTPError as error:
+            fail(f"talking to {self.base_url} failed: {error}")
+        if response.status_code >= 400:
+            self._fail_for(response)
+        return response
+
+    def _json(self, response: httpx.Response) -> Any:
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except json.JSONDecodeError:
+            fail(
+                f"the server at {self.base_url} answered something that is not JSON",
+                "is --url a modelyard server?",
+            )
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self._json(self._send("GET", path, params=params))
+
+    def get_text(self, path: str, params: dict[str, Any] | None = None) -> str:
+        return self._send("GET", path, params=params).text
+
+    def post(self, path: str, body: Any = None, *, content: bytes | None = None) -> Any:
+        if content is not None:
+            return self._json(self._send("POST", path, content=content))
+        return self._json(self._send("POST", path, json=body))
+
+    def put(self, path: str, body: Any) -> Any:
+        return self._json(self._send("PUT", path, json=body))
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self._json(self._send("PATCH", path, json=body))
+
+    def delete(self, path: str) -> Any:
+        return self._json(self._send("DELETE", path))
+
+    def stream(self, path: str, params: dict[str, Any] | None = None) -> Iterator[bytes]:
+        """The response body in chunks as they arrive; no read timeout (for ``logs -f``)."""
+        timeout = httpx.Timeout(REQUEST_TIMEOUT_SECONDS, read=None)
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._fail_for(response)
+                yield from response.iter_raw()
+        except httpx.ConnectError:
+            fail(f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url")
+        except httpx.RemoteProtocolError:
+            fail(f"the server at {self.base_url} closed the connection")

@@ -1,0 +1,174 @@
+"""The CLI against a real server on loopback: uvicorn in a thread, the real REST API, a SQLite file.
+
+Engines cannot be the subject here, so the controller is a double (``InstantControllerDouble``):
+on every poke it makes the database look as the real controller would once it has finished
+(instances running with a log file, stopped, or gone), synchronously.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+from typer.testing import CliRunner, Result
+
+from modelyard.cli.main import app as cli_app
+from modelyard.hardware.gpus import GpuInventory
+from modelyard.server.api.router import api_router
+from modelyard.server.context import ServerContext
+from modelyard.server.errors import install_error_handlers
+from modelyard.services.users import ensure_admin
+from modelyard.settings import Settings
+from modelyard.store.database import Database
+from modelyard.store.tables import Deployment, Instance, InstanceEvent
+
+# An env var that makes the double fail a deployment's instances, as a crashing engine would.
+FAIL_VARIABLE = "ENGINE_DOUBLE_FAIL"
+
+
+class InstantControllerDouble:
+    """Reconciles desired state at once, without engines. Implements ``ControllerHandle``."""
+
+    def __init__(self, database: Database, logs_dir: Path) -> None:
+        self.database = database
+        self.logs_dir = logs_dir
+
+    def gpu_inventory(self) -> GpuInventory:
+        return GpuInventory(unavailable_reason="no GPUs (controller double)")
+
+    def poke(self) -> None:
+        with self.database.session() as session:
+            for deployment in session.scalars(select(Deployment).options(selectinload(Deployment.instances))):
+                self._reconcile(session, deployment)
+            session.commit()
+
+    def _reconcile(self, session: Session, deployment: Deployment) -> None:
+        if deployment.desired_state == "deleted":
+            session.delete(deployment)
+            return
+        for instance in list(deployment.instances):
+            if instance.replica_index >= deployment.replicas:
+                deployment.instances.remove(instance)
+        existing = {instance.replica_index for instance in deployment.instances}
+        for index in range(deployment.replicas):
+            if index not in existing:
+                deployment.instances.append(Instance(replica_index=index, state="pending"))
+        session.flush()
+        for instance in deployment.instances:
+            if deployment.desired_state == "stopped":
+                self._move(session, deployment, instance, "stopped", "stopped by request")
+            elif instance.state in ("pending", "stopped"):
+                self._start(session, deployment, instance)
+
+    def _start(self, session: Session, deployment: Deployment, instance: Instance) -> None:
+        instance.start_count += 1
+        log = (
+            self.logs_dir
+            / deployment.name
+            / f"replica-{instance.replica_index}"
+            / f"start-{instance.start_count}.log"
+        )
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"engine double start {instance.start_count}\nline 2\nline 3\n")
+        instance.log_path = str(log)
+        instance.port = 40000 + instance.id
+        instance.started_at = datetime.now(UTC)
+        if FAIL_VARIABLE in deployment.env:
+            instance.diagnosis = "the engine double was told to fail"
+            self._move(session, deployment, instance, "error", "engine exited with status 1")
+        else:
+            self._move(session, deployment, instance, "running", "ready: health and a tiny chat answered")
+
+    def _move(
+        self, session: Session, deployment: Deployment, instance: Instance, state: str, reason: str
+    ) -> None:
+        if instance.state == state:
+            return
+        session.add(
+            InstanceEvent(
+                deployment_name=deployment.name,
+                instance_id=instance.id,
+                replica_index=instance.replica_index,
+                from_state=instance.state,
+                to_state=state,
+                reason=reason,
+            )
+        )
+        instance.state, instance.reason = state, reason
+
+
+@dataclass
+class LiveServer:
+    url: str
+    data_dir: Path
+    password: str
+    database: Database
+    runner: CliRunner
+
+    def cli(self, *args: str, password: str | None = None, stdin: str | None = None) -> Result:
+        """Run ``modelyard ARGS`` against this server, as a user on the server's host would."""
+        environment = {
+            "MODELYARD_URL": self.url,
+            "MODELYARD_DATA_DIR": str(self.data_dir),
+            "MODELYARD_PASSWORD": password,
+        }
+        return self.runner.invoke(cli_app, list(args), env=environment, input=stdin)
+
+
+def _free_socket() -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    return listener
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    data_dir = tmp_path / "data"
+    listener = _free_socket()
+    port = listener.getsockname()[1]
+    settings = Settings(data_dir=data_dir, port=port, deploy_demo=False)
+    database = Database.open(settings.database_url)
+    password = ensure_admin(database, settings.admin_password_file)
+    assert password is not None
+    context = ServerContext(
+        settings=settings, database=database, controller=InstantControllerDouble(database, settings.logs_dir)
+    )
+    app = FastAPI()
+    app.state.context = context
+    app.include_router(api_router)
+    install_error_handlers(app)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(500):
+        if server.started:
+            started.set()
+            break
+        started.wait(0.01)
+    assert server.started, "the test server did not start within 5 s"
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", data_dir, password, database, CliRunner())
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        listener.close()
+        database.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (tiny, random-weight) Qwen3-format model directory, built once per test session."""
+    from modelyard.testing.tiny_model import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")

@@ -1,0 +1,103 @@
+"""`modelyard deploy|ps|logs|scale|stop|start|rm` against the live server and a controller double."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import delete
+
+from modelyard.store.tables import Instance
+
+from .conftest import FAIL_VARIABLE, LiveServer
+
+
+@pytest.fixture
+def with_model(live_server: LiveServer, tiny_model_dir: Path) -> LiveServer:
+    assert live_server.cli("models", "add", str(tiny_model_dir), "--name", "tiny").exit_code == 0
+    return live_server
+
+
+def test_deploy_waits_until_running_and_prints_transitions(with_model: LiveServer) -> None:
+    result = with_model.cli(
+        "deploy", "tiny", "--name", "chat", "--args", "--max-new-tokens 8", "--env", "A=1"
+    )
+    assert result.exit_code == 0, result.output
+    assert "running: ready" in result.stderr
+    assert "chat is running" in result.stderr
+    deployment = json.loads(with_model.cli("ps", "chat", "--json").stdout)
+    assert deployment["backend_parameters"] == ["--max-new-tokens", "8"]
+    assert deployment["env"] == {"A": "1"}
+    assert deployment["events"][-1]["to_state"] == "running"
+
+
+def test_deploy_reports_an_engine_failure_and_exits_1(with_model: LiveServer) -> None:
+    result = with_model.cli("deploy", "tiny", "--env", f"{FAIL_VARIABLE}=1")
+    assert result.exit_code == 1
+    assert "engine exited with status 1" in result.stderr
+    assert "modelyard logs tiny" in result.stderr
+
+
+def test_deploy_of_unknown_backend_version_is_one_line(with_model: LiveServer) -> None:
+    result = with_model.cli("deploy", "tiny", "--backend", "vllm", "--version", "9.9.9")
+    assert result.exit_code == 1
+    assert "no version '9.9.9'" in result.stderr
+    assert json.loads(with_model.cli("ps", "--json").stdout) == []
+
+
+def test_deploy_asking_for_gpus_on_a_cpu_host_is_refused(with_model: LiveServer) -> None:
+    result = with_model.cli("deploy", "tiny", "--gpus", "2")
+    assert result.exit_code == 1
+    assert "needs 2 GPU" in result.stderr
+
+
+def test_ps_scale_stop_start_rm(with_model: LiveServer) -> None:
+    assert with_model.cli("deploy", "tiny", "--no-wait").exit_code == 0
+    table = with_model.cli("ps").stdout
+    assert "tiny" in table and "running" in table
+    assert with_model.cli("scale", "tiny", "2").exit_code == 0
+    assert len(json.loads(with_model.cli("ps", "tiny", "--json").stdout)["instances"]) == 2
+    assert with_model.cli("stop", "tiny").exit_code == 0
+    assert json.loads(with_model.cli("ps", "tiny", "--json").stdout)["state"] == "stopped"
+    assert with_model.cli("start", "tiny").exit_code == 0
+    assert json.loads(with_model.cli("ps", "tiny", "--json").stdout)["state"] == "running"
+    assert with_model.cli("rm", "tiny").exit_code == 0
+    assert json.loads(with_model.cli("ps", "--json").stdout) == []
+
+
+def test_logs_tail_and_previous(with_model: LiveServer) -> None:
+    with_model.cli("deploy", "tiny", "--no-wait")
+    result = with_model.cli("logs", "tiny", "--tail", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "line 2\nline 3\n"
+    assert with_model.cli("logs", "tiny").stdout.startswith("engine double start 1\n")
+    previous = with_model.cli("logs", "tiny", "--previous")
+    assert previous.exit_code == 1
+    assert "started only once" in previous.stderr
+    # A second start (stop, start) keeps the first start's log as the previous one.
+    with_model.cli("stop", "tiny")
+    with_model.cli("start", "tiny")
+    assert with_model.cli("logs", "tiny").stdout.startswith("engine double start 2\n")
+    assert with_model.cli("logs", "tiny", "--previous").stdout.startswith("engine double start 1\n")
+
+
+def test_logs_follow_streams_appended_lines_and_ends_with_the_instance(with_model: LiveServer) -> None:
+    with_model.cli("deploy", "tiny", "--no-wait")
+    deployment = json.loads(with_model.cli("ps", "tiny", "--json").stdout)
+    log_path = Path(deployment["instances"][0]["log_path"])
+    auth = ("admin", with_model.password)
+    timeout = httpx.Timeout(10.0)
+    url = f"{with_model.url}/api/v1/deployments/tiny/logs"
+    with httpx.stream("GET", url, params={"follow": True, "tail": 1}, auth=auth, timeout=timeout) as response:
+        assert response.status_code == 200
+        chunks = response.iter_raw()
+        assert next(chunks) == b"line 3\n"
+        with log_path.open("a") as log:
+            log.write("appended while following\n")
+        assert next(chunks) == b"appended while following\n"
+        with with_model.database.session() as session:
+            session.execute(delete(Instance))
+            session.commit()
+        assert list(chunks) == []  # the stream ends once the instance is gone
