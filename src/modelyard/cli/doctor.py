@@ -1,9 +1,281 @@
-"""CLI: doctor commands (placeholder until its owner fills it in)."""
+"""CLI: ``modelyard doctor``: find what would break a deployment, with the fix named.
+
+    modelyard doctor                                   # this host
+    modelyard doctor --deployment qwen                 # a deployment of the server at --url
+    modelyard doctor --model-dir /models/Qwen3.6-27B --backend vllm --version 0.25.0 \\
+        --args "--tensor-parallel-size 2 --max-model-len 32768" --env VLLM_LOGGING_LEVEL=DEBUG [--gpus 2x48GB]
+    modelyard doctor --log engine.log --backend vllm   # explain an engine log
+
+Each form prints a table (severity, id, message, fix, link) or, with ``--json``, the findings as
+JSON. The exit status is 1 when any error is found, 0 otherwise.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
 import typer
+
+from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
+from modelyard.backends.spec import BackendSpec
+from modelyard.cli.context import CliContext, cli_context, stderr, stdout
+from modelyard.cli.output import print_json
+from modelyard.doctor.findings import Finding, Severity, has_errors
+from modelyard.errors import InvalidInput, ModelyardError
+
+_SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_LOG_TAIL_LINES = 400
+
+
+def print_findings(findings: list[Finding], *, as_json: bool, title: str) -> None:
+    """The findings as a rich table (or JSON); a one-line summary on stderr."""
+    if as_json:
+        print_json([finding.to_json() for finding in findings])
+        return
+    from rich.table import Table
+
+    if not findings:
+        stdout.print(f"{title}: nothing found", highlight=False)
+        return
+    table = Table(title=title, show_lines=True, header_style="bold", expand=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("id", no_wrap=True)
+    table.add_column("message", ratio=3, overflow="fold")
+    table.add_column("fix", ratio=3, overflow="fold")
+    table.add_column("link", ratio=2, overflow="fold")
+    for finding in findings:
+        style = _SEVERITY_STYLE[finding.severity]
+        table.add_row(
+            f"[{style}]{finding.severity}[/{style}]",
+            finding.check_id,
+            finding.message,
+            finding.fix or "-",
+            finding.doc_url,
+        )
+    stdout.print(table)
+    counts = {severity: sum(1 for f in findings if f.severity is severity) for severity in Severity}
+    stderr.print(
+        f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), "
+        f"{counts[Severity.INFO]} note(s)",
+        highlight=False,
+    )
+
+
+def _finish(findings: list[Finding], *, as_json: bool, title: str) -> None:
+    print_findings(findings, as_json=as_json, title=title)
+    if has_errors(findings):
+        raise typer.Exit(1)
+
+
+def _is_local(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    return host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def _spec_from_json(data: dict[str, Any]) -> BackendSpec:
+    """A backend as ``GET /api/v1/backends/{name}`` returns it (versions as a list)."""
+    document = {key: value for key, value in data.items() if key != "deployments"}
+    versions = document.get("versions")
+    if isinstance(versions, list):
+        document["versions"] = {version["version"]: version for version in versions}
+    return BackendSpec.model_validate(document)
+
+
+def _doctor_model_dir(
+    context: CliContext,
+    *,
+    model_dir: Path,
+    backend: str,
+    version: str | None,
+    arguments: str,
+    env: list[str],
+    gpus: str | None,
+) -> list[Finding]:
+    from modelyard.doctor.checkup import deployment_checkup, preflight_available
+
+    catalog = BackendCatalog(builtin=load_builtin_backends())
+    spec = catalog.get(backend)
+    backend_version = catalog.resolve_version(backend, version)
+    gpu_specs = None
+    if gpus is not None:
+        from modelyard.estimate.gpus import parse_gpu_specs
+
+        gpu_specs = parse_gpu_specs(gpus)
+    if not preflight_available():
+        stderr.print(
+            "[yellow]note:[/yellow] this build has no parameter checks (modelyard.doctor.preflight): "
+            "engine flags were not checked",
+            highlight=False,
+        )
+    return deployment_checkup(
+        model_dir=model_dir.expanduser(),
+        spec=spec,
+        version=backend_version,
+        backend_parameters=split_backend_parameters(arguments),
+        env=parse_env(env),
+        gpu_specs=gpu_specs,
+        data_dir=context.resolved_data_dir,
+    )
+
+
+def _instance_findings(
+    client: Any, name: str, deployment: dict[str, Any], family: str, parameters: list[str]
+) -> list[Finding]:
+    from modelyard.doctor.log_signatures import diagnose_log
+
+    findings: list[Finding] = []
+    for instance in deployment.get("instances") or []:
+        label = f"replica {instance.get('replica_index')} (instance {instance.get('id')})"
+        if instance.get("state") != "running" or instance.get("restart_count"):
+            text = client.get_text(
+                f"/deployments/{name}/logs", params={"instance": instance.get("id"), "tail": _LOG_TAIL_LINES}
+            )
+            for finding in diagnose_log(text, engine=family, engine_args=parameters):
+                findings.append(
+                    Finding(
+                        finding.check_id,
+                        finding.severity,
+                        f"{label}: {finding.message}",
+                        finding.fix,
+                        {**finding.details, "instance_id": instance.get("id")},
+                    )
+                )
+        for result in instance.get("verification") or []:
+            if isinstance(result, dict) and result.get("status") == "failed":
+                findings.append(
+                    Finding(
+                        str(result.get("check_id", "verify.unknown")),
+                        Severity.ERROR,
+                        f"{label}: {result.get('message', '')}",
+                        "the instance stays out of rotation until this passes; see the link",
+                        {"instance_id": instance.get("id")},
+                    )
+                )
+    return findings
+
+
+def _doctor_deployment(context: CliContext, name: str) -> list[Finding]:
+    from modelyard.cli.client import ApiClient
+    from modelyard.doctor.checkup import deployment_checkup, sort_findings
+
+    client = ApiClient.from_cli(context)
+    try:
+        deployment = client.get(f"/deployments/{name}")
+        if not isinstance(deployment, dict) or "backend" not in deployment:
+            raise InvalidInput(
+                f"the server at {context.url} did not return deployment {name!r} in the expected shape",
+                hint="is --url a modelyard server of this version?",
+            )
+        spec = _spec_from_json(client.get(f"/backends/{deployment['backend']}"))
+        version = spec.versions.get(str(deployment.get("backend_version")))
+        if version is None:
+            raise InvalidInput(
+                f"deployment {name!r} uses {spec.name} version {deployment.get('backend_version')!r}, "
+                "which the server no longer lists",
+                hint="change the deployment's backend version",
+            )
+        parameters = [str(item) for item in deployment.get("backend_parameters") or []]
+        findings: list[Finding] = []
+        if _is_local(context.url):
+            findings.extend(
+                deployment_checkup(
+                    model_dir=Path(deployment["model_path"]),
+                    spec=spec,
+                    version=version,
+                    backend_parameters=parameters,
+                    env={str(k): str(v) for k, v in (deployment.get("env") or {}).items()},
+                    gpu_ids=deployment.get("gpu_ids") or None,
+                    data_dir=context.resolved_data_dir,
+                )
+            )
+        else:
+            stderr.print(
+                f"[yellow]note:[/yellow] the server at {context.url} is not on this host: model directory "
+                "and host checks were skipped (run `modelyard doctor` there)",
+                highlight=False,
+            )
+        findings.extend(_instance_findings(client, name, deployment, spec.family, parameters))
+    finally:
+        client.close()
+    return sort_findings(findings)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``modelyard doctor`` to the root app."""
+
+    @app.command("doctor")
+    def doctor(
+        ctx: typer.Context,
+        deployment: str | None = typer.Option(
+            None,
+            "--deployment",
+            "-d",
+            help="Check a deployment of the server at --url (its model, host, logs).",
+        ),
+        model_dir: Path | None = typer.Option(
+            None, "--model-dir", help="Check serving this model directory with --backend and --args."
+        ),
+        backend: str | None = typer.Option(
+            None, "--backend", "-b", help="Backend name: vllm, sglang, transformers."
+        ),
+        version: str | None = typer.Option(
+            None, "--version", help="Backend version (default: the backend's default)."
+        ),
+        arguments: str = typer.Option(
+            "", "--args", help="The engine arguments, as typed for the deployment."
+        ),
+        env: list[str] = typer.Option(
+            [], "--env", "-e", help="KEY=VALUE environment for the engine (repeatable)."
+        ),
+        gpus: str | None = typer.Option(
+            None, "--gpus", help="Plan for other GPUs, e.g. 2x48GB or 4xH100 (skips this host's checks)."
+        ),
+        log: Path | None = typer.Option(None, "--log", help="Explain an engine log file."),
+        as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+    ) -> None:
+        """Find what would break a deployment before it starts, and explain failures after."""
+        context = cli_context(ctx)
+        try:
+            if log is not None:
+                from modelyard.doctor.log_signatures import diagnose_log
+
+                try:
+                    text = log.read_text(encoding="utf-8", errors="replace")
+                except OSError as error:
+                    raise InvalidInput(f"cannot read {log}: {error.strerror}") from error
+                _finish(diagnose_log(text, engine=backend), as_json=as_json, title=f"doctor: {log}")
+                return
+            if deployment is not None:
+                if model_dir is not None:
+                    raise InvalidInput("give --deployment or --model-dir, not both")
+                _finish(
+                    _doctor_deployment(context, deployment), as_json=as_json, title=f"doctor: {deployment}"
+                )
+                return
+            if model_dir is not None:
+                if backend is None:
+                    raise InvalidInput(
+                        "--model-dir needs --backend", hint="e.g. --backend vllm --version 0.25.0"
+                    )
+                findings = _doctor_model_dir(
+                    context,
+                    model_dir=model_dir,
+                    backend=backend,
+                    version=version,
+                    arguments=arguments,
+                    env=env,
+                    gpus=gpus,
+                )
+                _finish(findings, as_json=as_json, title=f"doctor: {model_dir} on {backend}")
+                return
+            from modelyard.doctor.checkup import host_overview
+
+            _finish(
+                host_overview(data_dir=context.resolved_data_dir), as_json=as_json, title="doctor: this host"
+            )
+        except ModelyardError as error:
+            stderr.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from error

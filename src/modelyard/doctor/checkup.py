@@ -1,0 +1,254 @@
+"""The checks ``modelyard doctor`` runs, put together: the host alone, or a planned deployment.
+
+- ``host_overview``: this host as it is (GPUs, NVML, the driver against every engine CUDA build
+  modelyard knows, PCIe links, Docker when installed, free disk).
+- ``deployment_checkup``: a model directory with a backend version and its arguments: the model
+  directory checks, doctor's parameter preflight (``modelyard.doctor.preflight``, when present)
+  and the host checks for that engine (skipped when planning for other GPUs with ``gpu_specs``).
+
+Both return findings, errors first; neither raises for what it finds.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.host import (
+    CUDA_DRIVER_REQUIREMENTS,
+    ENGINE_CUDA_BUILDS,
+    HostCheckRequest,
+    check_disk,
+    check_driver,
+    check_gpu_links,
+    check_host,
+)
+from modelyard.doctor.host_sources import (
+    DockerCliSource,
+    DockerInfo,
+    DockerSource,
+    GpuSource,
+    LocalSystemSource,
+    NvmlGpuSource,
+    SystemSource,
+)
+from modelyard.doctor.model_directory import check_model_directory
+from modelyard.errors import InvalidInput
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
+
+logger = logging.getLogger(__name__)
+
+_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then facts; the order within a severity is kept."""
+    return sorted(findings, key=lambda finding: _ORDER[finding.severity])
+
+
+def host_overview(
+    *,
+    data_dir: Path | None = None,
+    gpus: GpuSource | None = None,
+    docker: DockerSource | None = None,
+    system: SystemSource | None = None,
+) -> list[Finding]:
+    """This host as it is: what can run here, and what would slow or stop an engine."""
+    gpus = gpus or NvmlGpuSource()
+    system = system or LocalSystemSource()
+    inventory = gpus.read_inventory()
+    findings: list[Finding] = []
+    if not inventory.gpus:
+        findings.append(
+            Finding(
+                "host.nvml-unavailable"
+                if inventory.unavailable_reason != "NVML sees no GPUs"
+                else "host.no-gpus",
+                Severity.INFO,
+                f"no usable NVIDIA GPU ({inventory.unavailable_reason}): only CPU backends such as "
+                "transformers can run here",
+                "install the NVIDIA driver to run vLLM or SGLang",
+            )
+        )
+    else:
+        names = ", ".join(f"{gpu.index}: {gpu.name}" for gpu in inventory.gpus)
+        findings.append(
+            Finding(
+                "host.gpus",
+                Severity.INFO,
+                f"{len(inventory.gpus)} GPU(s) ({names}), driver {inventory.driver_version or 'unknown'}",
+                details={"inventory": inventory.to_json()},
+            )
+        )
+        for cuda_version in sorted(CUDA_DRIVER_REQUIREMENTS):
+            engines = [
+                f"{build.family} >= {build.since_version}"
+                for build in ENGINE_CUDA_BUILDS
+                if build.cuda_version == cuda_version
+            ]
+            request = HostCheckRequest(backend_family=" / ".join(engines), cuda_version=cuda_version)
+            findings.extend(check_driver(request, inventory))
+        all_gpus = HostCheckRequest(tensor_parallel_size=len(inventory.gpus))
+        findings.extend(check_gpu_links(all_gpus, inventory, gpus))
+    if docker is not None or shutil.which("docker") is not None:
+        findings.extend(_docker_overview((docker or DockerCliSource()).read_info(), bool(inventory.gpus)))
+    if data_dir is not None:
+        findings.extend(check_disk(HostCheckRequest(data_dir=data_dir), system))
+    return sort_findings(findings)
+
+
+def _docker_overview(info: DockerInfo, has_gpus: bool) -> list[Finding]:
+    """Docker is optional (only container backends need it): its problems are warnings here."""
+    if not info.available:
+        return [
+            Finding(
+                "host.docker-unavailable",
+                Severity.WARNING,
+                f"Docker is installed but not usable ({info.unavailable_reason}): container backends "
+                "cannot run here; process backends can",
+                "start the Docker daemon and let the user running modelyard use it",
+            )
+        ]
+    if has_gpus and "nvidia" not in info.runtimes and not info.cdi_spec_dirs:
+        return [
+            Finding(
+                "host.nvidia-runtime-missing",
+                Severity.WARNING,
+                f"Docker has no NVIDIA runtime (runtimes: {', '.join(info.runtimes) or 'none'}): containers "
+                "will not see the GPUs",
+                "install the NVIDIA Container Toolkit, run `nvidia-ctk runtime configure --runtime=docker`, "
+                "then restart dockerd",
+            )
+        ]
+    return []
+
+
+def inventory_from_gpu_specs(gpu_specs: Sequence[Any]) -> GpuInventory:
+    """An inventory for planned hardware (``--gpus 2x48GB``): totals only, all memory free."""
+    gpus = [
+        GpuInfo(
+            index=index,
+            uuid=f"PLANNED-{index}",
+            name=str(spec.name),
+            memory_total_bytes=int(spec.memory_total_bytes),
+            memory_free_bytes=int(spec.memory_free_bytes or spec.memory_total_bytes),
+            memory_used_bytes=0,
+        )
+        for index, spec in enumerate(gpu_specs)
+    ]
+    return GpuInventory(gpus=gpus)
+
+
+def _parallelism(family: str, parameters: Sequence[str]) -> tuple[int, int, bool]:
+    """(tensor parallel, pipeline parallel, speculative decoding) as the arguments ask."""
+    if family not in ("vllm", "sglang"):
+        return 1, 1, False
+    from modelyard.estimate.engine_arguments import parse_engine_arguments
+
+    try:
+        arguments = parse_engine_arguments(family, parameters)
+    except InvalidInput as error:
+        logger.debug("engine arguments not readable for host checks: %s", error)
+        return 1, 1, False
+    speculative = any(
+        flag.startswith(("--speculative-config", "--speculative-algorithm", "--speculative-algo"))
+        for flag in parameters
+    )
+    return arguments.tensor_parallel, arguments.pipeline_parallel, speculative or arguments.speculative_mtp
+
+
+def preflight_available() -> bool:
+    """Whether doctor's parameter checks (``modelyard.doctor.preflight``) are in this build."""
+    import importlib.util
+
+    return importlib.util.find_spec("modelyard.doctor.preflight") is not None
+
+
+def _preflight(
+    *,
+    model_dir: Path,
+    spec: BackendSpec,
+    version: BackendVersion,
+    backend_parameters: list[str],
+    env: dict[str, str],
+    gpus_per_replica: int,
+    inventory: GpuInventory,
+) -> list[Finding] | None:
+    """Doctor's parameter and memory preflight, when ``modelyard.doctor.preflight`` exists."""
+    try:
+        from modelyard.doctor import preflight  # type: ignore[attr-defined, unused-ignore]
+    except ImportError:
+        return None
+    findings: list[Finding] = preflight.preflight_deployment(
+        model_path=str(model_dir),
+        backend=spec,
+        version=version,
+        backend_parameters=backend_parameters,
+        env=env,
+        gpus_per_replica=gpus_per_replica,
+        inventory=inventory,
+    )
+    return findings
+
+
+def deployment_checkup(
+    *,
+    model_dir: Path,
+    spec: BackendSpec,
+    version: BackendVersion,
+    backend_parameters: list[str],
+    env: dict[str, str],
+    gpu_specs: Sequence[Any] | None = None,
+    gpu_ids: Sequence[int] | None = None,
+    data_dir: Path | None = None,
+    gpus: GpuSource | None = None,
+    docker: DockerSource | None = None,
+    system: SystemSource | None = None,
+) -> list[Finding]:
+    """Everything doctor can say about serving ``model_dir`` with this backend version and arguments.
+
+    ``gpu_specs`` plans for other hardware (``--gpus 2x48GB``): the host checks are skipped and
+    the preflight sees those GPUs instead of this host's.
+    """
+    gpus = gpus or NvmlGpuSource()
+    findings = check_model_directory(model_dir)
+    tensor_parallel, pipeline_parallel, speculative = _parallelism(spec.family, backend_parameters)
+    inventory = inventory_from_gpu_specs(gpu_specs) if gpu_specs else gpus.read_inventory()
+    preflight_findings = _preflight(
+        model_dir=model_dir,
+        spec=spec,
+        version=version,
+        backend_parameters=backend_parameters,
+        env=env,
+        gpus_per_replica=tensor_parallel * pipeline_parallel,
+        inventory=inventory,
+    )
+    if preflight_findings is None:
+        logger.info("modelyard.doctor.preflight is not available: engine flags were not checked")
+    else:
+        findings.extend(preflight_findings)
+    if not gpu_specs:
+        from modelyard.modeldir import inspect_model_directory
+
+        report = inspect_model_directory(model_dir)
+        request = HostCheckRequest(
+            backend_family=spec.family,
+            backend_version=version.version,
+            needs_gpu=version.supports_gpu,
+            gpu_indices=tuple(gpu_ids) if gpu_ids else None,
+            tensor_parallel_size=tensor_parallel,
+            pipeline_parallel_size=pipeline_parallel,
+            speculative_decoding=speculative,
+            runs_in_container=version.runs_in_container,
+            model_path=model_dir,
+            model_size_bytes=report.size_bytes or None,
+            data_dir=data_dir,
+            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        )
+        findings.extend(check_host(request, gpus=gpus, docker=docker, system=system))
+    return sort_findings(findings)
