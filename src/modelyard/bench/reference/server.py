@@ -16,7 +16,6 @@ connections are refused, as with the real engines; an SGLang flavor listens at o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -25,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -191,6 +191,15 @@ async def serve_reference(
             warming.cancel()
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed (it comes with uvicorn[standard]), else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 class ReferenceServer:
     """A reference server on a thread of this process (for tests); a context manager."""
 
@@ -218,11 +227,12 @@ class ReferenceServer:
         sock = self._socket
 
         def run() -> None:
-            asyncio.run(
-                serve_reference(
-                    self.config, sock, engine=self.engine, on_server=created, holder=self._servers
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(
+                    serve_reference(
+                        self.config, sock, engine=self.engine, on_server=created, holder=self._servers
+                    )
                 )
-            )
 
         self._thread = threading.Thread(target=run, name=f"reference-server-{self.port}", daemon=True)
         self._thread.start()
@@ -340,12 +350,7 @@ def run_reference_program(config: ReferenceConfig) -> int:
             engine_log.error(line)
         return 1
     sock = bind_socket(config.host, config.port)
-    loop_factory = None
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve_reference(config, sock))
     return 0
 
