@@ -1,0 +1,87 @@
+"""Parameter checks (``param.*``): the flags and env of a deployment, before the engine starts.
+
+vLLM and SGLang flags are checked against the tables of their version
+(``modelyard.backends.flag_tables``); transformers serve and custom engines get the checks that
+need no table (stray characters, broken lines, env in the args, JSON values, env syntax).
+Every check id has an entry in ``docs/doctor/param.md``.
+
+Usage::
+
+    findings = check_parameters(
+        engine="sglang", version="0.5.23",
+        backend_parameters=["--tp-size 2", "SGLANG_ENABLE_SPEC_V2=1"],
+        env=["SGLANG_ENABLE_SPEC_V2=1"],
+        deployment_name="qwen", model=facts, gpus=gpus,
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from modelyard.doctor.findings import Finding
+from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
+from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
+from modelyard.doctor.parameters.model_family import check_mtp, check_parsers, check_served_model_name
+from modelyard.doctor.parameters.parallel import check_parallel_sizes
+from modelyard.doctor.parameters.text import (
+    check_broken_lines,
+    check_characters,
+    check_env_in_arguments,
+    check_json_values,
+)
+from modelyard.hardware.gpus import GpuInfo
+from modelyard.modeldir import ModelFacts
+
+Check = Callable[[ParameterContext], list[Finding]]
+
+CHECKS: tuple[Check, ...] = (
+    check_characters,
+    check_broken_lines,
+    check_env_in_arguments,
+    check_json_values,
+    check_env_syntax,
+    check_env_read,
+    check_flags,
+    check_auto_tool_choice,
+    check_parallel_sizes,
+    check_parsers,
+    check_mtp,
+    check_served_model_name,
+)
+
+
+def run_parameter_checks(context: ParameterContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for check in CHECKS:
+        findings.extend(check(context))
+    return findings
+
+
+def check_parameters(
+    *,
+    engine: str,
+    version: str | None,
+    backend_parameters: list[str] | str,
+    env: dict[str, str] | list[str] | str,
+    deployment_name: str | None = None,
+    model: ModelFacts | None = None,
+    gpus: list[GpuInfo] | None = None,
+    gpu_count: int | None = None,
+) -> list[Finding]:
+    """Run every parameter check on one deployment's raw parameters and env; see the module doc."""
+    context = ParameterContext.build(
+        engine=engine,
+        version=version,
+        backend_parameters=backend_parameters,
+        env=env,
+        deployment_name=deployment_name,
+        model=model,
+        gpus=gpus,
+        gpu_count=gpu_count,
+    )
+    return run_parameter_checks(context)
+
+
+__all__ = ["CHECKS", "ParameterContext", "check_parameters", "run_parameter_checks"]

@@ -1,0 +1,96 @@
+"""What the parameter checks look at: one deployment's engine, flags, env, model and GPUs.
+
+Usage::
+
+    context = ParameterContext.build(
+        engine="vllm", version="0.25.0",
+        backend_parameters=["--tensor-parallel-size 2", "--tool-call-parser qwen3_coder"],
+        env=["VLLM_LOGGING_LEVEL=DEBUG"],
+        deployment_name="qwen", model=read_model_facts(Path("/models/Qwen3.6-27B")), gpus=gpus,
+    )
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelyard.backends.flag_tables import FlagTable, load_all_flag_tables, load_flag_table
+from modelyard.doctor.parameters.parsing import ParsedParameters, parse_parameters
+from modelyard.hardware.gpus import GpuInfo
+from modelyard.modeldir import ModelFacts
+
+ENGINE_NAMES = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "transformers": "transformers serve",
+    "custom": "the engine",
+}
+# Engines whose flags doctor knows from a table; the others get the generic checks only.
+TABLE_ENGINES = ("vllm", "sglang")
+
+
+def engine_label(engine: str, version: str | None = None) -> str:
+    name = ENGINE_NAMES.get(engine, engine)
+    return f"{name} {version}" if version else name
+
+
+@dataclass
+class ParameterContext:
+    """Inputs of the parameter checks, parsed once.
+
+    ``engine`` is the engine family (``vllm``, ``sglang``, ``transformers``, ``custom``);
+    ``backend_parameters`` and ``env`` are the raw text as typed (lines, or one text);
+    ``gpu_count`` is how many GPUs one replica gets (``len(gpus)`` when the GPUs are known).
+    """
+
+    engine: str
+    version: str | None
+    backend_parameters: list[str] | str
+    env: dict[str, str] | list[str] | str
+    deployment_name: str | None = None
+    model: ModelFacts | None = None
+    gpus: list[GpuInfo] | None = None
+    gpu_count: int | None = None
+    table: FlagTable | None = None
+    history: list[FlagTable] = field(default_factory=list)
+    parsed: ParsedParameters | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        engine: str,
+        version: str | None,
+        backend_parameters: list[str] | str,
+        env: dict[str, str] | list[str] | str,
+        deployment_name: str | None = None,
+        model: ModelFacts | None = None,
+        gpus: list[GpuInfo] | None = None,
+        gpu_count: int | None = None,
+    ) -> ParameterContext:
+        table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
+        history = load_all_flag_tables(engine) if table is not None else []
+        return cls(
+            engine=engine,
+            version=version,
+            backend_parameters=backend_parameters,
+            env=env,
+            deployment_name=deployment_name,
+            model=model,
+            gpus=gpus,
+            gpu_count=gpu_count if gpu_count is not None else (len(gpus) if gpus else None),
+            table=table,
+            history=history,
+            parsed=parse_parameters(backend_parameters, table),
+        )
+
+    @property
+    def parameters(self) -> ParsedParameters:
+        if self.parsed is None:
+            self.parsed = parse_parameters(self.backend_parameters, self.table)
+        return self.parsed
+
+    @property
+    def label(self) -> str:
+        """``vLLM 0.25.0``: the engine and version the user asked for."""
+        return engine_label(self.engine, self.version)

@@ -1,0 +1,282 @@
+"""Checks of each flag against the engine version's table (vLLM and SGLang).
+
+Ids: ``param.flag-table-version``, ``param.unknown-flag``, ``param.removed-flag``,
+``param.deprecated-flag``, ``param.abbreviated-flag``, ``param.invalid-choice``,
+``param.invalid-number``, ``param.missing-value``, ``param.unexpected-value``,
+``param.duplicate-flag``, ``param.auto-tool-choice-without-parser``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from modelyard.backends.flag_tables import FlagSpec, FlagTable
+from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.parameters.context import ParameterContext, engine_label
+from modelyard.doctor.parameters.equivalents import EQUIVALENTS
+from modelyard.doctor.parameters.parsing import ParsedOption
+from modelyard.doctor.parameters.text import ENV_ASSIGNMENT
+
+# vLLM reads "32k", "1.5M" for token counts; both engines read plain numbers.
+HUMAN_NUMBER = re.compile(r"^-?\d+(\.\d+)?([kKmMgGtT])?$")
+
+
+def check_flags(context: ParameterContext) -> list[Finding]:
+    table = context.table
+    if table is None:
+        return []
+    findings: list[Finding] = []
+    if not table.exact:
+        findings.append(
+            Finding(
+                "param.flag-table-version",
+                Severity.INFO,
+                f"no flag table for {context.label}; its flags were checked against "
+                f"{engine_label(context.engine, table.version)}, the nearest version with one",
+                fix="regenerate the tables for this version: python scripts/extract_engine_flags.py "
+                f"--engine {context.engine} --version {context.version}",
+            )
+        )
+    seen: dict[str, ParsedOption] = {}
+    for option in context.parameters.options:
+        if option.spec is None:
+            findings.append(_unknown(context, table, option))
+            continue
+        findings.extend(_known(context, option.spec, option))
+        earlier = seen.get(option.spec.name)
+        if earlier is not None and option.spec.takes_value != "many":
+            findings.append(
+                Finding(
+                    "param.duplicate-flag",
+                    Severity.WARNING,
+                    f"{option.spec.name} is given twice (lines {earlier.line_number} and "
+                    f"{option.line_number}); "
+                    f"{context.label} keeps only the last one",
+                    fix="keep one of them",
+                    details={"flag": option.spec.name},
+                )
+            )
+        seen[option.spec.name] = option
+    findings.extend(_strays(context))
+    return findings
+
+
+def _unknown(context: ParameterContext, table: FlagTable, option: ParsedOption) -> Finding:
+    typed = option.typed
+    history = _history(context, typed)
+    if history is not None:
+        return history
+    suggestions: list[str] = []
+    equivalent = EQUIVALENTS.get(context.engine, {}).get(typed)
+    if equivalent is not None and (not equivalent.flag or table.lookup(equivalent.flag) is not None):
+        other = "SGLang" if context.engine == "vllm" else "vLLM"
+        if equivalent.flag:
+            note = f" ({equivalent.note})" if equivalent.note else ""
+            suggestions.append(
+                f"{typed} is {other}'s flag; {context.label}'s equivalent is {equivalent.flag}{note}"
+            )
+        else:
+            suggestions.append(f"{typed} is {other}'s flag: {equivalent.note}")
+    names = [name for name in table.flags if not table.flags[name].deprecated]
+    spelled = typed.replace("_", "-") if typed.startswith("--") else typed
+    close = difflib.get_close_matches(spelled, names, n=1, cutoff=0.6)
+    if close and not suggestions:
+        suggestions.append(f"did you mean {close[0]}?")
+    fix = "; ".join(suggestions) or f"remove it, or look it up in {context.label}'s --help"
+    return Finding(
+        "param.unknown-flag",
+        Severity.ERROR,
+        f"line {option.line_number}: {context.label} has no flag {typed}; it would refuse to start "
+        "(unrecognized arguments)",
+        fix=fix,
+        details={"flag": typed, "line": option.line_number, "closest": close[0] if close else None},
+    )
+
+
+def _history(context: ParameterContext, typed: str) -> Finding | None:
+    """A flag other versions of the engine know: removed (or renamed) before, or added after."""
+    current = context.table
+    assert current is not None
+    known_in = [table for table in context.history if table.lookup(typed) is not None]
+    if not known_in:
+        return None
+    key = _version_key
+    older = [table for table in known_in if key(table.version) < key(current.version)]
+    newer = [table for table in known_in if key(table.version) > key(current.version)]
+    renamed_to = next(
+        (spec.renamed_to for table in known_in if (spec := table.lookup(typed)) and spec.renamed_to), None
+    )
+    if older:
+        last = older[-1].version
+        if renamed_to:
+            message = (
+                f"{typed} was renamed to {renamed_to} ({engine_label(context.engine, last)} still accepted "
+                f"the old name as a deprecated alias); {context.label} rejects {typed}"
+            )
+            fix = f"use {renamed_to}"
+        else:
+            message = (
+                f"{typed} was removed: {engine_label(context.engine, last)} had it, {context.label} does not"
+            )
+            fix = f"remove it, or deploy {engine_label(context.engine, last)}"
+        return Finding("param.removed-flag", Severity.ERROR, message, fix=fix, details={"flag": typed})
+    first = newer[0].version
+    return Finding(
+        "param.unknown-flag",
+        Severity.ERROR,
+        f"{typed} does not exist in {context.label} yet; it appears in {engine_label(context.engine, first)}",
+        fix=f"remove it, or deploy {engine_label(context.engine, first)} or later",
+        details={"flag": typed},
+    )
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def _known(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> list[Finding]:
+    findings: list[Finding] = []
+    where = f"line {option.line_number}"
+    if option.abbreviated:
+        findings.append(
+            Finding(
+                "param.abbreviated-flag",
+                Severity.INFO,
+                f"{where}: {option.typed} is accepted as an abbreviation of {spec.name}",
+                fix=f"spell it out as {spec.name}; a later version can add a flag that makes it ambiguous",
+                details={"flag": option.typed},
+            )
+        )
+    if spec.deprecated:
+        target = f"use {spec.renamed_to}" if spec.renamed_to else "remove it"
+        findings.append(
+            Finding(
+                "param.deprecated-flag",
+                Severity.WARNING,
+                f"{where}: {option.typed} is deprecated in {context.label}"
+                + (f" ({spec.help})" if spec.help else ""),
+                fix=f"{target}; a later version will reject it",
+                details={"flag": option.typed, "renamed_to": spec.renamed_to},
+            )
+        )
+    findings.extend(_values(context, spec, option))
+    return findings
+
+
+def _values(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> list[Finding]:
+    where = f"line {option.line_number}"
+    takes = "none" if option.typed in spec.negations else spec.takes_value
+    if takes == "none":
+        if option.inline_value:
+            return [
+                Finding(
+                    "param.unexpected-value",
+                    Severity.ERROR,
+                    f"{where}: {option.typed} is a switch and takes no value, but "
+                    f"'{option.typed}={option.values[-1]}' gives one",
+                    fix=f"write {option.typed} alone"
+                    + (f", or {spec.negations[0]} to turn it off" if spec.negations else ""),
+                    details={"flag": option.typed},
+                )
+            ]
+        return []
+    if not option.values:
+        if takes in {"one", "many"}:
+            return [
+                Finding(
+                    "param.missing-value",
+                    Severity.ERROR,
+                    f"{where}: {option.typed} needs a value and none follows it",
+                    fix=f"give it one: {option.typed} VALUE",
+                    details={"flag": option.typed},
+                )
+            ]
+        return []
+    findings: list[Finding] = []
+    for value in option.values:
+        findings.extend(_one_value(context, spec, option, value))
+    return findings
+
+
+def _one_value(context: ParameterContext, spec: FlagSpec, option: ParsedOption, value: str) -> list[Finding]:
+    where = f"line {option.line_number}"
+    if value != value.strip() and spec.choices and value.strip() in [str(choice) for choice in spec.choices]:
+        return []  # param.stray-whitespace names it
+    if spec.choices and not _plugin_given(context, spec):
+        allowed = [str(choice) for choice in spec.choices if choice is not None]
+        if value not in allowed:
+            close = difflib.get_close_matches(value, allowed, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            shown = ", ".join(allowed) if len(allowed) <= 40 else ", ".join(allowed[:40]) + ", ..."
+            return [
+                Finding(
+                    "param.invalid-choice",
+                    Severity.ERROR,
+                    f"{where}: {value!r} is not a valid value of {spec.name} in {context.label}",
+                    fix=f"{hint}valid values: {shown}",
+                    details={"flag": spec.name, "value": value, "closest": close[0] if close else None},
+                )
+            ]
+    if spec.type in {"int", "float"} and not HUMAN_NUMBER.match(value) and value.lower() != "auto":
+        return [
+            Finding(
+                "param.invalid-number",
+                Severity.ERROR,
+                f"{where}: {spec.name} takes a number but got {value!r}",
+                fix=f"give a number, e.g. {spec.name} {spec.default if spec.default is not None else 1}",
+                details={"flag": spec.name, "value": value},
+            )
+        ]
+    return []
+
+
+def _plugin_given(context: ParameterContext, spec: FlagSpec) -> bool:
+    """vLLM loads extra parser names from --tool-parser-plugin / --reasoning-parser-plugin."""
+    plugins = {
+        "--tool-call-parser": "--tool-parser-plugin",
+        "--reasoning-parser": "--reasoning-parser-plugin",
+    }
+    plugin = plugins.get(spec.name)
+    return bool(plugin and context.parameters.value_of(plugin))
+
+
+def _strays(context: ParameterContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for argument in context.parameters.strays:
+        if ENV_ASSIGNMENT.match(argument.text):
+            continue  # param.env-in-args names it
+        findings.append(
+            Finding(
+                "param.unexpected-value",
+                Severity.ERROR,
+                f"line {argument.line_number}: {argument.text!r} follows no flag that takes it; "
+                f"{context.label} would refuse it as an unrecognized argument",
+                fix="remove it, or put the flag it belongs to before it "
+                "(modelyard gives the model path itself)",
+                details={"line": argument.line_number, "argument": argument.text},
+            )
+        )
+    return findings
+
+
+def check_auto_tool_choice(context: ParameterContext) -> list[Finding]:
+    """vLLM refuses to start with --enable-auto-tool-choice and no --tool-call-parser."""
+    if context.engine != "vllm":
+        return []
+    parsed = context.parameters
+    option = parsed.find("--enable-auto-tool-choice")
+    if option is None or (option.spec is not None and option.typed in option.spec.negations):
+        return []
+    if parsed.value_of("--tool-call-parser"):
+        return []
+    return [
+        Finding(
+            "param.auto-tool-choice-without-parser",
+            Severity.ERROR,
+            f"line {option.line_number}: --enable-auto-tool-choice is given without --tool-call-parser; "
+            "vLLM refuses to start",
+            fix="add --tool-call-parser with the model's parser "
+            "(Qwen3.5/3.6: qwen3_coder; Qwen3, Hermes: hermes)",
+        )
+    ]

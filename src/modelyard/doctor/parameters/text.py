@@ -1,0 +1,240 @@
+"""Checks of the raw text, for every engine: stray characters, broken lines, env in args, JSON.
+
+Ids: ``param.stray-whitespace``, ``param.invisible-character``, ``param.typographic-dash``,
+``param.typographic-quote``, ``param.split-flag``, ``param.unbalanced-quote``,
+``param.line-continuation``, ``param.env-in-args``, ``param.invalid-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import unicodedata
+
+from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.doctor.parameters.parsing import RawLine, is_option, resolve_option
+
+DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
+ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+ENV_ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+def _invisible(character: str) -> bool:
+    if character in ZERO_WIDTH:
+        return True
+    return unicodedata.category(character) in {"Zs", "Cc", "Cf"} and character not in " \t\n\r"
+
+
+def _character_name(character: str) -> str:
+    return f"U+{ord(character):04X} {unicodedata.name(character, 'unnamed character')}"
+
+
+def check_characters(context: ParameterContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for line in context.parameters.lines:
+        text = line.text
+        if text != text.rstrip(" \t"):
+            findings.append(
+                Finding(
+                    "param.stray-whitespace",
+                    Severity.WARNING,
+                    f"line {line.number} ends with whitespace: {text!r}",
+                    fix=f"delete it: {text.rstrip()!r}. modelyard drops it when splitting the line, "
+                    "but tools that pass each line as one argument hand the engine the value with the space, "
+                    "and parser names with a space are silently ignored",
+                    details={"line": line.number},
+                )
+            )
+        for token in line.tokens or ():
+            if token != token.strip():
+                findings.append(
+                    Finding(
+                        "param.stray-whitespace",
+                        Severity.ERROR,
+                        f"line {line.number}: the quoted argument {token!r} starts or ends with whitespace, "
+                        "which the engine receives as part of the value",
+                        fix=f"write {token.strip()!r} without the surrounding spaces",
+                        details={"line": line.number, "argument": token},
+                    )
+                )
+        findings.extend(_odd_characters(line))
+    return findings
+
+
+def _odd_characters(line: RawLine) -> list[Finding]:
+    findings: list[Finding] = []
+    hidden = sorted({character for character in line.text if _invisible(character)})
+    if hidden:
+        cleaned = "".join(
+            " " if unicodedata.category(c) == "Zs" else "" if _invisible(c) else c for c in line.text
+        )
+        findings.append(
+            Finding(
+                "param.invisible-character",
+                Severity.ERROR,
+                f"line {line.number} contains {', '.join(_character_name(c) for c in hidden)}: {line.text!r}",
+                fix=f"retype the line, or use {cleaned.strip()!r}; invisible characters usually come from "
+                "copying out of a web page or chat",
+                details={"line": line.number},
+            )
+        )
+    dashes = sorted({character for character in line.text if character in DASHES})
+    if dashes:
+        fixed = re.sub(
+            f"(^|\\s)[-{DASHES}]*[{DASHES}][-{DASHES}]*", lambda match: match.group(1) + "--", line.text
+        )
+        findings.append(
+            Finding(
+                "param.typographic-dash",
+                Severity.ERROR,
+                f"line {line.number} has a typographic dash "
+                f"({', '.join(_character_name(c) for c in dashes)}) "
+                f"where a flag needs '-' or '--': {line.text!r}",
+                fix=f"use ASCII hyphens: {fixed.strip()!r}",
+                details={"line": line.number},
+            )
+        )
+    quotes = sorted({character for character in line.text if character in TYPOGRAPHIC_QUOTES})
+    if quotes:
+        findings.append(
+            Finding(
+                "param.typographic-quote",
+                Severity.ERROR,
+                f"line {line.number} has typographic quotes ({''.join(quotes)}) that the shell rules "
+                f"and JSON do not treat as quotes: {line.text!r}",
+                fix="replace them with straight quotes: ' or \"",
+                details={"line": line.number},
+            )
+        )
+    return findings
+
+
+def check_broken_lines(context: ParameterContext) -> list[Finding]:
+    """A flag or a quoted value broken over two lines, or a shell line continuation."""
+    findings: list[Finding] = []
+    lines = context.parameters.lines
+    for position, line in enumerate(lines):
+        following = lines[position + 1] if position + 1 < len(lines) else None
+        if line.text.rstrip().endswith("\\"):
+            findings.append(
+                Finding(
+                    "param.line-continuation",
+                    Severity.ERROR,
+                    f"line {line.number} ends with a shell line continuation '\\': {line.text.strip()!r}",
+                    fix="delete the trailing backslash; each line is split on its own, "
+                    "no continuation needed",
+                    details={"line": line.number},
+                )
+            )
+            continue
+        if line.tokens is None:
+            joined = f"{line.text} {following.text}" if following else None
+            if joined is not None and _splits(joined):
+                findings.append(_split_finding(line, following, joined, "a quoted value"))
+            else:
+                findings.append(
+                    Finding(
+                        "param.unbalanced-quote",
+                        Severity.ERROR,
+                        f"line {line.number} cannot be split ({line.split_error}): {line.text.strip()!r}",
+                        fix="close the quote, or escape a literal quote with a backslash",
+                        details={"line": line.number},
+                    )
+                )
+            continue
+        if following is None or not line.tokens or not following.tokens:
+            continue
+        findings.extend(_broken_flag(context, line, following))
+    return findings
+
+
+def _splits(text: str) -> bool:
+    try:
+        shlex.split(text, posix=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _split_finding(line: RawLine, following: RawLine | None, joined: str, what: str) -> Finding:
+    next_number = following.number if following else line.number + 1
+    return Finding(
+        "param.split-flag",
+        Severity.ERROR,
+        f"{what} is split across lines {line.number} and {next_number}: {line.text.strip()!r} / "
+        f"{following.text.strip() if following else ''!r}",
+        fix=f"put it on one line: {joined.strip()!r}",
+        details={"line": line.number},
+    )
+
+
+def _broken_flag(context: ParameterContext, line: RawLine, following: RawLine) -> list[Finding]:
+    assert line.tokens is not None and following.tokens is not None
+    last, first = line.tokens[-1], following.tokens[0]
+    glued = last + first
+    if not is_option(last) or is_option(first):
+        return []
+    looks_cut = last.endswith(("-", "_"))
+    if context.table is not None:
+        exact_last = context.table.lookup(last.partition("=")[0])
+        spec_glued, _ = resolve_option(glued.partition("=")[0], context.table)
+        if spec_glued is not None and exact_last is None:
+            return [
+                _split_finding(line, following, f"{line.text.strip()}{following.text.strip()}", "the flag")
+            ]
+        return []
+    if looks_cut:
+        return [_split_finding(line, following, f"{line.text.strip()}{following.text.strip()}", "the flag")]
+    return []
+
+
+def check_env_in_arguments(context: ParameterContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for argument in context.parameters.strays:
+        match = ENV_ASSIGNMENT.match(argument.text)
+        if match is None:
+            continue
+        findings.append(
+            Finding(
+                "param.env-in-args",
+                Severity.ERROR,
+                f"line {argument.line_number}: {argument.text!r} is an environment variable assignment "
+                f"in the backend parameters; {context.label} would receive it as an argument, not as "
+                f"the variable {match.group(1)}",
+                fix=f"move {argument.text!r} to the environment (env) of the deployment",
+                details={"line": argument.line_number, "variable": match.group(1)},
+            )
+        )
+    return findings
+
+
+def check_json_values(context: ParameterContext) -> list[Finding]:
+    findings: list[Finding] = []
+    for option in context.parameters.options:
+        takes_json = option.spec.type == "json" if option.spec is not None else context.table is None
+        if not takes_json or not option.values or "." in option.typed:
+            continue
+        value = option.values[-1]
+        if option.spec is None and not value.lstrip().startswith(("{", "[")):
+            continue
+        try:
+            json.loads(value)
+        except json.JSONDecodeError as error:
+            hint = ""
+            if "'" in value or "True" in value or "None" in value:
+                hint = " (JSON needs double quotes and true/false/null, not Python's 'x', True, None)"
+            findings.append(
+                Finding(
+                    "param.invalid-json",
+                    Severity.ERROR,
+                    f"line {option.line_number}: {option.typed} takes JSON but {value!r} is not JSON: "
+                    f"{error.msg} at character {error.pos + 1}{hint}",
+                    fix=f"give valid JSON in single quotes, e.g. {option.typed} "
+                    '\'{"method": "mtp", "num_speculative_tokens": 2}\'',
+                    details={"line": option.line_number, "flag": option.typed},
+                )
+            )
+    return findings
