@@ -142,6 +142,24 @@ def test_env_without_equals_is_refused(with_model: ApiHarness) -> None:
     assert _deployment_rows(with_model) == []
 
 
+def test_parameters_the_platform_sets_are_refused(with_model: ApiHarness) -> None:
+    response = with_model.client.post(
+        "/api/v1/deployments", json={"model": "tiny", "backend_parameters": "--port 9000"}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", "--port")
+    assert _deployment_rows(with_model) == []
+
+
+def test_env_setting_cuda_visible_devices_is_refused(with_model: ApiHarness) -> None:
+    response = with_model.client.post(
+        "/api/v1/deployments", json={"model": "tiny", "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", "CUDA_VISIBLE_DEVICES")
+    assert _deployment_rows(with_model) == []
+
+
 def test_invalid_name_is_refused(with_model: ApiHarness) -> None:
     response = with_model.client.post("/api/v1/deployments", json={"model": "tiny", "name": "my model"})
     assert response.status_code == 400

@@ -43,3 +43,25 @@ def test_unknown_path_is_404_in_the_error_shape(api: ApiHarness) -> None:
     response = api.client.get("/api/v1/nothing-here")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_preflight_refusal_carries_the_findings(api: ApiHarness) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from modelyard.server.errors import install_error_handlers
+    from modelyard.services.deployment_checks import PreflightFailed
+
+    app = FastAPI()
+    install_error_handlers(app)
+    finding = {"check_id": "param.unknown-flag", "severity": "error", "message": "--mem-fraction-static"}
+
+    @app.get("/refuse")
+    async def refuse() -> None:
+        raise PreflightFailed("doctor refused the deployment", findings=[finding])
+
+    response = TestClient(app).get("/refuse")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "preflight_failed"
+    assert error["details"] == {"findings": [finding]}

@@ -58,10 +58,9 @@ def error_response(
 
 
 def _field_name(location: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(part) for part in location]
-    if parts and parts[0] == "body":
-        parts = parts[1:]
-    return ".".join(parts) or "body"
+    # The first element says where the field is (body, query, path, header): shown apart.
+    parts = [str(part) for part in location[1:]]
+    return ".".join(parts) or (str(location[0]) if location else "body")
 
 
 def describe_validation_error(error: RequestValidationError) -> tuple[str, str]:

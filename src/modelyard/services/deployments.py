@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
@@ -164,6 +165,7 @@ def create_deployment(session: Session, request: DeploymentRequest, inventory: G
     parameters = split_backend_parameters(request.backend_parameters)
     env = parse_env(request.env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
+    check_launch(version, backend_parameters=parameters, env=env, gpu_count=gpus_per_replica)
     check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
     warnings = run_preflight(
         model=model,
