@@ -1,0 +1,116 @@
+"""Routing across replicas: least outstanding requests, and skipping replicas that cannot be reached."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from modelyard.control.endpoints import Endpoint
+from modelyard.server.gateway.stream_response import CLIENT_CLOSED_REQUEST
+
+from .conftest import (
+    GatewayHarness,
+    ReferenceServers,
+    engine_counter,
+    engine_gauge,
+    refused_port,
+    unique_name,
+)
+
+
+def client(gateway: GatewayHarness, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=key, max_retries=0)
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    sock = refused_port()
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_requests_go_to_the_replica_with_fewer_outstanding(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    first = engines.get("pair-a", itl_ms=300.0, served_model_names=["pair-model"])
+    second = engines.get("pair-b", itl_ms=300.0, served_model_names=["pair-model"])
+    deployment = unique_name("pair")
+    gateway.publish(deployment, [first, second])
+    done_before = {server.base_url: engine_counter(server, "request_success") for server in (first, second)}
+    openai_client = client(gateway, api_key)
+    long_stream = openai_client.chat.completions.create(
+        model=deployment, messages=[{"role": "user", "content": "long"}], stream=True, max_tokens=4
+    )
+    with long_stream:
+        next(iter(long_stream))  # the long answer is now in flight on one replica
+        busy = first if engine_gauge(first, "num_requests_running") == 1 else second
+        idle = second if busy is first else first
+        assert engine_gauge(idle, "num_requests_running") == 0
+        for _ in range(4):
+            openai_client.chat.completions.create(
+                model=deployment, messages=[{"role": "user", "content": "short"}], max_tokens=1
+            )
+        done_during = {
+            server.base_url: engine_counter(server, "request_success") for server in (first, second)
+        }
+        list(long_stream)
+    assert done_during[idle.base_url] - done_before[idle.base_url] == 4
+    assert done_during[busy.base_url] - done_before[busy.base_url] == 0
+
+
+def test_an_unreachable_replica_is_skipped_before_anything_was_sent(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers, closed_port: int
+) -> None:
+    server = engines.get("vllm", served_model_names=["vllm-model"])
+    deployment = unique_name("half-gone")
+    gateway.publish_endpoints(
+        deployment,
+        [
+            Endpoint(deployment, 1, f"http://127.0.0.1:{closed_port}", "vllm-model"),
+            Endpoint(deployment, 2, server.base_url, "vllm-model"),
+        ],
+    )
+    openai_client = client(gateway, api_key)
+    for _ in range(4):
+        answer = openai_client.chat.completions.create(
+            model=deployment, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+        assert answer.choices[0].message.content
+        streamed = list(
+            openai_client.chat.completions.create(
+                model=deployment, messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=2
+            )
+        )
+        assert streamed
+    assert all(row.status_code == 200 for row in gateway.usage_rows(deployment))
+
+
+def test_outstanding_counts_return_to_zero_after_answers_and_errors(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    server = engines.get("vllm", served_model_names=["vllm-model"])
+    deployment = unique_name("counts")
+    gateway.publish(deployment, [server])
+    headers = {"Authorization": f"Bearer {api_key}"}
+
+    def request(body: dict[str, object]) -> None:
+        httpx.post(gateway.base_url + "/v1/chat/completions", headers=headers, json=body, timeout=30)
+
+    bodies: list[dict[str, object]] = [
+        {"model": deployment, "messages": [{"role": "user", "content": "a"}]},
+        {"model": deployment, "messages": [{"role": "user", "content": "a"}], "stream": True},
+        {"model": deployment, "messages": [{"role": "user", "content": "a"}], "max_tokens": 10**9},
+    ]
+    threads = [threading.Thread(target=request, args=(body,)) for body in bodies * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert gateway.outstanding(server.base_url) == 0
+    statuses = sorted(row.status_code for row in gateway.usage_rows(deployment))
+    assert statuses == [200] * 6 + [400] * 3
+    assert CLIENT_CLOSED_REQUEST not in statuses
