@@ -13,9 +13,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from modelyard.bench.gpu_sampler import GpuSampler
+from modelyard.bench.gpu_sampler import GpuObserver, GpuSampler
+from modelyard.bench.records import RunConfig
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
+from modelyard.bench.runner import run_benchmark_async
 from modelyard.bench.server_metrics import (
+    ServerMetricsObserver,
     ServerMetricsPoller,
     ServerTimeline,
     metrics_url_for,
@@ -257,3 +260,28 @@ async def test_gpu_sampler_without_a_driver_returns_an_empty_timeline_with_the_r
     else:
         assert timeline.samples == []
         assert timeline.unavailable_reason
+
+
+async def test_the_runner_stores_the_server_view_beside_each_load_point() -> None:
+    config = ReferenceConfig(flavor="sglang", ttft_ms=20, itl_ms=5, output_tokens=8, max_concurrency=2)
+    with ReferenceServer(config) as server:
+        run_config = RunConfig(
+            base_url=server.base_url,
+            model="reference-model",
+            load_values=[4],
+            num_requests=12,
+            dataset="builtin",
+        )
+        url = metrics_url_for(server.base_url)
+        outcome = await run_benchmark_async(
+            run_config, observer_factories=[lambda: ServerMetricsObserver(url, interval_s=0.02), GpuObserver]
+        )
+    point = outcome.result.points[0]
+    series = {entry.name: entry for entry in point.timelines}
+    assert series["server_running_requests"].source == "sglang:/metrics"
+    assert max(series["server_running_requests"].values) == 2
+    assert max(series["server_waiting_requests"].values) >= 1
+    server_ttft_ms = server_ttft_mean_ms_from_series(point.timelines)
+    assert server_ttft_ms is not None and server_ttft_ms >= 20.0
+    client_ttft_ms = point.metrics["ttft_ms"].mean
+    assert client_ttft_ms is not None and client_ttft_ms >= server_ttft_ms

@@ -235,3 +235,18 @@ class GpuSampler:
         elapsed_s = (self._clock_ns() - self._start_ns) / 1e9
         for index in self._indices:
             self._timeline.samples.append(nvml.read(index, elapsed_s))
+
+
+class GpuObserver:
+    """The runner's ``PointObserver`` for NVML: one sampler per load point, as ``TimelineSeries``
+    (none on a host without GPUs)."""
+
+    def __init__(self, *, interval_s: float = 1.0, gpu_indices: list[int] | None = None) -> None:
+        self._sampler = GpuSampler(interval_s=interval_s, gpu_indices=gpu_indices)
+
+    async def start(self) -> None:
+        await self._sampler.start()
+
+    async def stop(self) -> list[TimelineSeries]:
+        timeline = await self._sampler.stop()
+        return timeline.to_series()

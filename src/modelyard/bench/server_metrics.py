@@ -536,3 +536,22 @@ class ServerMetricsPoller:
             self._timeline.last_error = f"{type(error).__name__}: {error}"
             return
         self._timeline.samples.append(sample)
+
+
+class ServerMetricsObserver:
+    """The runner's ``PointObserver`` for ``/metrics``: one poller per load point, its samples
+    returned as ``TimelineSeries``.
+
+        factories = [lambda: ServerMetricsObserver(metrics_url_for(base_url))]
+        run_benchmark(config, observer_factories=factories)
+    """
+
+    def __init__(self, metrics_url: str, *, interval_s: float = 1.0) -> None:
+        self._poller = ServerMetricsPoller(metrics_url, interval_s=interval_s)
+
+    async def start(self) -> None:
+        await self._poller.start()
+
+    async def stop(self) -> list[TimelineSeries]:
+        timeline = await self._poller.stop()
+        return timeline.to_series()
