@@ -12,13 +12,13 @@ JSON. The exit status is 1 when any error is found, 0 otherwise.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import typer
 
-from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
 from modelyard.backends.spec import BackendSpec
 from modelyard.cli.context import CliContext, cli_context, stderr, stdout
@@ -114,25 +114,37 @@ def _doctor_model_dir(
         model_dir=model_dir.expanduser(),
         spec=spec,
         version=backend_version,
-        backend_parameters=split_backend_parameters(arguments),
-        env=parse_env(env),
+        backend_parameters=arguments,
+        env=env,
         gpu_specs=gpu_specs,
         data_dir=context.resolved_data_dir,
     )
 
 
+def _read_tail(path: Path, size_bytes: int = 64 * 1024) -> str:
+    with path.open("rb") as log_file:
+        log_file.seek(0, 2)
+        log_file.seek(max(0, log_file.tell() - size_bytes))
+        return log_file.read().decode(errors="replace")
+
+
 def _instance_findings(
-    client: Any, name: str, deployment: dict[str, Any], family: str, parameters: list[str]
+    client: Any, name: str, deployment: dict[str, Any], family: str, parameters: list[str], *, local: bool
 ) -> list[Finding]:
     from modelyard.doctor.log_signatures import diagnose_log
 
     findings: list[Finding] = []
     for instance in deployment.get("instances") or []:
         label = f"replica {instance.get('replica_index')} (instance {instance.get('id')})"
-        if instance.get("state") != "running" or instance.get("restart_count"):
-            text = client.get_text(
-                f"/deployments/{name}/logs", params={"instance": instance.get("id"), "tail": _LOG_TAIL_LINES}
-            )
+        log_path = instance.get("log_path")
+        if log_path and (instance.get("state") != "running" or instance.get("restart_count")):
+            if local and Path(log_path).is_file():
+                text = _read_tail(Path(log_path))
+            else:
+                text = client.get_text(
+                    f"/deployments/{name}/logs",
+                    params={"instance": instance.get("id"), "tail": _LOG_TAIL_LINES},
+                )
             for finding in diagnose_log(text, engine=family, engine_args=parameters):
                 findings.append(
                     Finding(
@@ -185,8 +197,10 @@ def _doctor_deployment(context: CliContext, name: str) -> list[Finding]:
                     model_dir=Path(deployment["model_path"]),
                     spec=spec,
                     version=version,
-                    backend_parameters=parameters,
+                    # Stored arguments are already split: one quoted line keeps them whole.
+                    backend_parameters=shlex.join(parameters),
                     env={str(k): str(v) for k, v in (deployment.get("env") or {}).items()},
+                    deployment_name=name,
                     gpu_ids=deployment.get("gpu_ids") or None,
                     data_dir=context.resolved_data_dir,
                 )
@@ -197,7 +211,11 @@ def _doctor_deployment(context: CliContext, name: str) -> list[Finding]:
                 "and host checks were skipped (run `modelyard doctor` there)",
                 highlight=False,
             )
-        findings.extend(_instance_findings(client, name, deployment, spec.family, parameters))
+        findings.extend(
+            _instance_findings(
+                client, name, deployment, spec.family, parameters, local=_is_local(context.url)
+            )
+        )
     finally:
         client.close()
     return sort_findings(findings)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.host import (
@@ -42,6 +43,9 @@ from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 
 logger = logging.getLogger(__name__)
+
+# Engine families that cannot run without an NVIDIA GPU (transformers and custom engines may).
+GPU_ONLY_FAMILIES = frozenset({"vllm", "sglang"})
 
 _ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
@@ -169,40 +173,14 @@ def preflight_available() -> bool:
     return importlib.util.find_spec("modelyard.doctor.preflight") is not None
 
 
-def _preflight(
-    *,
-    model_dir: Path,
-    spec: BackendSpec,
-    version: BackendVersion,
-    backend_parameters: list[str],
-    env: dict[str, str],
-    gpus_per_replica: int,
-    inventory: GpuInventory,
-) -> list[Finding] | None:
-    """Doctor's parameter and memory preflight, when ``modelyard.doctor.preflight`` exists."""
-    try:
-        from modelyard.doctor import preflight  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        return None
-    findings: list[Finding] = preflight.preflight_deployment(
-        model_path=str(model_dir),
-        backend=spec,
-        version=version,
-        backend_parameters=backend_parameters,
-        env=env,
-        gpus_per_replica=gpus_per_replica,
-        inventory=inventory,
-    )
-    return findings
-
-
 def deployment_checkup(
     *,
     model_dir: Path,
     spec: BackendSpec,
     version: BackendVersion,
-    backend_parameters: list[str],
-    env: dict[str, str],
+    backend_parameters: str | list[str],
+    env: str | list[str] | dict[str, str],
+    deployment_name: str | None = None,
     gpu_specs: Sequence[Any] | None = None,
     gpu_ids: Sequence[int] | None = None,
     data_dir: Path | None = None,
@@ -212,26 +190,45 @@ def deployment_checkup(
 ) -> list[Finding]:
     """Everything doctor can say about serving ``model_dir`` with this backend version and arguments.
 
-    ``gpu_specs`` plans for other hardware (``--gpus 2x48GB``): the host checks are skipped and
-    the preflight sees those GPUs instead of this host's.
+    ``backend_parameters`` and ``env`` are passed as the user typed them (the parameter checks look
+    for stray whitespace and broken lines). ``gpu_specs`` plans for other hardware (``--gpus
+    2x48GB``): this host's checks are skipped and the preflight sees those GPUs instead.
     """
     gpus = gpus or NvmlGpuSource()
-    findings = check_model_directory(model_dir)
-    tensor_parallel, pipeline_parallel, speculative = _parallelism(spec.family, backend_parameters)
+    try:
+        arguments = split_backend_parameters(backend_parameters)
+    except InvalidInput:
+        arguments = []  # the parameter checks name the broken quoting
+    try:
+        environment = parse_env(env)
+    except InvalidInput:
+        environment = {}
+    tensor_parallel, pipeline_parallel, speculative = _parallelism(spec.family, arguments)
+    count = tensor_parallel * pipeline_parallel
     inventory = inventory_from_gpu_specs(gpu_specs) if gpu_specs else gpus.read_inventory()
-    preflight_findings = _preflight(
-        model_dir=model_dir,
-        spec=spec,
-        version=version,
-        backend_parameters=backend_parameters,
-        env=env,
-        gpus_per_replica=tensor_parallel * pipeline_parallel,
-        inventory=inventory,
-    )
-    if preflight_findings is None:
-        logger.info("modelyard.doctor.preflight is not available: engine flags were not checked")
+    if gpu_ids:
+        chosen = [gpu for gpu in inventory.gpus if gpu.index in set(gpu_ids)]
     else:
-        findings.extend(preflight_findings)
+        chosen = inventory.gpus[:count]
+    findings: list[Finding] = []
+    if preflight_available():
+        from modelyard.doctor.preflight import preflight_deployment
+
+        findings.extend(
+            preflight_deployment(
+                deployment_name=deployment_name,
+                model_dir=model_dir,
+                engine=spec.family,
+                version=version,
+                backend_parameters=backend_parameters,
+                env=env,
+                gpus=chosen if len(chosen) >= count else None,
+                gpu_count=count,
+            )
+        )
+    else:
+        logger.info("modelyard.doctor.preflight is not available: engine flags were not checked")
+        findings.extend(check_model_directory(model_dir))
     if not gpu_specs:
         from modelyard.modeldir import inspect_model_directory
 
@@ -239,7 +236,7 @@ def deployment_checkup(
         request = HostCheckRequest(
             backend_family=spec.family,
             backend_version=version.version,
-            needs_gpu=version.supports_gpu,
+            needs_gpu=version.supports_gpu and spec.family in GPU_ONLY_FAMILIES,
             gpu_indices=tuple(gpu_ids) if gpu_ids else None,
             tensor_parallel_size=tensor_parallel,
             pipeline_parallel_size=pipeline_parallel,
@@ -248,7 +245,7 @@ def deployment_checkup(
             model_path=model_dir,
             model_size_bytes=report.size_bytes or None,
             data_dir=data_dir,
-            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            cuda_visible_devices=environment.get("CUDA_VISIBLE_DEVICES"),
         )
         findings.extend(check_host(request, gpus=gpus, docker=docker, system=system))
     return sort_findings(findings)
