@@ -270,6 +270,7 @@ async def test_the_runner_stores_the_server_view_beside_each_load_point() -> Non
             model="reference-model",
             load_values=[4],
             num_requests=12,
+            output_tokens=8,
             dataset="builtin",
         )
         url = metrics_url_for(server.base_url)
