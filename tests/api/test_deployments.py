@@ -219,3 +219,35 @@ def test_unknown_deployment_is_404_listing_known_ones(with_model: ApiHarness) ->
     response = api.client.post("/api/v1/deployments/ghost/stop")
     assert response.status_code == 404
     assert "tiny" in response.json()["error"]["hint"]
+
+
+def test_doctor_error_refuses_the_deployment_with_findings(with_model: ApiHarness) -> None:
+    api = with_model
+    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    response = api.client.post(
+        "/api/v1/deployments",
+        json={"model": "tiny", "backend": "vllm", "backend_parameters": "--mem-fraction-static 0.8"},
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "preflight_failed"
+    assert "--mem-fraction-static" in error["message"]
+    assert any(finding["severity"] == "error" for finding in error["details"]["findings"])
+    assert _deployment_rows(api) == []
+
+
+def test_doctor_warnings_are_kept_on_the_deployment(with_model: ApiHarness) -> None:
+    api = with_model
+    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    response = api.client.post(
+        "/api/v1/deployments",
+        json={
+            "model": "tiny",
+            "backend": "vllm",
+            "backend_version": "0.25.0",
+            "backend_parameters": ["--enable-auto-tool-choice", "--tool-call-parser qwen3_coder"],
+        },
+    )
+    assert response.status_code == 201, response.text
+    warnings = api.client.get("/api/v1/deployments/tiny").json()["warnings"]
+    assert [warning["check_id"] for warning in warnings] == ["param.tool-call-parser-mismatch"]

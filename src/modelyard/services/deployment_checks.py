@@ -11,7 +11,7 @@ from typing import Any
 
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
-from modelyard.hardware.gpus import GpuInventory
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.store.tables import ModelFile
 
 logger = logging.getLogger(__name__)
@@ -27,32 +27,45 @@ class PreflightFailed(InvalidInput):
         self.details = {"findings": findings}
 
 
+def _replica_gpus(inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[int] | None) -> list[GpuInfo]:
+    """The GPUs one replica will likely get: the explicit ids, else the first N (same-model hosts)."""
+    if gpu_ids:
+        return [gpu for gpu in inventory.gpus if gpu.index in gpu_ids]
+    return inventory.gpus[:gpus_per_replica] if gpus_per_replica else []
+
+
 def run_preflight(
     *,
+    deployment_name: str,
     model: ModelFile,
     spec: BackendSpec,
     version: BackendVersion,
-    backend_parameters: list[str],
-    env: dict[str, str],
+    raw_backend_parameters: str | list[str],
+    raw_env: str | list[str] | dict[str, str],
     gpus_per_replica: int,
+    gpu_ids: list[int] | None,
     inventory: GpuInventory,
 ) -> list[dict[str, Any]]:
-    """Run doctor's checks; raise ``PreflightFailed`` on errors, return the other findings as JSON."""
+    """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
+
+    The parameters and env go in as the user typed them, so that doctor sees stray whitespace.
+    """
     try:
-        from modelyard.doctor.preflight import preflight_deployment  # type: ignore[import-not-found]
+        from modelyard.doctor.preflight import preflight_deployment
     except ImportError:
-        logger.debug("doctor preflight is not available; deploying without it")
+        logger.warning("doctor preflight is not available; deploying %s without it", deployment_name)
         return []
     from modelyard.doctor.findings import Severity
 
     findings = preflight_deployment(
-        model_path=model.path,
-        backend=spec,
+        deployment_name=deployment_name,
+        model_dir=model.path,
+        engine=spec.family,
         version=version,
-        backend_parameters=backend_parameters,
-        env=env,
-        gpus_per_replica=gpus_per_replica,
-        inventory=inventory,
+        backend_parameters=raw_backend_parameters,
+        env=raw_env,
+        gpus=_replica_gpus(inventory, gpus_per_replica, gpu_ids),
+        gpu_count=gpus_per_replica,
     )
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:
@@ -63,4 +76,5 @@ def run_preflight(
             hint=first.fix or None,
             findings=[finding.to_json() for finding in findings],
         )
-    return [finding.to_json() for finding in findings]
+    # Kept on the deployment: warnings only (info findings are for `modelyard doctor`).
+    return [finding.to_json() for finding in findings if finding.severity is Severity.WARNING]

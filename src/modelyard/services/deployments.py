@@ -168,12 +168,14 @@ def create_deployment(session: Session, request: DeploymentRequest, inventory: G
     check_launch(version, backend_parameters=parameters, env=env, gpu_count=gpus_per_replica)
     check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
     warnings = run_preflight(
+        deployment_name=name,
         model=model,
         spec=spec,
         version=version,
-        backend_parameters=parameters,
-        env=env,
+        raw_backend_parameters=request.backend_parameters,
+        raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
+        gpu_ids=gpu_ids,
         inventory=inventory,
     )
     deployment = Deployment(
