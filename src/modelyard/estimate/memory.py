@@ -1,0 +1,429 @@
+"""Will a model fit, and how many KV-cache tokens will the engine get? ``estimate_memory`` answers.
+
+Each engine splits GPU memory its own way:
+
+- vLLM: ``--gpu-memory-utilization`` (default 0.92 from 0.25, 0.9 before) is a fraction of TOTAL
+  memory for everything. KV cache = total x fraction - weights - peak activations - non-torch
+  memory - the CUDA-graph estimate (subtracted from 0.25). It refuses to start when total x
+  fraction exceeds the memory free at start, or when one sequence of ``--max-model-len`` does not
+  fit in the cache.
+- SGLang: ``--mem-fraction-static`` covers weights plus the KV pool, as a fraction of the memory
+  free before loading. KV pool = free x fraction - weights (hybrid linear-attention models give
+  0.9/1.9 of it to the recurrent-state pool). Activations and CUDA graphs live in the rest.
+
+Usage::
+
+    facts = read_model_facts(Path("/models/Qwen3-32B"))
+    estimate = estimate_memory(facts, "vllm", parse_gpu_specs("2x48GB"), ["--tensor-parallel-size 2"])
+    estimate.plan_on_total.kv_cache_tokens, estimate.plan_on_total.fits, estimate.recommended_memory_fraction
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from modelyard.errors import InvalidInput
+from modelyard.estimate.architecture import ModelShape, read_model_shape
+from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
+from modelyard.estimate.gpus import GIB, GpuSpec
+from modelyard.estimate.kv_cache import CacheShape, cache_shape, serving_dtype
+from modelyard.estimate.overheads import (
+    CUDA_CONTEXT_BYTES,
+    ENCODER_ACTIVATION_BYTES,
+    NON_TORCH_PARALLEL_EXTRA_BYTES,
+    VLLM_CUDA_GRAPH_BYTES,
+    activation_bytes,
+    batched_tokens_default,
+    max_sequences_default,
+    non_torch_bytes,
+    sglang_default_memory_fraction,
+)
+from modelyard.estimate.weights import (
+    WeightParts,
+    dtype_bytes,
+    parts_from_config,
+    parts_from_headers,
+    weight_bytes_per_gpu,
+)
+from modelyard.modeldir import ModelFacts
+
+logger = logging.getLogger(__name__)
+
+Basis = Literal["total", "free"]
+SGLANG_MAMBA_MEMORY_RATIO = 0.9
+# Above these the engine has too little room left for activation spikes under load.
+SAFE_MAX_FRACTION = {"vllm": 0.95, "sglang": 0.95}
+# vLLM's KV block size (tokens); SGLang's default page size is 1.
+VLLM_BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The outcome on one basis: ``total`` (an idle GPU) or ``free`` (the GPU as it is now)."""
+
+    basis: Basis
+    gpu_memory_bytes: int
+    budget_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    fits: bool
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Everything ``modelyard estimate`` prints, per GPU of the largest share."""
+
+    engine: str
+    gpu: GpuSpec
+    gpu_count: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    context_tokens: int
+    memory_knob: str
+    memory_fraction: float
+    memory_fraction_is_default: bool
+    weights_bytes: int
+    weights_source: str
+    cache: CacheShape
+    activation_bytes: int
+    cuda_graph_bytes: int
+    non_torch_bytes: int
+    encoder_loaded: bool
+    plan_on_total: MemoryPlan
+    plan_on_free: MemoryPlan | None
+    recommended_memory_fraction: float | None
+    max_context_tokens_at_safe_fraction: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        plan = self.plan_on_free or self.plan_on_total
+        return plan.fits
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fits"] = self.fits
+        return data
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    shape: ModelShape
+    arguments: EngineArguments
+    parts: WeightParts
+    cache: CacheShape
+    gpu: GpuSpec
+    weights_bytes: int
+    activation_bytes: int
+    cuda_graph_bytes: int
+    non_torch_bytes: int
+    context_tokens: int
+    fraction: float
+    fraction_is_default: bool
+    encoder_loaded: bool
+    multimodal: bool
+
+
+def _version_before(version: str | None, limit: tuple[int, int]) -> bool:
+    if not version:
+        return False
+    numbers = [int(part) for part in version.split(".")[:2] if part.isdigit()]
+    return len(numbers) == 2 and (numbers[0], numbers[1]) < limit
+
+
+def _weight_parts(model: ModelFacts, shape: ModelShape) -> WeightParts:
+    if model.weights is not None and model.weights.total_bytes > 0:
+        return parts_from_headers(model.weights)
+    return parts_from_config(shape, model.dtype, model.quantization_config)
+
+
+def _prepare(
+    model: ModelFacts, engine: str, gpus: Sequence[GpuSpec], parameters: Sequence[str], version: str | None
+) -> _Inputs:
+    arguments = parse_engine_arguments(engine, parameters)
+    if not gpus:
+        raise InvalidInput("no GPU to estimate for", hint="give --gpus COUNTxSIZE, e.g. --gpus 2x48GB")
+    if arguments.gpus_per_replica > len(gpus):
+        raise InvalidInput(
+            f"tensor x pipeline parallel = {arguments.gpus_per_replica} GPUs, but {len(gpus)} given",
+            hint="give as many GPUs as TP x PP, or lower the parallel sizes",
+        )
+    shape = read_model_shape(model.config)
+    if shape.layer_count == 0 or shape.hidden_size == 0:
+        raise InvalidInput(
+            f"config.json of {model.directory} has no num_hidden_layers/hidden_size",
+            hint="the estimator reads the text model's shape from config.json (text_config if multimodal)",
+        )
+    group = list(gpus[: arguments.gpus_per_replica])
+    gpu = min(
+        group, key=lambda spec: (spec.memory_free_bytes or spec.memory_total_bytes, spec.memory_total_bytes)
+    )
+    parts = _weight_parts(model, shape)
+    multimodal = parts.encoder_bytes > 0 or shape.encoder_parameter_count > 0
+    encoder_loaded = multimodal and not arguments.language_only
+    weights = weight_bytes_per_gpu(
+        parts,
+        shape.layer_count,
+        arguments.tensor_parallel,
+        arguments.pipeline_parallel,
+        load_encoder=encoder_loaded,
+        load_mtp=arguments.speculative_mtp,
+    )
+    cache = cache_shape(shape, model.model_type, model.dtype, model.quantization_config, arguments)
+    serving_bytes = dtype_bytes(serving_dtype(model.dtype, arguments.dtype))
+    batched = arguments.batched_tokens or batched_tokens_default(engine, gpu.memory_total_bytes, gpu.name)
+    sequences = arguments.max_sequences or max_sequences_default(
+        "vllm", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
+    )
+    activations = activation_bytes(shape, batched, sequences, serving_bytes, arguments.tensor_parallel)
+    if encoder_loaded:
+        activations += ENCODER_ACTIVATION_BYTES
+    legacy_vllm = engine == "vllm" and _version_before(version, (0, 25))
+    graphs = 0 if arguments.enforce_eager or engine != "vllm" or legacy_vllm else VLLM_CUDA_GRAPH_BYTES
+    context = arguments.context_tokens or shape.max_position_embeddings or 4096
+    if arguments.memory_fraction is not None:
+        fraction, is_default = arguments.memory_fraction, False
+    elif engine == "vllm":
+        fraction, is_default = (0.9 if legacy_vllm else 0.92), True
+    else:
+        encoder_shape = _encoder_layers_hidden(model.config) if encoder_loaded else None
+        graph_batch = arguments.cuda_graph_max_batch or max_sequences_default(
+            "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
+        )
+        fraction = sglang_default_memory_fraction(
+            gpu.memory_total_bytes,
+            arguments.tensor_parallel,
+            arguments.pipeline_parallel,
+            batched,
+            graph_batch,
+            not arguments.enforce_eager,
+            encoder_shape,
+        )
+        is_default = True
+    return _Inputs(
+        shape=shape,
+        arguments=arguments,
+        parts=parts,
+        cache=cache,
+        gpu=gpu,
+        weights_bytes=weights,
+        activation_bytes=activations,
+        cuda_graph_bytes=graphs,
+        non_torch_bytes=non_torch_bytes(arguments.gpus_per_replica),
+        context_tokens=context,
+        fraction=fraction,
+        fraction_is_default=is_default,
+        encoder_loaded=encoder_loaded,
+        multimodal=multimodal,
+    )
+
+
+def _encoder_layers_hidden(config: dict[str, Any]) -> tuple[int, int] | None:
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return None
+    layers = vision.get("depth") or vision.get("num_hidden_layers") or 24
+    hidden = vision.get("hidden_size") or vision.get("embed_dim") or 1024
+    return (int(layers), int(hidden))
+
+
+def _vllm_hybrid_tokens(
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, state_blocks_per_sequence: int
+) -> tuple[int, float]:
+    """vLLM pages hybrid models with one page size: attention blocks grow until a layer's block is
+    as large as one layer's recurrent state; layers form groups of equal size; each sequence needs
+    its context's attention blocks plus ``state_blocks_per_sequence`` blocks per state group."""
+    attention_layers, linear_layers = cache.attention_layer_count, cache.linear_layer_count
+    per_token_layer = cache.kv_bytes_per_token_per_layer
+    if not attention_layers or not per_token_layer:
+        concurrency = kv_cache_bytes / max(cache.state_bytes_per_sequence, 1)
+        return int(concurrency * context_tokens), concurrency
+    block_tokens = max(VLLM_BLOCK_TOKENS, math.ceil(cache.state_bytes_per_layer / per_token_layer / 16) * 16)
+    page_bytes = block_tokens * per_token_layer
+    group_size = min(attention_layers, linear_layers)
+    if max(attention_layers, linear_layers) < 1.5 * group_size:
+        group_size = max(attention_layers, linear_layers)
+    attention_groups = math.ceil(attention_layers / group_size)
+    state_groups = math.ceil(linear_layers / group_size)
+    blocks = kv_cache_bytes // (page_bytes * group_size)
+    per_sequence = attention_groups * math.ceil(context_tokens / block_tokens)
+    per_sequence += state_groups * state_blocks_per_sequence
+    concurrency = blocks / per_sequence
+    return int(concurrency * context_tokens), concurrency
+
+
+def kv_tokens_from_bytes(
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool = True
+) -> tuple[int, float]:
+    """KV tokens and max concurrency at ``context_tokens`` that ``kv_cache_bytes`` hold on one GPU.
+
+    Tokens are counted as the engines log them: vLLM's "GPU KV cache size" (whole 16-token
+    blocks; for models with per-sequence state, concurrency x context), SGLang's
+    ``max_total_num_tokens`` (full-attention tokens of the KV pool, after the recurrent-state
+    pool took its share).
+    """
+    if kv_cache_bytes <= 0:
+        return 0, 0.0
+    if engine == "sglang":
+        pool = kv_cache_bytes
+        if cache.state_bytes_per_sequence:
+            pool = int(kv_cache_bytes / (1 + SGLANG_MAMBA_MEMORY_RATIO))
+        per_token = cache.kv_bytes_per_token + cache.sliding_bytes_per_token
+        tokens = pool // per_token if per_token else 0
+        return int(tokens), tokens / context_tokens if context_tokens else 0.0
+    if cache.state_bytes_per_sequence:
+        return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, 2 if prefix_caching else 1)
+    per_sequence = cache.sequence_bytes(context_tokens)
+    concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
+    if cache.sliding_bytes_per_token:
+        return int(concurrency * context_tokens), concurrency
+    blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)
+    tokens = int(blocks * VLLM_BLOCK_TOKENS)
+    return tokens, tokens / context_tokens if context_tokens else 0.0
+
+
+def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> MemoryPlan:
+    total = inputs.gpu.memory_total_bytes
+    fraction = inputs.fraction
+    problem: str | None = None
+    if engine == "vllm":
+        budget = math.ceil(total * fraction)
+        if basis == "free" and memory_bytes < budget:
+            problem = (
+                f"vLLM asks for {fraction} x {total / GIB:.1f} GiB = {budget / GIB:.1f} GiB but only "
+                f"{memory_bytes / GIB:.1f} GiB is free now"
+            )
+        overhead = (
+            inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes + inputs.cuda_graph_bytes
+        )
+        kv_bytes = inputs.arguments.kv_cache_memory_bytes or budget - overhead
+    else:
+        parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.arguments.gpus_per_replica > 1 else 0
+        free_before = (total if basis == "total" else memory_bytes) - CUDA_CONTEXT_BYTES - parallel_buffers
+        budget = int(free_before * fraction)
+        kv_bytes = budget - inputs.weights_bytes
+    tokens, concurrency = kv_tokens_from_bytes(
+        inputs.cache, kv_bytes, inputs.context_tokens, engine, prefix_caching=inputs.arguments.prefix_caching
+    )
+    if inputs.arguments.max_total_tokens:
+        tokens = min(tokens, inputs.arguments.max_total_tokens)
+    if problem is None and kv_bytes <= 0:
+        problem = (
+            f"weights ({inputs.weights_bytes / GIB:.1f} GiB per GPU) and overheads leave no memory for the "
+            f"KV cache under {inputs.arguments.memory_knob} {fraction}"
+        )
+    elif problem is None and concurrency < 1:
+        problem = (
+            f"one sequence of {inputs.context_tokens:,} tokens needs "
+            f"{inputs.cache.sequence_bytes(inputs.context_tokens) / GIB:.2f} GiB of KV cache per GPU, "
+            f"{max(kv_bytes, 0) / GIB:.2f} GiB is available ({tokens:,} tokens)"
+        )
+    return MemoryPlan(
+        basis=basis,
+        gpu_memory_bytes=memory_bytes,
+        budget_bytes=budget,
+        kv_cache_bytes=max(kv_bytes, 0),
+        kv_cache_tokens=tokens,
+        max_concurrency=round(concurrency, 2),
+        fits=problem is None,
+        problem=problem,
+    )
+
+
+def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences: float = 1.0) -> float:
+    """The smallest memory fraction that holds ``sequences`` sequences of the context."""
+    need = inputs.cache.sequence_bytes(inputs.context_tokens) * sequences
+    total = inputs.gpu.memory_total_bytes
+    if engine == "vllm":
+        overhead = (
+            inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes + inputs.cuda_graph_bytes
+        )
+        need += VLLM_BLOCK_TOKENS * inputs.cache.kv_bytes_per_token
+        return (overhead + need) / total
+    if inputs.cache.state_bytes_per_sequence:
+        need = int(inputs.cache.kv_bytes_per_token * inputs.context_tokens * (1 + SGLANG_MAMBA_MEMORY_RATIO))
+    free_before = memory_bytes - CUDA_CONTEXT_BYTES
+    return (inputs.weights_bytes + need) / free_before
+
+
+def _max_context(inputs: _Inputs, engine: str, fraction: float) -> int:
+    """The longest context one sequence can have at ``fraction`` (binary search on the plan)."""
+    low, high = 0, max(inputs.context_tokens, inputs.shape.max_position_embeddings or 0, 1) * 4
+    for _ in range(40):
+        if low >= high:
+            break
+        middle = (low + high + 1) // 2
+        probe = replace(inputs, fraction=fraction, context_tokens=middle)
+        if _plan(probe, engine, "total", probe.gpu.memory_total_bytes).fits:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def estimate_memory(
+    model: ModelFacts,
+    engine: str,
+    gpus: list[GpuSpec],
+    backend_parameters: list[str],
+    *,
+    engine_version: str | None = None,
+) -> MemoryEstimate:
+    """Estimate weights, KV cache and overheads per GPU of one replica, on an idle GPU (total
+    memory) and, when the GPUs' free memory is known, on the GPUs as they are now."""
+    inputs = _prepare(model, engine, gpus, backend_parameters, engine_version)
+    gpu = inputs.gpu
+    on_total = _plan(inputs, engine, "total", gpu.memory_total_bytes)
+    on_free = (
+        _plan(inputs, engine, "free", gpu.memory_free_bytes) if gpu.memory_free_bytes is not None else None
+    )
+    safe = SAFE_MAX_FRACTION[engine]
+    reference_bytes = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
+    needed = _fraction_needed(inputs, engine, reference_bytes)
+    if engine == "vllm" and gpu.memory_free_bytes is not None:
+        safe = min(safe, gpu.memory_free_bytes / gpu.memory_total_bytes)
+    recommended: float | None = None
+    if needed <= safe:
+        recommended = max(
+            math.ceil(needed * 100) / 100, inputs.fraction if (on_free or on_total).fits else 0.0
+        )
+        recommended = min(recommended, safe)
+    source = "safetensors headers" if inputs.parts.source == "headers" else "config.json (computed)"
+    notes = [f"weights from {source}"]
+    if inputs.cache.state_bytes_per_sequence:
+        notes.append(
+            f"hybrid linear attention: {inputs.shape.count('linear')} of {inputs.shape.layer_count} layers "
+            f"keep a fixed state ({inputs.cache.state_bytes_per_sequence / (1 << 20):.1f} MiB per sequence "
+            f"per GPU, {inputs.cache.state_dtype})"
+        )
+    if inputs.encoder_loaded:
+        notes.append("multimodal encoder loaded (turn it off with language-only flags to save memory)")
+    return MemoryEstimate(
+        engine=engine,
+        gpu=gpu,
+        gpu_count=inputs.arguments.gpus_per_replica,
+        tensor_parallel=inputs.arguments.tensor_parallel,
+        pipeline_parallel=inputs.arguments.pipeline_parallel,
+        context_tokens=inputs.context_tokens,
+        memory_knob=inputs.arguments.memory_knob,
+        memory_fraction=inputs.fraction,
+        memory_fraction_is_default=inputs.fraction_is_default,
+        weights_bytes=inputs.weights_bytes,
+        weights_source=inputs.parts.source,
+        cache=inputs.cache,
+        activation_bytes=inputs.activation_bytes,
+        cuda_graph_bytes=inputs.cuda_graph_bytes,
+        non_torch_bytes=inputs.non_torch_bytes,
+        encoder_loaded=inputs.encoder_loaded,
+        plan_on_total=on_total,
+        plan_on_free=on_free,
+        recommended_memory_fraction=recommended,
+        max_context_tokens_at_safe_fraction=_max_context(inputs, engine, SAFE_MAX_FRACTION[engine]),
+        notes=notes,
+    )

@@ -1,0 +1,113 @@
+"""Engine memory that is neither weights nor KV cache: activations, CUDA graphs, runtime buffers.
+
+These are models, not measurements; each constant says where it comes from. Activations scale
+with the batched-token budget the engine profiles at (vLLM's ``--max-num-batched-tokens``, SGLang's
+``--chunked-prefill-size``) and with the sampler's logits for the largest batch of sequences.
+"""
+
+from __future__ import annotations
+
+from modelyard.estimate.architecture import ModelShape
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# CUDA context, cuBLAS workspace and allocator slack outside torch, one GPU (vLLM logs report
+# "non_torch_memory" of 0.2-0.4 GiB on one GPU); NCCL and custom all-reduce buffers add about
+# 0.4 GiB per GPU once tensor or pipeline parallelism is on.
+NON_TORCH_SINGLE_GPU_BYTES = int(0.35 * GIB)
+NON_TORCH_PARALLEL_EXTRA_BYTES = int(0.4 * GIB)
+# The CUDA context torch creates before an engine measures free memory.
+CUDA_CONTEXT_BYTES = int(0.5 * GIB)
+# vLLM >= 0.25 subtracts its CUDA-graph estimate from the KV budget; typical captures hold
+# 0.2-0.8 GiB ("Estimated CUDA graph memory" in its logs).
+VLLM_CUDA_GRAPH_BYTES = int(0.5 * GIB)
+# Activations of a multimodal encoder's profile run (one image of the largest size), roughly.
+ENCODER_ACTIVATION_BYTES = int(1.0 * GIB)
+
+
+def batched_tokens_default(engine: str, memory_total_bytes: int, gpu_name: str) -> int:
+    """vLLM: 8192 on GPUs with >= 70 GiB (not A100), else 2048 (``vllm serve``). SGLang's chunked
+    prefill size: 2048 below 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above."""
+    gib = memory_total_bytes / GIB
+    if engine == "vllm":
+        return 8192 if gib >= 70 and "a100" not in gpu_name.lower() else 2048
+    if gib < 35:
+        return 2048
+    if gib < 60:
+        return 4096
+    return 8192 if gib < 160 else 16384
+
+
+def max_sequences_default(engine: str, memory_total_bytes: int, gpu_name: str, tensor_parallel: int) -> int:
+    """vLLM's ``--max-num-seqs`` default (1024 on H100-class, else 256). For SGLang, the decode
+    CUDA-graph batch limit (``--cuda-graph-max-bs``), which also bounds its reserve."""
+    gib = memory_total_bytes / GIB
+    if engine == "vllm":
+        return 1024 if gib >= 70 and "a100" not in gpu_name.lower() else 256
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 24 if tensor_parallel < 4 else 80
+    if gib < 60:
+        return 32 if tensor_parallel < 4 else 160
+    return 256 if tensor_parallel < 4 else 512
+
+
+def activation_bytes(
+    shape: ModelShape, batched_tokens: int, sequences: int, dtype_bytes: float, tensor_parallel: int
+) -> int:
+    """Peak activation memory of one forward pass over ``batched_tokens`` tokens, plus the sampler's
+    float32 logits (and their softmax copies) for ``sequences`` sequences.
+
+    Calibrated on vLLM's memory-profiling logs of Llama-3.1-8B (vllm-project/vllm#10517: 2.07 GiB
+    at 20,000 tokens, 2.99 GiB at 29,000): about 4 x hidden + 2 x MLP width values per token."""
+    hidden = shape.hidden_size
+    attention = (shape.attention_heads + 2 * shape.key_value_heads) * shape.head_dim / tensor_parallel
+    if shape.is_moe:
+        mlp = 2 * shape.experts_per_token * shape.expert_intermediate_size / tensor_parallel + hidden
+    else:
+        mlp = 2 * shape.intermediate_size / tensor_parallel
+    per_token = dtype_bytes * (4 * hidden + attention / 4 + mlp)
+    logits = min(sequences, batched_tokens) * shape.vocabulary_size * 4 * 3
+    return int(batched_tokens * per_token + logits)
+
+
+def non_torch_bytes(gpus_per_replica: int) -> int:
+    return NON_TORCH_SINGLE_GPU_BYTES + (NON_TORCH_PARALLEL_EXTRA_BYTES if gpus_per_replica > 1 else 0)
+
+
+def _prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """SGLang's prefill CUDA-graph sizes up to the chunked-prefill size (8 MiB reserved each)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64)]
+    sizes += [*range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return [size for size in sizes if size <= max_tokens]
+
+
+def sglang_default_memory_fraction(
+    memory_total_bytes: int,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    chunked_prefill_tokens: int,
+    cuda_graph_max_batch: int,
+    cuda_graphs: bool,
+    encoder_layers_hidden: tuple[int, int] | None,
+) -> float:
+    """SGLang 0.5.x's ``--mem-fraction-static`` default (server_args ``_handle_gpu_memory_settings``):
+    reserve 512 MiB + 1.5 MiB per chunked-prefill token + 1 GiB per 8 GPUs + 2 MiB per decode
+    CUDA-graph batch size + 8 MiB per prefill CUDA-graph size, at least 10 GiB on GPUs above 60 GiB; vision models then scale it by
+    0.95 and by the encoder's size relative to a ViT-L."""
+    gpu_mib = memory_total_bytes / MIB
+    reserved_mib = 512 + max(chunked_prefill_tokens, 2048) * 1.5
+    reserved_mib += tensor_parallel * pipeline_parallel / 8 * 1024
+    if cuda_graphs:
+        reserved_mib += cuda_graph_max_batch * 2 + len(_prefill_graph_sizes(chunked_prefill_tokens)) * 8
+    if gpu_mib > 60 * 1024:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    fraction = round((gpu_mib - reserved_mib) / gpu_mib, 3)
+    if encoder_layers_hidden is not None:
+        layers, hidden = encoder_layers_hidden
+        complexity = layers * hidden**2 / (24 * 1024**2)
+        factor = max(0.8, min(1.05, 1.0 - 0.1 * (complexity - 1.0)))
+        fraction = fraction * 0.95 * factor
+    return fraction

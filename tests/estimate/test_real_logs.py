@@ -1,0 +1,78 @@
+"""The estimator against KV-cache sizes that vLLM and SGLang logged at startup (tests/estimate/fixtures).
+
+Two measures per fixture, printed with ``pytest -s``:
+- tokens: given the KV memory the engine logged, the tokens we compute must be within 5% of the
+  tokens it logged (this checks the per-token and per-sequence model: layers, heads, TP, dtypes,
+  hybrid paging);
+- available memory: where the fixture has everything the engine saw (GPU, flags, weights), our
+  prediction of the KV memory itself, reported against the log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from modelyard.estimate import estimate_memory, kv_tokens_from_bytes, parse_gpu_specs
+from modelyard.modeldir import read_model_facts
+
+from .engine_logs import GIB, Fixture, all_fixtures
+
+FIXTURES = all_fixtures()
+TOKEN_TOLERANCE = 0.05
+# Predicting the memory itself involves the engine's activation profile and allocator; we hold it
+# to 15% and report the figure.
+MEMORY_TOLERANCE = 0.15
+
+
+def _estimate(fixture: Fixture) -> object:
+    facts = read_model_facts(fixture.config_path)
+    return estimate_memory(
+        facts,
+        fixture.engine,
+        parse_gpu_specs(fixture.gpu),
+        [*fixture.arguments, *fixture.implied_arguments],
+        engine_version=fixture.engine_version,
+    )
+
+
+def test_there_are_enough_fixtures_across_engines_with_a_hybrid_model() -> None:
+    engines = {fixture.engine for fixture in FIXTURES}
+    hybrids = [fixture for fixture in FIXTURES if "hybrid" in fixture.name]
+    assert len(FIXTURES) >= 6 and engines == {"vllm", "sglang"} and hybrids
+    assert all(fixture.source_url.startswith("https://github.com/") for fixture in FIXTURES)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[fixture.name for fixture in FIXTURES])
+def test_kv_tokens_from_logged_memory_within_5_percent(fixture: Fixture) -> None:
+    estimate = _estimate(fixture)
+    context = fixture.logged.context_tokens or estimate.context_tokens  # type: ignore[attr-defined]
+    arguments_text = " ".join(fixture.arguments)
+    tokens, _ = kv_tokens_from_bytes(
+        estimate.cache,  # type: ignore[attr-defined]
+        fixture.logged.memory_bytes,
+        context,
+        fixture.engine,
+        prefix_caching="--no-enable-prefix-caching" not in arguments_text,
+    )
+    error = tokens / fixture.logged.tokens - 1
+    print(
+        f"\n{fixture.name}: logged {fixture.logged.tokens:,} tokens in "
+        f"{fixture.logged.memory_bytes / GIB:.2f} GiB, computed {tokens:,} ({error:+.2%})"
+    )
+    assert abs(error) <= TOKEN_TOLERANCE
+
+
+PREDICTED = [fixture for fixture in FIXTURES if fixture.predict_available_memory]
+
+
+@pytest.mark.parametrize("fixture", PREDICTED, ids=[fixture.name for fixture in PREDICTED])
+def test_predicted_kv_memory_against_the_log(fixture: Fixture) -> None:
+    estimate = _estimate(fixture)
+    predicted = estimate.plan_on_total.kv_cache_bytes  # type: ignore[attr-defined]
+    error = predicted / fixture.logged.memory_bytes - 1
+    print(
+        f"\n{fixture.name}: logged KV memory {fixture.logged.memory_bytes / GIB:.2f} GiB, "
+        f"predicted {predicted / GIB:.2f} GiB ({error:+.2%}); weights "
+        f"{estimate.weights_bytes / GIB:.2f} GiB, activations {estimate.activation_bytes / GIB:.2f} GiB"  # type: ignore[attr-defined]
+    )
+    assert abs(error) <= MEMORY_TOLERANCE
