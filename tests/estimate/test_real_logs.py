@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelyard.estimate import estimate_memory, kv_tokens_from_bytes, parse_gpu_specs
+from modelyard.estimate import MemoryEstimate, estimate_memory, kv_tokens_from_bytes, parse_gpu_specs
 from modelyard.modeldir import read_model_facts
 
 from .engine_logs import GIB, Fixture, all_fixtures
@@ -24,7 +24,7 @@ TOKEN_TOLERANCE = 0.05
 MEMORY_TOLERANCE = 0.15
 
 
-def _estimate(fixture: Fixture) -> object:
+def _estimate(fixture: Fixture) -> MemoryEstimate:
     facts = read_model_facts(fixture.config_path)
     return estimate_memory(
         facts,
@@ -45,10 +45,10 @@ def test_there_are_enough_fixtures_across_engines_with_a_hybrid_model() -> None:
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[fixture.name for fixture in FIXTURES])
 def test_kv_tokens_from_logged_memory_within_5_percent(fixture: Fixture) -> None:
     estimate = _estimate(fixture)
-    context = fixture.logged.context_tokens or estimate.context_tokens  # type: ignore[attr-defined]
+    context = fixture.logged.context_tokens or estimate.context_tokens
     arguments_text = " ".join(fixture.arguments)
     tokens, _ = kv_tokens_from_bytes(
-        estimate.cache,  # type: ignore[attr-defined]
+        estimate.cache,
         fixture.logged.memory_bytes,
         context,
         fixture.engine,
@@ -68,11 +68,11 @@ PREDICTED = [fixture for fixture in FIXTURES if fixture.predict_available_memory
 @pytest.mark.parametrize("fixture", PREDICTED, ids=[fixture.name for fixture in PREDICTED])
 def test_predicted_kv_memory_against_the_log(fixture: Fixture) -> None:
     estimate = _estimate(fixture)
-    predicted = estimate.plan_on_total.kv_cache_bytes  # type: ignore[attr-defined]
+    predicted = estimate.plan_on_total.kv_cache_bytes
     error = predicted / fixture.logged.memory_bytes - 1
     print(
         f"\n{fixture.name}: logged KV memory {fixture.logged.memory_bytes / GIB:.2f} GiB, "
         f"predicted {predicted / GIB:.2f} GiB ({error:+.2%}); weights "
-        f"{estimate.weights_bytes / GIB:.2f} GiB, activations {estimate.activation_bytes / GIB:.2f} GiB"  # type: ignore[attr-defined]
+        f"{estimate.weights_bytes / GIB:.2f} GiB, activations {estimate.activation_bytes / GIB:.2f} GiB"
     )
     assert abs(error) <= MEMORY_TOLERANCE

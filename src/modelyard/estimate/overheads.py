@@ -95,8 +95,8 @@ def sglang_default_memory_fraction(
 ) -> float:
     """SGLang 0.5.x's ``--mem-fraction-static`` default (server_args ``_handle_gpu_memory_settings``):
     reserve 512 MiB + 1.5 MiB per chunked-prefill token + 1 GiB per 8 GPUs + 2 MiB per decode
-    CUDA-graph batch size + 8 MiB per prefill CUDA-graph size, at least 10 GiB on GPUs above 60 GiB; vision models then scale it by
-    0.95 and by the encoder's size relative to a ViT-L."""
+    CUDA-graph batch size + 8 MiB per prefill CUDA-graph size, at least 10 GiB on GPUs above
+    60 GiB; vision models then scale it by 0.95 and by the encoder's size relative to a ViT-L."""
     gpu_mib = memory_total_bytes / MIB
     reserved_mib = 512 + max(chunked_prefill_tokens, 2048) * 1.5
     reserved_mib += tensor_parallel * pipeline_parallel / 8 * 1024
