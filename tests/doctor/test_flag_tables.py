@@ -1,0 +1,112 @@
+"""The committed flag tables against flags checked by hand in the engines' own source.
+
+Each expectation below was read from the wheel's source (file named in the comment), not from
+the table, so a regression in ``scripts/extract_engine_flags.py`` shows up here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from modelyard.backends.flag_tables import available_versions, load_flag_table, nearest_version
+
+
+def _table(engine: str, version: str):  # type: ignore[no-untyped-def]
+    table = load_flag_table(engine, version)
+    assert table is not None
+    return table
+
+
+@pytest.mark.parametrize(("version", "default"), [("0.19.1", 0.9), ("0.25.0", 0.92), ("0.33.0", 0.92)])
+def test_vllm_gpu_memory_utilization_default_per_version(version: str, default: float) -> None:
+    # vllm/config/cache.py: gpu_memory_utilization: float = Field(default=0.9 / 0.92, ...)
+    spec = _table("vllm", version).lookup("--gpu-memory-utilization")
+    assert spec is not None
+    assert (spec.type, spec.takes_value, spec.default) == ("float", "one", default)
+
+
+def test_vllm_tensor_parallel_size_has_the_tp_alias() -> None:
+    # vllm/engine/arg_utils.py: add_argument("--tensor-parallel-size", "-tp", **parallel_kwargs[...])
+    table = _table("vllm", "0.19.1")
+    spec = table.lookup("-tp")
+    assert spec is not None and spec.name == "--tensor-parallel-size"
+    assert (spec.type, spec.default) == ("int", 1)
+
+
+def test_vllm_dtype_choices_come_from_the_literal_type() -> None:
+    # vllm/config/model.py: ModelDType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
+    spec = _table("vllm", "0.33.0").lookup("--dtype")
+    assert spec is not None
+    assert spec.choices == ("auto", "half", "float16", "bfloat16", "float", "float32")
+    assert spec.default == "auto"
+
+
+def test_vllm_boolean_flags_have_no_forms_and_underscores_are_accepted() -> None:
+    table = _table("vllm", "0.25.0")
+    spec = table.lookup("--no-enable-prefix-caching")
+    assert spec is not None and spec.name == "--enable-prefix-caching" and spec.type == "bool"
+    assert table.lookup("--enable_prefix_caching") is spec  # FlexibleArgumentParser turns _ into -
+
+
+def test_vllm_dataclass_flags_take_json_and_dotted_keys() -> None:
+    # --speculative-config is a SpeculativeConfig dataclass field: parsed from JSON
+    table = _table("vllm", "0.33.0")
+    spec = table.lookup("--speculative-config")
+    assert spec is not None and spec.type == "json"
+    assert table.lookup("--speculative-config.method") is spec
+
+
+def test_sglang_mamba_strategy_renamed_between_versions() -> None:
+    # 0.5.10.post1 server_args.py: --mamba-scheduler-strategy with MAMBA_SCHEDULER_STRATEGY_CHOICES
+    old = _table("sglang", "0.5.10.post1").lookup("--mamba-scheduler-strategy")
+    assert old is not None and old.choices == ("auto", "no_buffer", "extra_buffer") and old.default == "auto"
+    # 0.5.18 server_args.py: DeprecatedAliasStoreAction with new_flag="--mamba-radix-cache-strategy"
+    alias = _table("sglang", "0.5.18").lookup("--mamba-scheduler-strategy")
+    assert alias is not None and alias.deprecated and alias.renamed_to == "--mamba-radix-cache-strategy"
+    # 0.5.21 and later: the old name is gone
+    assert _table("sglang", "0.5.21").lookup("--mamba-scheduler-strategy") is None
+    assert _table("sglang", "0.5.23").lookup("--mamba-radix-cache-strategy") is not None
+
+
+def test_sglang_tensor_parallel_flag_from_argparse_and_from_annotated_fields() -> None:
+    # 0.5.10.post1: add_argument("--tensor-parallel-size", "--tp-size", type=int, default=ServerArgs.tp_size)
+    old = _table("sglang", "0.5.10.post1").lookup("--tp-size")
+    assert old is not None and old.name == "--tensor-parallel-size" and (old.type, old.default) == ("int", 1)
+    # 0.5.23 arg_groups/fields/parallel.py: tp_size: A[int, Arg(aliases=["--tensor-parallel-size"])] = 1
+    new = _table("sglang", "0.5.23").lookup("--tensor-parallel-size")
+    assert new is not None and new.name == "--tp-size" and (new.type, new.default) == ("int", 1)
+
+
+def test_parser_names_per_version_include_the_qwen36_parsers() -> None:
+    for engine, version in [
+        ("vllm", "0.19.1"),
+        ("vllm", "0.33.0"),
+        ("sglang", "0.5.10.post1"),
+        ("sglang", "0.5.23"),
+    ]:
+        table = _table(engine, version)
+        assert "qwen3" in table.reasoning_parsers
+        assert "qwen3_coder" in table.tool_call_parsers
+        spec = table.lookup("--tool-call-parser")
+        assert spec is not None and spec.choices is not None and "qwen3_coder" in spec.choices
+    # sglang 0.5.23 server_args.py: choices=["auto"] + tool_call_parser_choices
+    choices = _table("sglang", "0.5.23").lookup("--tool-call-parser").choices  # type: ignore[union-attr]
+    assert choices is not None and choices[0] == "auto"
+
+
+def test_environment_variables_per_version() -> None:
+    assert "VLLM_LOGGING_LEVEL" in _table("vllm", "0.33.0").env_vars
+    assert "SGLANG_ENABLE_SPEC_V2" in _table("sglang", "0.5.10.post1").env_vars
+    # 0.5.18 only reads it to warn "SGLANG_ENABLE_SPEC_V2 has been removed"; 0.5.23 not at all.
+    assert "SGLANG_ENABLE_SPEC_V2" in _table("sglang", "0.5.18").deprecated_env_vars
+    newest = _table("sglang", "0.5.23")
+    assert "SGLANG_ENABLE_SPEC_V2" not in newest.env_vars
+    assert "SGLANG_ENABLE_SPEC_V2" not in newest.deprecated_env_vars
+
+
+def test_a_version_without_a_table_gets_the_nearest_older_one_flagged() -> None:
+    table = _table("vllm", "0.26.0")
+    assert (table.version, table.requested_version, table.exact) == ("0.25.0", "0.26.0", False)
+    assert nearest_version("sglang", "0.5.1") == "0.5.10.post1"  # older than all: the oldest
+    assert load_flag_table("transformers", "5.24") is None
+    assert available_versions("vllm") == ("0.19.1", "0.25.0", "0.33.0")
