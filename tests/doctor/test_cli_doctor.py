@@ -277,3 +277,31 @@ def test_no_server_fails_with_a_clear_message(tmp_path: Path) -> None:
     code, _, output = run_doctor("--deployment", "tiny", data_dir=tmp_path, url="http://127.0.0.1:9")
     assert code == 1
     assert "no modelyard server" in output
+
+
+# -- every check id has its doc entry --------------------------------------------------------------
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DOCTOR_SOURCES = [
+    "host.py",
+    "checkup.py",
+    "model_directory.py",
+    "log_signatures.py",
+    "verify.py",
+]
+
+
+def test_every_check_id_has_a_doc_entry() -> None:
+    import re
+
+    pattern = re.compile(r"\"((?:host|model|log|verify)\.[a-z0-9-]+)\"")
+    ids: set[str] = set()
+    for name in DOCTOR_SOURCES:
+        ids |= set(pattern.findall((REPOSITORY / "src" / "modelyard" / "doctor" / name).read_text()))
+    assert len(ids) > 40
+    missing = []
+    for check_id in sorted(ids):
+        page = REPOSITORY / "docs" / "doctor" / f"{check_id.split('.')[0]}.md"
+        if f"\n## {check_id}\n" not in page.read_text():
+            missing.append(check_id)
+    assert missing == []
