@@ -1,9 +1,124 @@
-"""CLI: estimate commands (placeholder until its owner fills it in)."""
+"""``modelyard estimate MODEL_DIR --gpus 2x48GB --backend vllm --args "..."``: will it fit?
+
+Prints weights, KV cache and overheads per GPU, the KV tokens and concurrency at the context, and
+the memory knob to use, on an idle GPU and (for this host's GPUs) on the GPUs as they are now.
+Exit status 1 when the requested context does not fit.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from modelyard.cli.context import stderr, stdout
+from modelyard.cli.output import print_fields, print_json, print_table
+from modelyard.errors import InvalidInput
+from modelyard.estimate import MemoryEstimate, estimate_memory, gpu_specs_from_inventory, parse_gpu_specs
+from modelyard.estimate.findings import memory_findings
+from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.modeldir import read_model_facts
+
+GIB = 1 << 30
+
+
+def _gib(size_bytes: int) -> str:
+    return f"{size_bytes / GIB:.2f} GiB"
+
+
+def _mib(size_bytes: int) -> str:
+    return f"{size_bytes / (1 << 20):.1f} MiB" if size_bytes < GIB else _gib(size_bytes)
+
+
+def estimate_command(
+    model: Path = typer.Argument(
+        ..., help="A model directory, or a config.json (weights need not be there)."
+    ),
+    gpus: str | None = typer.Option(
+        None,
+        "--gpus",
+        help="GPUs to plan for, e.g. 2x48GB, 4xH100, 1x80GiB. Default: this host's GPUs (NVML).",
+    ),
+    backend: str = typer.Option("vllm", "--backend", help="vllm or sglang."),
+    args: list[str] = typer.Option(
+        [], "--args", help="Backend parameters, as given to the engine (repeat or quote several)."
+    ),
+    engine_version: str | None = typer.Option(
+        None, "--engine-version", help="Engine version (defaults differ)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Estimate weights, KV cache and overheads per GPU, and whether the context fits."""
+    if gpus is not None:
+        specs = parse_gpu_specs(gpus)
+    else:
+        inventory = read_gpu_inventory()
+        if not inventory.available:
+            raise InvalidInput(
+                f"no GPU on this host ({inventory.unavailable_reason})",
+                hint="plan for other hardware with --gpus, e.g. --gpus 2x48GB",
+            )
+        specs = gpu_specs_from_inventory(inventory)
+    facts = read_model_facts(model)
+    estimate = estimate_memory(facts, backend.lower(), specs, list(args), engine_version=engine_version)
+    findings = memory_findings(estimate)
+    if as_json:
+        print_json({**estimate.to_json(), "findings": [finding.to_json() for finding in findings]})
+    else:
+        _print_estimate(facts.architecture, facts.dtype, estimate)
+        for finding in findings:
+            if finding.check_id != "memory.summary":
+                stderr.print(f"{finding.severity}: {finding.message}", highlight=False)
+                if finding.fix:
+                    stderr.print(f"  fix: {finding.fix}", highlight=False)
+    if not estimate.fits:
+        raise typer.Exit(1)
+
+
+def _print_estimate(architecture: str | None, dtype: str | None, estimate: MemoryEstimate) -> None:
+    cache = estimate.cache
+    default = " (default)" if estimate.memory_fraction_is_default else ""
+    stdout.print(
+        f"[bold]{architecture or 'model'}[/bold] ({dtype or '?'}) on {estimate.engine}: {estimate.gpu_count} x "
+        f"{estimate.gpu.name}, TP {estimate.tensor_parallel}, PP {estimate.pipeline_parallel}",
+        highlight=False,
+    )
+    state = f", state {_mib(cache.state_bytes_per_sequence)} per sequence ({cache.state_dtype})"
+    print_fields(
+        [
+            ("weights per GPU", f"{_gib(estimate.weights_bytes)} (from {estimate.weights_source})"),
+            (
+                "KV cache per token",
+                f"{cache.kv_bytes_per_token / 1024:.1f} KiB per GPU ({cache.kv_dtype})"
+                + (state if cache.state_bytes_per_sequence else ""),
+            ),
+            ("activations", _gib(estimate.activation_bytes)),
+            ("CUDA graphs", _gib(estimate.cuda_graph_bytes)),
+            ("non-torch memory", _gib(estimate.non_torch_bytes)),
+            ("memory knob", f"{estimate.memory_knob} {estimate.memory_fraction}{default}"),
+            ("context", f"{estimate.context_tokens:,} tokens"),
+        ]
+    )
+    plans = [estimate.plan_on_total] + ([estimate.plan_on_free] if estimate.plan_on_free else [])
+    print_table(
+        ["", *(f"{plan.basis} ({_gib(plan.gpu_memory_bytes)})" for plan in plans)],
+        [
+            ["KV cache", *(_gib(plan.kv_cache_bytes) for plan in plans)],
+            ["KV tokens", *(f"{plan.kv_cache_tokens:,}" for plan in plans)],
+            ["max concurrency", *(f"{plan.max_concurrency}x" for plan in plans)],
+            ["fits", *("yes" if plan.fits else "no" for plan in plans)],
+        ],
+    )
+    if estimate.recommended_memory_fraction is not None:
+        stdout.print(
+            f"use: {estimate.memory_knob} {estimate.recommended_memory_fraction:.2f}", highlight=False
+        )
+    stdout.print(
+        f"longest context at the safe maximum: {estimate.max_context_tokens_at_safe_fraction:,} tokens",
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``modelyard estimate`` to the root app."""
+    app.command("estimate")(estimate_command)

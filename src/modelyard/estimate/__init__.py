@@ -11,6 +11,7 @@ Usage::
 """
 
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
+from modelyard.estimate.findings import memory_findings
 from modelyard.estimate.gpus import GpuSpec, gpu_specs_from_inventory, parse_gpu_specs
 from modelyard.estimate.memory import MemoryEstimate, MemoryPlan, estimate_memory, kv_tokens_from_bytes
 
@@ -22,6 +23,7 @@ __all__ = [
     "estimate_memory",
     "gpu_specs_from_inventory",
     "kv_tokens_from_bytes",
+    "memory_findings",
     "parse_engine_arguments",
     "parse_gpu_specs",
 ]

@@ -353,8 +353,9 @@ def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences:
 
 
 def _max_context(inputs: _Inputs, engine: str, fraction: float) -> int:
-    """The longest context one sequence can have at ``fraction`` (binary search on the plan)."""
-    low, high = 0, max(inputs.context_tokens, inputs.shape.max_position_embeddings or 0, 1) * 4
+    """The longest context one sequence can have at ``fraction`` (binary search on the plan), up to
+    the model's ``max_position_embeddings`` (or the requested context, if longer)."""
+    low, high = 0, max(inputs.context_tokens, inputs.shape.max_position_embeddings or 0, 1)
     for _ in range(40):
         if low >= high:
             break

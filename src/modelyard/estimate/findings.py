@@ -1,0 +1,120 @@
+"""The estimator's verdict as doctor findings (``memory.*`` ids, documented in docs/doctor/memory.md).
+
+Usage::
+
+    estimate = estimate_memory(facts, "vllm", gpus, parameters)
+    for finding in memory_findings(estimate):
+        print(finding.severity, finding.message, finding.fix)
+"""
+
+from __future__ import annotations
+
+from modelyard.doctor.findings import Finding, Severity
+from modelyard.estimate.memory import SAFE_MAX_FRACTION, MemoryEstimate
+
+GIB = 1 << 30
+
+
+def _gib(size_bytes: int) -> str:
+    return f"{size_bytes / GIB:.1f} GiB"
+
+
+def _fit_fix(estimate: MemoryEstimate) -> str:
+    knob = estimate.memory_knob
+    context_flag = "--max-model-len" if estimate.engine == "vllm" else "--context-length"
+    options: list[str] = []
+    if estimate.recommended_memory_fraction is not None:
+        options.append(f"set {knob} {estimate.recommended_memory_fraction:.2f}")
+    if estimate.max_context_tokens_at_safe_fraction > 0:
+        safe = SAFE_MAX_FRACTION[estimate.engine]
+        options.append(
+            f"lower {context_flag} to {estimate.max_context_tokens_at_safe_fraction:,} "
+            f"(the most that fits at {knob} {safe})"
+        )
+    if estimate.cache.kv_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        options.append("use --kv-cache-dtype fp8 to halve the KV cache")
+    options.append("or spread the model over more GPUs (tensor parallel)")
+    return "; ".join(options)
+
+
+def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
+    """``memory.*`` findings for one estimate: errors refuse a deployment, warnings are shown."""
+    findings: list[Finding] = []
+    total = estimate.plan_on_total
+    free = estimate.plan_on_free
+    details = {
+        "engine": estimate.engine,
+        "context_tokens": estimate.context_tokens,
+        "kv_cache_tokens": total.kv_cache_tokens,
+        "max_concurrency": total.max_concurrency,
+        "weights_bytes_per_gpu": estimate.weights_bytes,
+        "memory_fraction": estimate.memory_fraction,
+        "recommended_memory_fraction": estimate.recommended_memory_fraction,
+    }
+    knob = f"{estimate.memory_knob} {estimate.memory_fraction}"
+    if total.kv_cache_bytes <= 0:
+        findings.append(
+            Finding(
+                "memory.weights-do-not-fit",
+                Severity.ERROR,
+                f"weights take {_gib(estimate.weights_bytes)} per GPU and leave no room for the KV cache on "
+                f"{estimate.gpu.name} ({_gib(estimate.gpu.memory_total_bytes)}) under {knob}",
+                fix=_fit_fix(estimate),
+                details=details,
+            )
+        )
+    elif not total.fits:
+        findings.append(
+            Finding(
+                "memory.kv-cache-does-not-fit",
+                Severity.ERROR,
+                f"the KV cache holds {total.kv_cache_tokens:,} tokens per GPU under {knob}, less than one "
+                f"sequence of {estimate.context_tokens:,} tokens",
+                fix=_fit_fix(estimate),
+                details=details,
+            )
+        )
+    if free is not None and total.fits and not free.fits:
+        severity = Severity.ERROR if estimate.engine == "vllm" else Severity.WARNING
+        findings.append(
+            Finding(
+                "memory.free-memory-too-low",
+                severity,
+                f"{free.problem} (other processes hold "
+                f"{_gib(estimate.gpu.memory_total_bytes - free.gpu_memory_bytes)} of {estimate.gpu.name})",
+                fix=f"free the GPU, or {_fit_fix(estimate)}",
+                details={**details, "free_bytes": free.gpu_memory_bytes},
+            )
+        )
+    findings.extend(_headroom(estimate, details))
+    if total.fits:
+        findings.append(
+            Finding(
+                "memory.summary",
+                Severity.INFO,
+                f"{estimate.engine} on {estimate.gpu_count} x {estimate.gpu.name}: weights "
+                f"{_gib(estimate.weights_bytes)} per GPU, KV cache {_gib(total.kv_cache_bytes)} = {total.kv_cache_tokens:,} tokens "
+                f"({estimate.cache.kv_dtype}), {total.max_concurrency}x sequences of "
+                f"{estimate.context_tokens:,} tokens",
+                details=details,
+            )
+        )
+    return findings
+
+
+def _headroom(estimate: MemoryEstimate, details: dict[str, object]) -> list[Finding]:
+    """A fraction so high that activation spikes under load would run out of memory."""
+    safe = SAFE_MAX_FRACTION[estimate.engine]
+    if estimate.memory_fraction <= safe:
+        return []
+    return [
+        Finding(
+            "memory.fraction-leaves-no-headroom",
+            Severity.WARNING,
+            f"{estimate.memory_knob} {estimate.memory_fraction} leaves less than "
+            f"{_gib(int(estimate.gpu.memory_total_bytes * (1 - estimate.memory_fraction)))} outside the "
+            f"engine's budget for CUDA graphs, activations and the driver: OOM under load is likely",
+            fix=f"use {estimate.memory_knob} {safe} or lower",
+            details=details,
+        )
+    ]
