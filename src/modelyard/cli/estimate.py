@@ -79,8 +79,9 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
     cache = estimate.cache
     default = " (default)" if estimate.memory_fraction_is_default else ""
     stdout.print(
-        f"[bold]{architecture or 'model'}[/bold] ({dtype or '?'}) on {estimate.engine}: {estimate.gpu_count} x "
-        f"{estimate.gpu.name}, TP {estimate.tensor_parallel}, PP {estimate.pipeline_parallel}",
+        f"[bold]{architecture or 'model'}[/bold] ({dtype or '?'}) on {estimate.engine}: "
+        f"{estimate.gpu_count} x {estimate.gpu.name}, "
+        f"TP {estimate.tensor_parallel}, PP {estimate.pipeline_parallel}",
         highlight=False,
     )
     state = f", state {_mib(cache.state_bytes_per_sequence)} per sequence ({cache.state_dtype})"

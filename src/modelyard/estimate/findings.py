@@ -93,7 +93,8 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
                 "memory.summary",
                 Severity.INFO,
                 f"{estimate.engine} on {estimate.gpu_count} x {estimate.gpu.name}: weights "
-                f"{_gib(estimate.weights_bytes)} per GPU, KV cache {_gib(total.kv_cache_bytes)} = {total.kv_cache_tokens:,} tokens "
+                f"{_gib(estimate.weights_bytes)} per GPU, KV cache {_gib(total.kv_cache_bytes)} = "
+                f"{total.kv_cache_tokens:,} tokens "
                 f"({estimate.cache.kv_dtype}), {total.max_concurrency}x sequences of "
                 f"{estimate.context_tokens:,} tokens",
                 details=details,
