@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import shlex
 from pathlib import Path
-from typing import Any
 
 from modelyard.backends.arguments import split_backend_parameters
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters import ParameterContext, run_parameter_checks
 from modelyard.errors import InvalidInput, ModelyardError
+from modelyard.estimate import GpuSpec, estimate_memory, memory_findings
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.modeldir import ModelFacts, read_model_facts
 
@@ -120,34 +120,32 @@ def _memory_findings(
     backend_parameters: list[str] | str,
     gpus: list[GpuInfo],
 ) -> list[Finding]:
-    """The estimator's verdict on these GPUs, as ``memory.*`` findings."""
-    try:
-        import modelyard.estimate as estimate
-    except ImportError:  # pragma: no cover - the estimator ships with modelyard
-        return []
+    """The estimator's verdict on these GPUs (``memory.*`` findings, ``modelyard.estimate``)."""
     try:
         arguments = split_backend_parameters(backend_parameters)
     except InvalidInput:
         return []  # param.unbalanced-quote / param.split-flag name the broken line
     specs = [
-        estimate.GpuSpec(
+        GpuSpec(
             name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, memory_free_bytes=gpu.memory_free_bytes
         )
         for gpu in gpus
     ]
-    converter: Any = getattr(estimate, "memory_findings", None)
     try:
-        result = estimate.estimate_memory(model, engine, specs, arguments, engine_version=version)
+        estimate = estimate_memory(model, engine, specs, arguments, engine_version=version)
     except ModelyardError as error:
-        return [
-            Finding(
-                "memory.estimate-failed",
-                Severity.INFO,
-                f"the memory fit could not be estimated: {error}",
-                fix=error.hint or "",
-            )
-        ]
-    if converter is not None:
-        converted: list[Finding] = converter(result)
-        return converted
-    return []
+        return [_estimate_failed(str(error), error.hint or "")]
+    except (ArithmeticError, LookupError, TypeError, ValueError) as error:
+        # A config the estimator cannot read must not block a deployment: say so, and go on.
+        logger.exception("memory estimate failed for %s", model.directory)
+        return [_estimate_failed(f"{type(error).__name__}: {error}", "")]
+    return memory_findings(estimate)
+
+
+def _estimate_failed(reason: str, hint: str) -> Finding:
+    return Finding(
+        "memory.estimate-failed",
+        Severity.INFO,
+        f"the memory fit could not be estimated: {reason}",
+        fix=hint or "check the model's config.json; run `modelyard estimate` for details",
+    )
