@@ -367,3 +367,11 @@ def test_readable_model_is_quiet(tmp_path: Path) -> None:
 def test_unknown_engine_user() -> None:
     request = replace(GOOD, model_path=Path("/"), engine_user="no-such-user-modelyard")
     assert _ids(_run(request)) == ["host.model-unreadable"]
+
+
+def test_nvml_constants_defined_as_tuples_are_unwrapped() -> None:
+    # nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ as ``0,``; ctypes refuses the tuple (seen on an H200).
+    from modelyard.doctor.host_sources import _int_constant
+
+    assert _int_constant((0,)) == 0
+    assert _int_constant(36) == 36

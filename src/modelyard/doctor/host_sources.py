@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import logging
@@ -97,7 +98,7 @@ class NvmlGpuSource:
             return None
         try:
             return call(pynvml)
-        except pynvml.NVMLError as error:
+        except (pynvml.NVMLError, ctypes.ArgumentError) as error:
             logger.debug("NVML call failed: %s", error)
             return None
         finally:
@@ -107,8 +108,10 @@ class NvmlGpuSource:
         def read(pynvml: Any) -> PeerToPeerStatus:
             first = pynvml.nvmlDeviceGetHandleByIndex(first_index)
             second = pynvml.nvmlDeviceGetHandleByIndex(second_index)
-            status = pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_READ)
-            return "ok" if status == pynvml.NVML_P2P_STATUS_OK else "unsupported"
+            status = pynvml.nvmlDeviceGetP2PStatus(
+                first, second, _int_constant(pynvml.NVML_P2P_CAPS_INDEX_READ)
+            )
+            return "ok" if status == _int_constant(pynvml.NVML_P2P_STATUS_OK) else "unsupported"
 
         result = self._with_nvml(read)
         return result if result in ("ok", "unsupported") else "unknown"
@@ -116,15 +119,23 @@ class NvmlGpuSource:
     def has_active_nvlink(self, index: int) -> bool:
         def read(pynvml: Any) -> bool:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            for link in range(_int_constant(pynvml.NVML_NVLINK_MAX_LINKS)):
                 try:
-                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) == _int_constant(
+                        pynvml.NVML_FEATURE_ENABLED
+                    ):
                         return True
                 except pynvml.NVMLError:
                     return False
             return False
 
         return bool(self._with_nvml(read))
+
+
+def _int_constant(value: Any) -> int:
+    """An NVML constant as an int: nvidia-ml-py defines some as one-element tuples
+    (``NVML_P2P_CAPS_INDEX_READ = 0,``), which ctypes refuses to pass."""
+    return int(value[0]) if isinstance(value, tuple) else int(value)
 
 
 class DockerCliSource:
