@@ -1,0 +1,161 @@
+"""``modelyard bench``: the commands a user types, against a real reference server on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from modelyard.bench.records import RequestRecord, RunResult
+from modelyard.bench.reference import ReferenceConfig, ReferenceServer
+from modelyard.cli.main import app
+from modelyard.errors import InvalidInput
+
+MODEL = "cli-model"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReferenceServer]:
+    config = ReferenceConfig(served_model_names=[MODEL], model_path=MODEL, ttft_ms=3, itl_ms=1)
+    with ReferenceServer(config) as running:
+        yield running
+
+
+def test_run_writes_result_requests_csv_and_prompts(server: ReferenceServer, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "run",
+            "--base-url",
+            server.base_url + "/v1",
+            "--model",
+            MODEL,
+            "--concurrency",
+            "1,2",
+            "--num-requests",
+            "4",
+            "--warmup-requests",
+            "1",
+            "--input-tokens",
+            "8",
+            "--output-tokens",
+            "4",
+            "--slo-ttft-ms",
+            "1000",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "cli-model on vllm" in result.stdout
+    run = RunResult.from_json((out / "result.json").read_text())
+    assert [point.point.value for point in run.points] == [1.0, 2.0]
+    assert run.engine.engine == "vllm"
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 5
+    first = json.loads(lines[0])
+    assert (first["point_index"], first["warmup"]) == (0, True)
+    assert RequestRecord.from_json(lines[1]).usage_completion_tokens == 4
+    csv_lines = (out / "points.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("point_index,load_kind,load_value")
+    assert len(csv_lines) == 3
+    assert (out / "prompts.jsonl").exists()
+
+
+def test_run_replays_saved_prompts(server: ReferenceServer, tmp_path: Path) -> None:
+    runner = CliRunner()
+    arguments = [
+        "bench",
+        "run",
+        "--base-url",
+        server.base_url,
+        "--model",
+        MODEL,
+        "--request-rate",
+        "50",
+        "--num-requests",
+        "3",
+        "--input-tokens",
+        "6",
+        "--output-tokens",
+        "2",
+        "--json",
+    ]
+    first = runner.invoke(app, [*arguments, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    replay = runner.invoke(app, [*arguments, "--prompts-file", str(tmp_path / "a" / "prompts.jsonl")])
+    assert replay.exit_code == 0, replay.output
+    assert RunResult.from_json(replay.stdout).points[0].requests_succeeded == 3
+
+
+def test_run_refuses_both_or_neither_load_option(server: ReferenceServer) -> None:
+    result = CliRunner().invoke(app, ["bench", "run", "--base-url", server.base_url, "--model", MODEL])
+    assert isinstance(result.exception, InvalidInput)
+    assert "--concurrency or --request-rate" in str(result.exception)
+
+
+def test_an_invalid_run_exits_1_with_the_reason(server: ReferenceServer) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "run",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "missing",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--input-tokens",
+            "4",
+            "--output-tokens",
+            "2",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "all 2 measured requests failed" in result.stderr
+
+
+def test_reference_server_command_serves_with_engine_flags(tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modelyard.cli.main",
+            "bench",
+            "reference-server",
+            "sglang",
+            "--model-path",
+            "/models/q",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--trust-remote-code",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        base_url = f"http://127.0.0.1:{port_file.read_text()}"
+        models = httpx.get(base_url + "/v1/models").json()
+        assert models["data"][0]["id"] == "/models/q"
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+    assert "ignored: --trust-remote-code" in output.decode()
