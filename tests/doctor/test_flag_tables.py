@@ -110,3 +110,12 @@ def test_a_version_without_a_table_gets_the_nearest_older_one_flagged() -> None:
     assert nearest_version("sglang", "0.5.1") == "0.5.10.post1"  # older than all: the oldest
     assert load_flag_table("transformers", "5.24") is None
     assert available_versions("vllm") == ("0.19.1", "0.25.0", "0.33.0")
+
+
+def test_vllm_shorthands_of_flexible_argument_parser() -> None:
+    # vllm/utils/argparse_utils.py: -O3 / -O 3 -> --optimization-level; -cc.mode=3 -> --compilation-config
+    table = _table("vllm", "0.33.0")
+    assert table.lookup("-O") is table.lookup("--optimization-level") is not None
+    assert table.lookup("-cc.mode") is table.lookup("--compilation-config")
+    assert table.lookup("--max-model-len.x") is None  # only JSON flags take dotted keys
+    assert _table("sglang", "0.5.23").lookup("-O") is None

@@ -87,15 +87,18 @@ class FlagTable:
     def lookup(self, option: str) -> FlagSpec | None:
         """The flag ``option`` (``--x``, ``--x=1`` cut at ``=`` by the caller) names, else None.
 
-        Follows aliases and ``--no-`` forms, vLLM's underscore spellings, and vLLM's dotted
-        JSON keys (``--compilation-config.mode`` belongs to ``--compilation-config``).
+        Follows aliases and ``--no-`` forms, and vLLM's own spellings: underscores
+        (``--max_model_len``), dotted JSON keys (``--compilation-config.mode`` belongs to
+        ``--compilation-config``) and ``-O`` for ``--optimization-level``.
         """
         found = self._by_spelling.get(option)
         if found is not None:
             return found
-        if self.accepts_underscores and option.startswith("--"):
-            head, dot, tail = option.partition(".")
-            normalized = head.replace("_", "-")
+        if self.accepts_underscores and option == "-O":  # vLLM's shorthand: -O3, -O 3
+            return self._by_spelling.get("--optimization-level")
+        if self.accepts_underscores and option.startswith("-"):
+            head, dot, _ = option.partition(".")
+            normalized = head.replace("_", "-") if head.startswith("--") else head
             found = self._by_spelling.get(normalized)
             if found is not None and (not dot or found.type == "json"):
                 return found

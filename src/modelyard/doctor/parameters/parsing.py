@@ -129,6 +129,9 @@ def parse_parameters(backend_parameters: list[str] | str, table: FlagTable | Non
             strays.append(argument)
             continue
         typed, equals, inline = argument.text.partition("=")
+        if table is not None and table.accepts_underscores and typed.startswith("-O") and len(typed) > 2:
+            # vLLM reads -O3 and -O=3 as --optimization-level 3
+            typed, equals, inline = "-O", "=", argument.text[2:].removeprefix("=")
         spec, abbreviated = resolve_option(typed, table)
         option = ParsedOption(typed, argument.line_number, spec, abbreviated=abbreviated)
         options.append(option)
