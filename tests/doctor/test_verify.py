@@ -313,6 +313,7 @@ async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str,
             max_tokens=8,
         )
     by_id = {result.check_id: result for result in results}
+    assert by_id["verify.models-listed"].passed, by_id["verify.models-listed"].message
     assert by_id["verify.chat-answer"].passed, by_id["verify.chat-answer"].message
     assert by_id["verify.streaming"].passed, by_id["verify.streaming"].message
     assert by_id["verify.metrics"].status == "skipped"
