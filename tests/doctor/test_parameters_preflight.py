@@ -9,7 +9,6 @@ from param_fixtures import gpu, make_model_dir
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.doctor.findings import Severity, has_errors
 from modelyard.doctor.preflight import preflight_deployment
-from modelyard.hardware.gpus import GpuInventory
 
 
 def _vllm_spec() -> BackendSpec:
@@ -47,24 +46,23 @@ def test_preflight_of_a_clean_deployment_has_no_parameter_finding(tmp_path: Path
     assert [finding.check_id for finding in findings if finding.check_id.startswith("param.")] == []
 
 
-def test_preflight_in_the_deployment_services_form_takes_split_arguments(tmp_path: Path) -> None:
-    # services/deployment_checks.py hands over arguments already split by shell rules
+def test_preflight_takes_the_backend_version_and_a_gpu_count(tmp_path: Path) -> None:
+    # the deployment service passes the BackendVersion, the replica's GPUs and their number
     findings = preflight_deployment(
-        model_path=make_model_dir(tmp_path),
-        backend=_vllm_spec(),
+        deployment_name="qwen36",
+        model_dir=str(make_model_dir(tmp_path)),
+        engine="vllm",
         version=_vllm_spec().versions["0.25.0"],
-        backend_parameters=[
-            "--speculative-config",
-            '{"method": "mtp", "num_speculative_tokens": 2}',
-            "--port",
-            "8001",
-        ],
-        env={"VLLM_LOGGING_LEVEL": "INFO"},
-        gpus_per_replica=1,
-        inventory=GpuInventory(gpus=[gpu(0)]),
+        backend_parameters='--speculative-config \'{"method": "mtp", "num_speculative_tokens": 2}\'',
+        env="VLLM_LOGGING_LEVEL=INFO",
+        gpus=[gpu(0)],
+        gpu_count=2,
     )
-    params = [finding for finding in findings if finding.check_id.startswith("param.")]
-    assert params == []
+    params = {
+        finding.check_id: finding.severity for finding in findings if finding.check_id.startswith("param.")
+    }
+    assert params == {"param.tensor-parallel-size": Severity.WARNING}
+    assert not any(finding.check_id.startswith("memory.") for finding in findings)  # 1 GPU known of 2
 
 
 def test_preflight_without_a_model_directory_still_checks_the_flags(tmp_path: Path) -> None:

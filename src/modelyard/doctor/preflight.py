@@ -23,16 +23,15 @@ Usage::
 from __future__ import annotations
 
 import logging
-import shlex
 from pathlib import Path
 
 from modelyard.backends.arguments import split_backend_parameters
-from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters import ParameterContext, run_parameter_checks
 from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory, memory_findings
-from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts, read_model_facts
 
 logger = logging.getLogger(__name__)
@@ -40,19 +39,14 @@ logger = logging.getLogger(__name__)
 
 def preflight_deployment(
     *,
-    deployment_name: str | None = None,
-    model_dir: Path | str | None = None,
-    engine: str | None = None,
-    version: str | BackendVersion | None = None,
-    backend_parameters: list[str] | str = "",
-    env: dict[str, str] | list[str] | str | None = None,
-    gpus: list[GpuInfo] | None = None,
+    deployment_name: str | None,
+    model_dir: Path | str,
+    engine: str,
+    version: str | BackendVersion | None,
+    backend_parameters: list[str] | str,
+    env: dict[str, str] | list[str] | str,
+    gpus: list[GpuInfo] | None,
     gpu_count: int | None = None,
-    # The deployment service's form (services/deployment_checks.py) until it passes the above:
-    model_path: Path | str | None = None,
-    backend: BackendSpec | None = None,
-    gpus_per_replica: int | None = None,
-    inventory: GpuInventory | None = None,
 ) -> list[Finding]:
     """Run the model directory, parameter and memory checks of one deployment.
 
@@ -61,33 +55,26 @@ def preflight_deployment(
     that stray whitespace and broken lines can be seen. ``gpus`` are the GPUs of one replica;
     ``gpu_count`` stands in when only their number is known (planning for other hardware).
     """
-    directory = Path(model_dir if model_dir is not None else model_path or "")
-    family = engine or (backend.family if backend is not None else "custom")
+    directory = Path(model_dir)
     version_text = version.version if isinstance(version, BackendVersion) else version
-    if gpus is None and inventory is not None and gpus_per_replica:
-        gpus = inventory.gpus[:gpus_per_replica] if len(inventory.gpus) >= gpus_per_replica else None
-    count = gpu_count if gpu_count is not None else (len(gpus) if gpus else gpus_per_replica)
-
-    if backend is not None and isinstance(backend_parameters, list):
-        # The service hands over arguments already split; quote each back into a line of its own.
-        backend_parameters = [shlex.quote(argument) for argument in backend_parameters]
+    count = gpu_count if gpu_count is not None else (len(gpus) if gpus else None)
 
     findings: list[Finding] = []
     findings.extend(_model_directory_findings(directory))
     model = _model_facts(directory)
     context = ParameterContext.build(
-        engine=family,
+        engine=engine,
         version=version_text,
         backend_parameters=backend_parameters,
-        env=env if env is not None else {},
+        env=env,
         deployment_name=deployment_name,
         model=model,
         gpus=gpus,
         gpu_count=count,
     )
     findings.extend(run_parameter_checks(context))
-    if model is not None and family in {"vllm", "sglang"} and gpus:
-        findings.extend(_memory_findings(model, family, version_text, backend_parameters, gpus))
+    if model is not None and engine in {"vllm", "sglang"} and gpus and len(gpus) >= (count or 1):
+        findings.extend(_memory_findings(model, engine, version_text, backend_parameters, gpus))
     return findings
 
 
