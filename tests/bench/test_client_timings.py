@@ -1,7 +1,7 @@
 """The client measures what the reference server is known to do.
 
 Tolerances: a measured latency may not be below the configured one by more than 1 ms (timer
-granularity) and may exceed it by at most 20 ms for TTFT and E2E and 3 ms per token gap; these
+granularity) and may exceed it by at most 30 ms for TTFT and E2E and 5 ms per token gap; these
 bound the client's and the loopback's own overhead on a loaded CI machine, not its speed (speed
 targets live in benchmarks/).
 """
@@ -21,8 +21,8 @@ MODEL = "timed-model"
 TTFT_MS = 40.0
 ITL_MS = 8.0
 OUTPUT_TOKENS = 9
-FIRST_TOKEN_SLACK_MS = 20.0
-GAP_SLACK_MS = 3.0
+FIRST_TOKEN_SLACK_MS = 30.0
+GAP_SLACK_MS = 5.0
 
 
 def _run(server: ReferenceServer, **changes: object) -> BenchmarkOutcome:
