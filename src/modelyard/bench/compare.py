@@ -94,9 +94,10 @@ def averaged_figures(run: LoadedRun) -> dict[tuple[LoadKind, float], dict[str, f
 
 def distinct_labels(runs: Sequence[LoadedRun]) -> list[str]:
     """Run labels, made unique with the result's folder name where two would read the same."""
-    labels = [run.label for run in runs]
+    original = [run.label for run in runs]
+    labels = list(original)
     for index, run in enumerate(runs):
-        if labels.count(run.label) > 1 and run.source is not None:
+        if original.count(run.label) > 1 and run.source is not None:
             labels[index] = f"{run.label} ({run.source.parent.name})"
     return [label if labels.count(label) == 1 else f"{label} #{i + 1}" for i, label in enumerate(labels)]
 
