@@ -110,3 +110,18 @@ def test_json_looking_value_of_a_transformers_flag() -> None:
         engine="transformers", version=None, backend_parameters=["--extra '{\"a\": 1}'"], env={}
     )
     assert _with(bad, "param.invalid-json") and _with(good, "param.invalid-json") == []
+
+
+def test_whole_command_pasted_into_the_parameters() -> None:
+    found = _with(_run(["vllm serve Qwen/Qwen3.6-27B --tensor-parallel-size 2"]), "param.command-in-args")
+    assert found and "'vllm serve Qwen/Qwen3.6-27B'" in found[0].fix
+    bad = _run(["python3 -m sglang.launch_server --model-path /m --tp-size 2"], "sglang", "0.5.23")
+    assert _with(bad, "param.command-in-args") and _with(bad, "param.unexpected-value") == []
+    assert _with(_run(["--tensor-parallel-size 2"]), "param.command-in-args") == []
+
+
+def test_env_assignment_after_a_flag_of_a_custom_engine() -> None:
+    found = check_parameters(
+        engine="custom", version=None, backend_parameters=["--port 1 HF_TOKEN=x"], env={}
+    )
+    assert _with(found, "param.env-in-args")

@@ -28,6 +28,7 @@ from modelyard.doctor.parameters.parallel import check_parallel_sizes
 from modelyard.doctor.parameters.text import (
     check_broken_lines,
     check_characters,
+    check_command_in_arguments,
     check_env_in_arguments,
     check_json_values,
 )
@@ -37,6 +38,7 @@ from modelyard.modeldir import ModelFacts
 Check = Callable[[ParameterContext], list[Finding]]
 
 CHECKS: tuple[Check, ...] = (
+    check_command_in_arguments,
     check_characters,
     check_broken_lines,
     check_env_in_arguments,

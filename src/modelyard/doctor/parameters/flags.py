@@ -16,7 +16,7 @@ from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
 from modelyard.doctor.parameters.equivalents import EQUIVALENTS
 from modelyard.doctor.parameters.parsing import ParsedOption
-from modelyard.doctor.parameters.text import ENV_ASSIGNMENT
+from modelyard.doctor.parameters.text import ENGINE_COMMANDS, ENV_ASSIGNMENT
 
 # vLLM reads "32k", "1.5M" for token counts; both engines read plain numbers.
 HUMAN_NUMBER = re.compile(r"^-?\d+(\.\d+)?([kKmMgGtT])?$")
@@ -243,9 +243,13 @@ def _plugin_given(context: ParameterContext, spec: FlagSpec) -> bool:
 
 def _strays(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
+    arguments = context.parameters.arguments
+    pasted = bool(arguments) and arguments[0].text.rsplit("/", 1)[-1] in ENGINE_COMMANDS
     for argument in context.parameters.strays:
         if ENV_ASSIGNMENT.match(argument.text):
             continue  # param.env-in-args names it
+        if pasted and argument.line_number == arguments[0].line_number:
+            continue  # param.command-in-args names it
         findings.append(
             Finding(
                 "param.unexpected-value",

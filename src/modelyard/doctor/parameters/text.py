@@ -1,7 +1,7 @@
 """Checks of the raw text, for every engine: stray characters, broken lines, env in args, JSON.
 
-Ids: ``param.stray-whitespace``, ``param.invisible-character``, ``param.typographic-dash``,
-``param.typographic-quote``, ``param.split-flag``, ``param.unbalanced-quote``,
+Ids: ``param.command-in-args``, ``param.stray-whitespace``, ``param.invisible-character``,
+``param.typographic-dash``, ``param.typographic-quote``, ``param.split-flag``, ``param.unbalanced-quote``,
 ``param.line-continuation``, ``param.env-in-args``, ``param.invalid-json``.
 """
 
@@ -193,7 +193,10 @@ def _broken_flag(context: ParameterContext, line: RawLine, following: RawLine) -
 
 def check_env_in_arguments(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
-    for argument in context.parameters.strays:
+    parsed = context.parameters
+    # Without a flag table an option seems to take what follows it, so look at every argument.
+    candidates = parsed.strays if context.table is not None else parsed.arguments
+    for argument in candidates:
         match = ENV_ASSIGNMENT.match(argument.text)
         if match is None:
             continue
@@ -238,3 +241,29 @@ def check_json_values(context: ParameterContext) -> list[Finding]:
                 )
             )
     return findings
+
+
+ENGINE_COMMANDS = {"vllm", "sglang", "python", "python3", "transformers", "serve", "sglang.launch_server"}
+
+
+def check_command_in_arguments(context: ParameterContext) -> list[Finding]:
+    """The engine's command line pasted whole (``vllm serve MODEL ...``) into the parameters."""
+    arguments = context.parameters.arguments
+    if not arguments or arguments[0].text.rsplit("/", 1)[-1] not in ENGINE_COMMANDS:
+        return []
+    command = []
+    for argument in arguments:
+        if argument.text.startswith("-") and argument.text != "-m":
+            break
+        command.append(argument.text)
+    shown = " ".join(command)
+    return [
+        Finding(
+            "param.command-in-args",
+            Severity.ERROR,
+            f"the backend parameters start with the command {shown!r}; modelyard runs the engine and "
+            "passes the model path itself, so these words would reach the engine as stray arguments",
+            fix=f"delete {shown!r} and keep only the flags that follow it",
+            details={"command": command},
+        )
+    ]
