@@ -174,6 +174,7 @@ def test_more_gpus_asked_than_present() -> None:
         ("vllm", "0.19.1", "12.8"),
         ("vllm", "0.25.0", "13.0"),
         ("sglang", "0.5.10.post1", "12.8"),
+        ("sglang", "0.5.11", "13.0"),
         ("sglang", "0.5.17", "13.0"),
         ("transformers", "5.24", None),
     ],

@@ -79,15 +79,15 @@ class EngineCudaBuild:
     source: str
 
 
-# Read from each release's pinned torch (pip's metadata of the wheel): torch 2.9/2.10 default
-# wheels depend on nvidia-cuda-runtime-cu12 12.8, torch 2.11 on cuda-toolkit 13.0.
+# Read from each release's pinned torch (pip's metadata of the wheels on PyPI): torch 2.8-2.10
+# default wheels depend on nvidia-cuda-runtime-cu12 12.8; torch 2.11 and 2.13 on cuda-toolkit 13.0.
+# vLLM 0.11-0.19 pin torch 2.8-2.10, vLLM 0.20-0.26 torch 2.11; SGLang 0.5.9-0.5.10.post1 pin
+# torch 2.9.1, SGLang 0.5.11-0.5.17 torch 2.11, 0.5.18-0.5.21 torch 2.13.
 ENGINE_CUDA_BUILDS: tuple[EngineCudaBuild, ...] = (
     EngineCudaBuild("vllm", "0.11", "12.8", "vllm 0.11-0.19 pin torch 2.8-2.10 (CUDA 12.8 wheels)"),
-    EngineCudaBuild("vllm", "0.20", "13.0", "vllm 0.25.0 pins torch 2.11.0 (CUDA 13.0 wheels)"),
-    EngineCudaBuild("sglang", "0.5.0", "12.8", "sglang 0.5.10.post1 pins torch 2.9.1 (CUDA 12.8 wheels)"),
-    EngineCudaBuild(
-        "sglang", "0.5.17", "13.0", "sglang 0.5.17 pins torch 2.11.0, sglang-kernel 0.4.5 (CUDA 13)"
-    ),
+    EngineCudaBuild("vllm", "0.20", "13.0", "vllm 0.20-0.26 pin torch 2.11.0 (CUDA 13.0 wheels)"),
+    EngineCudaBuild("sglang", "0.5.0", "12.8", "sglang 0.5.9-0.5.10.post1 pin torch 2.9.1 (CUDA 12.8)"),
+    EngineCudaBuild("sglang", "0.5.11", "13.0", "sglang 0.5.11+ pin torch 2.11 / 2.13 (CUDA 13.0)"),
 )
 
 
