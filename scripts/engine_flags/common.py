@@ -233,7 +233,14 @@ def type_atoms(node: ast.AST | None, aliases: dict[str, ast.AST], depth: int = 0
         inner = node.slice
         items = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
         if outer == "Literal":
-            return [("literal", [literal(item) for item in items])]
+            values: list[Any] = []
+            for item in items:  # Literal["auto", RunnerType] nests another Literal alias
+                value = literal(item)
+                if value is not UNKNOWN:
+                    values.append(value)
+                elif isinstance(item, ast.Name):
+                    values.extend(literal_choices(type_atoms(item, aliases, depth + 1)))
+            return [("literal", values)]
         if outer in {"Optional", "Union"}:
             return [atom for item in items for atom in type_atoms(item, aliases, depth + 1)]
         if outer in {"Annotated", "A"}:

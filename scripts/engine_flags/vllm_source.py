@@ -53,7 +53,8 @@ def vllm_flag_from_field(
         flag.negations = ["--no-" + name.replace("_", "-")]
     elif choices:
         flag.type = "int" if all(isinstance(value, int) for value in choices) else "str"
-        flag.choices = choices
+        # literal_to_kwargs: with str in the union the values are only a metavar, not choices
+        flag.choices = None if "str" in simple else choices
     elif simple & {"tuple", "list", "set"}:
         flag.takes_value = "many"
     elif "int" in simple:
