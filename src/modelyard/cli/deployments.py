@@ -148,26 +148,29 @@ def deploy(
         )
 
 
+PS_COLUMNS = ["NAME", "STATUS", "READY", "ID", "STATE", "PORT", "GPUS", "PID", "RESTARTS", "UPTIME", "REASON"]
+
+
 def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
+    """One row per instance; the deployment's name, status and ready count on its first row."""
     rows: list[list[Any]] = []
     for deployment in deployments:
         running = sum(1 for instance in deployment["instances"] if instance["state"] == "running")
-        summary = f"{deployment['state']} {running}/{deployment['replicas']}"
+        first = [deployment["name"], deployment["state"], f"{running}/{deployment['replicas']}"]
         if not deployment["instances"]:
-            rows.append([deployment["name"], summary, None, None, None, None, None, None, None, None])
+            rows.append([*first, None, None, None, None, None, None, None, None])
         for position, instance in enumerate(deployment["instances"]):
             rows.append(
                 [
-                    deployment["name"] if position == 0 else "",
-                    summary if position == 0 else "",
+                    *(first if position == 0 else ["", "", ""]),
                     instance["id"],
                     instance["state"],
-                    instance["reason"] or None,
                     instance["port"],
                     ",".join(str(gpu) for gpu in instance["gpu_ids"]) or "cpu",
                     instance["pid"],
                     instance["restart_count"],
                     format_duration(instance["uptime_seconds"]),
+                    instance["reason"] or None,
                 ]
             )
     return rows
@@ -213,21 +216,7 @@ def ps(
     if not deployments:
         stderr.print("no deployments yet: modelyard deploy MODEL", highlight=False)
         return
-    print_table(
-        [
-            "DEPLOYMENT",
-            "STATE",
-            "INSTANCE",
-            "INSTANCE STATE",
-            "REASON",
-            "PORT",
-            "GPUS",
-            "PID",
-            "RESTARTS",
-            "UPTIME",
-        ],
-        _instance_rows(deployments),
-    )
+    print_table(PS_COLUMNS, _instance_rows(deployments))
     _print_diagnoses(deployments)
     for deployment in deployments:
         _print_warnings(deployment)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from modelyard.cli.context import stdout
@@ -16,14 +18,32 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
+UNBOUNDED_WIDTH = 100_000
+# Columns whose long text wraps in a narrow terminal; every other column keeps one line.
+WRAPPING_COLUMNS = frozenset({"REASON", "PATH", "VERSIONS", "DEPLOYMENTS"})
+
+
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+    """A borderless table. Piped output is never wrapped (one line per row, for grep)."""
     table = Table(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for column in columns:
-        table.add_column(column, overflow="fold")
+        wraps = column in WRAPPING_COLUMNS
+        table.add_column(
+            column,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            min_width=16 if wraps else None,
+        )
     for row in rows:
         # None: no value ("-"); "": nothing to repeat (continuation rows).
         table.add_row(*("-" if value is None else str(value) for value in row))
-    stdout.print(table)
+    if stdout.is_terminal:
+        stdout.print(table)
+    else:
+        # Console.print clamps its width to the console's (80 when piped): use a console as wide as the table.
+        unbounded = stdout.options.update(width=UNBOUNDED_WIDTH)
+        needed = Measurement.get(stdout, unbounded, table).maximum
+        Console(width=max(needed, stdout.width), no_color=True, highlight=False).print(table)
 
 
 def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
