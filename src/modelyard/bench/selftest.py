@@ -3,7 +3,7 @@
 Starts the reference server in its own process with known timings, then:
 
 1. latency overhead: one request at a time; measured TTFT, ITL and TPOT minus the configured ones;
-2. capacity: open-loop rates doubling from ``start_rate_per_s`` until a point is invalid (the client
+2. capacity: open-loop rates (evenly spaced sends, so the rate asked is exact) doubling from ``start_rate_per_s`` until a point is invalid (the client
    fell behind its schedule), fails requests, or completes under 90 % of the rate asked for; the
    highest rate that held is the client's sustained rate here (while the server keeps up: the
    server runs on this machine too, so on a small machine it can be the limit; the report says so).
@@ -128,6 +128,7 @@ def run_selftest(config: SelftestConfig | None = None) -> SelftestResult:
             capacity_config = replace(
                 base,
                 load_kind="rate",
+                arrival="constant",
                 load_values=[rate],
                 num_requests=int(rate * config.capacity_seconds_per_rate),
                 warmup_requests=max(3, int(rate * 0.3)),

@@ -63,6 +63,8 @@ class ReferenceConfig:
     api_key: str | None = None
     embedding_dimensions: int = 16
     port_file: str | None = None
+    workers: int = 1
+    """Server processes sharing the port (the program only); limits and metrics are per process."""
     ignored_arguments: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -75,6 +77,8 @@ class ReferenceConfig:
             problems.append(f"tokens_per_chunk={self.tokens_per_chunk} must be >= 1")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency={self.max_concurrency} must be >= 1")
+        if self.workers < 1:
+            problems.append(f"workers={self.workers} must be >= 1")
         if self.output_tokens < 1:
             problems.append(f"output_tokens={self.output_tokens} must be >= 1")
         if not self.served_model_names:
@@ -113,6 +117,8 @@ class ReferenceConfig:
             argv += ["--api-key", self.api_key]
         if self.port_file is not None:
             argv += ["--port-file", self.port_file]
+        if self.workers != 1:
+            argv += ["--workers", str(self.workers)]
         return argv
 
 
@@ -144,6 +150,7 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--fail-start", default=None)
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
     parser.add_argument("--kv-cache-tokens", type=int, default=262_144)
+    parser.add_argument("--workers", type=int, default=1, help="Server processes sharing the port.")
     return parser
 
 
@@ -187,5 +194,6 @@ def parse_reference_argv(argv: list[str]) -> ReferenceConfig:
         max_model_len=arguments.max_model_len or 32_768,
         api_key=arguments.api_key,
         port_file=arguments.port_file,
+        workers=arguments.workers,
         ignored_arguments=ignored,
     )

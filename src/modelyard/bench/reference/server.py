@@ -16,8 +16,12 @@ connections are refused, as with the real engines; an SGLang flavor listens at o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +40,7 @@ from modelyard.bench.reference.config import ReferenceConfig, parse_reference_ar
 from modelyard.errors import EngineStartFailed
 
 logger = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1
 engine_log = logging.getLogger("modelyard.bench.reference.engine")
 """The lines a real engine would print (load progress, KV-cache size, readiness, failures)."""
 
@@ -316,7 +321,8 @@ class ReferenceServerProcess:
     def stop(self) -> None:
         if self._process is not None:
             if self._process.poll() is None:
-                self._process.terminate()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._process.pid, signal.SIGTERM)
                 try:
                     self._process.wait(timeout=10)
                 except subprocess.TimeoutExpired:
@@ -338,6 +344,13 @@ class ReferenceServerProcess:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM to this worker when the first process exits."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run_reference_program(config: ReferenceConfig) -> int:
     """Run in the foreground until SIGINT/SIGTERM; the exit status of the program."""
     handler = logging.StreamHandler(sys.stdout)
@@ -350,8 +363,27 @@ def run_reference_program(config: ReferenceConfig) -> int:
             engine_log.error(line)
         return 1
     sock = bind_socket(config.host, config.port)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve_reference(config, sock))
+    children: list[int] = []
+    if config.workers > 1:
+        sock.listen(4096)
+        for _ in range(config.workers - 1):
+            child = os.fork()
+            if child == 0:
+                _die_with_parent()
+                worker_config = config.replace(port_file=None)
+                with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                    runner.run(serve_reference(worker_config, sock))
+                os._exit(0)
+            children.append(child)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve_reference(config, sock))
+    finally:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+        for child in children:
+            os.waitpid(child, 0)
     return 0
 
 
