@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/extract_engine_flags.py            # every version in VERSIONS
+    python scripts/extract_engine_flags.py            # VERSIONS, plus the newest release of each
     python scripts/extract_engine_flags.py --engine sglang --version 0.5.23
 
 Each wheel is fetched once with ``pip download --no-deps`` into ``.cache/wheels`` (git-ignored)
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -104,16 +105,28 @@ def build_table(engine: str, version: str) -> dict[str, Any]:
     }
 
 
-def iter_targets(engine: str | None, version: str | None) -> Iterator[tuple[str, str]]:
+def newest_version(engine: str) -> str | None:
+    """The newest release on the package index (``pip index versions``), None when unreachable."""
+    command = [sys.executable, "-m", "pip", "index", "versions", engine]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    except (subprocess.SubprocessError, OSError) as error:
+        sys.stderr.write(f"cannot ask the package index for the newest {engine}: {error}\n")
+        return None
+    match = re.search(rf"^{engine} \(([^)]+)\)", result.stdout, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def iter_targets(engine: str | None, version: str | None, newest: bool) -> Iterator[tuple[str, str]]:
+    if engine and version:
+        yield engine, version
+        return
     for name, versions in VERSIONS.items():
         if engine and name != engine:
             continue
-        for candidate in versions:
-            if version and candidate != version:
-                continue
+        latest = newest_version(name) if newest else None
+        for candidate in versions + ([latest] if latest and latest not in versions else []):
             yield name, candidate
-    if engine and version and version not in VERSIONS.get(engine, []):
-        yield engine, version
 
 
 def compact_json(table: dict[str, Any]) -> str:
@@ -139,10 +152,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--engine", choices=sorted(VERSIONS))
-    parser.add_argument("--version")
+    parser.add_argument("--version", help="one version of --engine (default: VERSIONS and the newest)")
+    parser.add_argument(
+        "--pinned-only", action="store_true", help="skip asking the package index for the newest release"
+    )
     arguments = parser.parse_args()
     OUTPUT_DIRECTORY.mkdir(parents=True, exist_ok=True)
-    for engine, version in iter_targets(arguments.engine, arguments.version):
+    for engine, version in iter_targets(arguments.engine, arguments.version, not arguments.pinned_only):
         table = build_table(engine, version)
         path = OUTPUT_DIRECTORY / f"{engine}-{version}.json"
         path.write_text(compact_json(table))
