@@ -304,3 +304,23 @@ def test_an_engine_without_tokenize_gives_no_counter() -> None:
         assert (
             open_token_counter(tokenizer_path=None, base_url=server.base_url, model="reference-model") is None
         )
+
+
+def test_prompts_command_saves_a_set_that_replays(tokenizer_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from modelyard.cli.main import app
+
+    out = tmp_path / "work.jsonl"
+    arguments = ["bench", "prompts", "--out", str(out), "--tokenizer", str(tokenizer_dir)]
+    outcome = CliRunner().invoke(
+        app, [*arguments, "--num-prompts", "8", "--input-tokens", "90", "--seed", "3"]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    assert "8 of 8 at exactly their requested input length" in outcome.output
+    saved = load_prompts(out)
+    rebuilt = build_prompts(
+        DatasetSpec(name="random", num_prompts=8, input_tokens=90, seed=3),
+        LocalTokenizer.from_directory(tokenizer_dir),
+    )
+    assert saved == rebuilt

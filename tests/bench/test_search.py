@@ -6,11 +6,21 @@ point's figures from a formula); the last one runs the real runner against the r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from modelyard.bench.records import GoodputResult, LoadPoint, LoadPointResult, RunConfig, SloTargets
+from modelyard.bench.records import (
+    GoodputResult,
+    LoadPoint,
+    LoadPointResult,
+    RunConfig,
+    RunResult,
+    SloTargets,
+)
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.bench.search import (
     Measure,
@@ -19,6 +29,7 @@ from modelyard.bench.search import (
     search_saturation_knee,
     search_slo_load,
 )
+from modelyard.cli.main import app
 from modelyard.errors import InvalidInput
 
 
@@ -175,3 +186,29 @@ async def test_knee_search_with_the_real_runner_finds_the_reference_servers_slot
     assert outcome.found_load is not None
     assert 4 <= outcome.found_load <= 6, outcome.steps
     assert all(result.requests_succeeded == 16 for result in outcome.results.values())
+
+
+def test_search_command_prints_the_steps_and_writes_the_search_and_a_report(tmp_path: Path) -> None:
+    config = ReferenceConfig(flavor="vllm", ttft_ms=20, itl_ms=3, output_tokens=8, max_concurrency=2)
+    with ReferenceServer(config) as server:
+        arguments = ["bench", "search", "--base-url", server.base_url, "--model", "reference-model"]
+        arguments += ["--find", "slo", "--slo-ttft-ms", "45", "--attainment", "0.75", "--max-load", "8"]
+        arguments += [
+            "--num-requests",
+            "12",
+            "--output-tokens",
+            "8",
+            "--dataset",
+            "builtin",
+            "--out",
+            str(tmp_path),
+        ]
+        outcome = CliRunner().invoke(app, arguments)
+    assert outcome.exit_code == 0, outcome.output
+    assert "search steps" in outcome.output
+    found = json.loads((tmp_path / "search.json").read_text())
+    # Two slots: from concurrency 3 on, a third or more of the requests wait a whole request (~41 ms)
+    # in the queue before their 20 ms TTFT, missing 45 ms; at 2 none wait.
+    assert found["found_load"] == 2
+    assert (tmp_path / "report.html").is_file()
+    assert RunResult.from_json((tmp_path / "result.json").read_text()).points
