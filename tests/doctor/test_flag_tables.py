@@ -6,6 +6,8 @@ the table, so a regression in ``scripts/extract_engine_flags.py`` shows up here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from modelyard.backends.flag_tables import available_versions, load_flag_table, nearest_version
@@ -119,3 +121,61 @@ def test_vllm_shorthands_of_flexible_argument_parser() -> None:
     assert table.lookup("-cc.mode") is table.lookup("--compilation-config")
     assert table.lookup("--max-model-len.x") is None  # only JSON flags take dotted keys
     assert _table("sglang", "0.5.23").lookup("-O") is None
+
+
+SGLANG_SOURCE = """
+import argparse, dataclasses
+from typing import Literal, Optional
+from sglang.srt.arg_groups.arg_utils import A, Arg
+
+STRATEGIES = ["auto", "no_buffer"]
+
+@dataclasses.dataclass
+class ServerArgs:
+    tp_size: A[int, Arg(help="The tensor parallelism size.", aliases=["--tensor-parallel-size"])] = 1
+    trust_remote_code: A[bool, "Trust remote code."] = False
+    radix: A[Literal["lru", "lfu"], "Eviction."] = "lru"
+    hidden: A[int, Arg(no_cli=True)] = 0
+    mamba_radix_cache_strategy: str = "auto"
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--mamba-radix-cache-strategy", type=str, choices=STRATEGIES,
+                            default=ServerArgs.mamba_radix_cache_strategy)
+        parser.add_argument("--mamba-scheduler-strategy", dest="mamba_radix_cache_strategy", type=str,
+                            action=DeprecatedAliasStoreAction, new_flag="--mamba-radix-cache-strategy")
+        parser.add_argument("--json-model-override-args", type=str, default="{}")
+"""
+
+
+def test_extractor_reads_a_wheel_with_ast_only(tmp_path: Path) -> None:
+    """The extraction script on a small wheel written here (its code is never imported)."""
+    import sys
+    import zipfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    try:
+        from engine_flags.common import Sources  # type: ignore[import-not-found]
+        from engine_flags.sglang_source import sglang_flags  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    wheel = tmp_path / "sglang-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("sglang/srt/server_args.py", SGLANG_SOURCE + "\nraise SystemExit('imported!')\n")
+    flags = {name: flag.to_json() for name, flag in sglang_flags(Sources(wheel)).items()}
+    assert flags["--tp-size"] == {
+        "type": "int",
+        "takes_value": "one",
+        "aliases": ["--tensor-parallel-size"],
+        "default": 1,
+        "help": "The tensor parallelism size.",
+    }
+    assert (
+        flags["--trust-remote-code"]["type"] == "bool"
+        and flags["--trust-remote-code"]["takes_value"] == "none"
+    )
+    assert flags["--radix"]["choices"] == ["lru", "lfu"]
+    assert "--hidden" not in flags
+    assert flags["--mamba-radix-cache-strategy"]["choices"] == ["auto", "no_buffer"]
+    assert flags["--mamba-scheduler-strategy"]["renamed_to"] == "--mamba-radix-cache-strategy"
+    assert flags["--json-model-override-args"]["default"] == "{}"
