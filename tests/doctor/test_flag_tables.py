@@ -179,3 +179,28 @@ def test_extractor_reads_a_wheel_with_ast_only(tmp_path: Path) -> None:
     assert flags["--mamba-radix-cache-strategy"]["choices"] == ["auto", "no_buffer"]
     assert flags["--mamba-scheduler-strategy"]["renamed_to"] == "--mamba-radix-cache-strategy"
     assert flags["--json-model-override-args"]["default"] == "{}"
+
+
+def test_every_builtin_engine_version_has_a_table_that_knows_its_run_command() -> None:
+    """The built-in catalog and the tables agree: each version's own flags and env are valid there."""
+    import shlex
+
+    from modelyard.backends.catalog import load_builtin_backends
+
+    checked = 0
+    for spec in load_builtin_backends():
+        if spec.family not in {"vllm", "sglang"}:
+            continue
+        for version in spec.versions.values():
+            table = _table(spec.family, version.version)
+            assert table.exact, f"{spec.name} {version.version}: no flag table of its own"
+            flags = [token for token in shlex.split(version.run_command) if token.startswith("--")]
+            unknown = [flag for flag in flags if table.lookup(flag) is None]
+            assert unknown == [], f"{spec.name} {version.version} run_command"
+            prefixes = ("VLLM_",) if spec.family == "vllm" else ("SGLANG_", "SGL_")
+            unread = [
+                name for name in version.env if name.startswith(prefixes) and name not in table.env_vars
+            ]
+            assert unread == [], f"{spec.name} {version.version} env"
+            checked += 1
+    assert checked >= 6
