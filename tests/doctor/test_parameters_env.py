@@ -46,3 +46,8 @@ def test_variable_this_version_reads_only_to_warn_it_is_removed() -> None:
 def test_other_engines_variable() -> None:
     assert _with(_run({"VLLM_USE_V1": "1"}), "param.env-not-read")
     assert _with(_run({"VLLM_LOGGING_LEVEL": "DEBUG"}, "vllm", "0.33.0"), "param.env-not-read") == []
+
+
+def test_misspelled_variable_names_the_closest_one() -> None:
+    found = _with(_run({"VLLM_LOGING_LEVEL": "DEBUG"}, "vllm", "0.33.0"), "param.env-not-read")
+    assert found and found[0].fix == "did you mean VLLM_LOGGING_LEVEL?"

@@ -6,6 +6,7 @@ The env arrives as ``KEY=VALUE`` lines (a list or one text) or as a mapping.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from modelyard.doctor.findings import Finding, Severity
@@ -165,16 +166,37 @@ def check_env_read(context: ParameterContext) -> list[Finding]:
             continue
         if name in table.env_vars or lookup in table.env_vars:
             continue
-        last = [older.version for older in context.history if name in older.env_vars]
-        since = f" ({engine_label(context.engine, last[-1])} read it)" if last else ""
-        findings.append(
-            Finding(
-                "param.env-not-read",
-                Severity.WARNING,
-                f"{context.label} does not read {name}{since}; setting it changes nothing",
-                fix=f"remove {name}"
-                + (", and use the flag that replaced it" if last else ", or check its spelling"),
-                details={"variable": name, "last_read_by": last[-1] if last else None},
-            )
-        )
+        findings.append(_not_read(context, name))
     return findings
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def _not_read(context: ParameterContext, name: str) -> Finding:
+    """``name`` is not read by this version: say which older version last read it, or which newer one will."""
+    assert context.table is not None
+    current = _version_key(context.table.version)
+    readers = [table.version for table in context.history if name in table.env_vars]
+    older = [version for version in readers if _version_key(version) < current]
+    newer = [version for version in readers if _version_key(version) > current]
+    if older:
+        detail, fix = (
+            f" ({engine_label(context.engine, older[-1])} read it)",
+            f"remove {name}; it was dropped",
+        )
+    elif newer:
+        detail = f" (it appears in {engine_label(context.engine, newer[0])})"
+        fix = f"remove {name}, or deploy {engine_label(context.engine, newer[0])} or later"
+    else:
+        close = difflib.get_close_matches(name, sorted(context.table.env_vars), n=1, cutoff=0.85)
+        detail = ""
+        fix = f"did you mean {close[0]}?" if close else f"remove {name}, or check its spelling"
+    return Finding(
+        "param.env-not-read",
+        Severity.WARNING,
+        f"{context.label} does not read {name}{detail}; setting it changes nothing",
+        fix=fix,
+        details={"variable": name, "last_read_by": older[-1] if older else None},
+    )
