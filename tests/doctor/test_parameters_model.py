@@ -122,3 +122,9 @@ def test_served_model_name_differs_from_the_deployment() -> None:
     found = _with(_run(["--served-model-name qwen36"], name="qwen"), "param.served-model-name")
     assert found and 'would get "model not found"' in found[0].message
     assert _with(_run(["--served-model-name qwen other"], name="qwen"), "param.served-model-name") == []
+
+
+def test_sglang_auto_parsers_are_left_to_the_engine(qwen36: ModelFacts) -> None:
+    auto = ["--tool-call-parser auto", "--reasoning-parser auto"]
+    findings = _run(auto, qwen36, engine="sglang", version="0.5.23")
+    assert [finding.check_id for finding in findings] == []

@@ -59,6 +59,8 @@ def check_parsers(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
     parsed = context.parameters
     tool_parser = (parsed.value_of("--tool-call-parser") or "").strip()
+    if tool_parser == "auto":  # SGLang 0.5.21+ picks the parser from the chat template itself
+        tool_parser = ""
     tool_format = tool_call_format(model)
     available = set(context.table.tool_call_parsers) if context.table else XML_TOOL_PARSERS
     xml_parsers = sorted(XML_TOOL_PARSERS & available) or ["qwen3_coder"]
