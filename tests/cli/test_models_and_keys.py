@@ -102,3 +102,19 @@ def test_malformed_backend_yaml_names_the_line(live_server: LiveServer, tmp_path
     result = live_server.cli("backends", "import", str(broken))
     assert result.exit_code == 1
     assert "line" in result.stderr
+
+
+def test_usage_lists_tokens_by_key(live_server: LiveServer) -> None:
+    from modelyard.store.tables import ApiKey, UsageRecord
+
+    with live_server.database.session() as session:
+        key = ApiKey(name="ci", prefix="my-abcde", key_hash="1" * 64)
+        session.add(key)
+        session.flush()
+        session.add(UsageRecord(api_key_id=key.id, deployment_name="chat", endpoint="chat", prompt_tokens=12))
+        session.commit()
+    result = live_server.cli("usage")
+    assert result.exit_code == 0, result.output
+    assert "ci" in result.stdout and "chat" in result.stdout and "12" in result.stdout
+    rows = json.loads(live_server.cli("usage", "--json").stdout)["rows"]
+    assert rows[0]["prompt_tokens"] == 12
