@@ -128,3 +128,11 @@ def test_sglang_auto_parsers_are_left_to_the_engine(qwen36: ModelFacts) -> None:
     auto = ["--tool-call-parser auto", "--reasoning-parser auto"]
     findings = _run(auto, qwen36, engine="sglang", version="0.5.23")
     assert [finding.check_id for finding in findings] == []
+
+
+def test_multi_node_runs_are_not_counted_against_one_nodes_gpus() -> None:
+    multi = ["--tensor-parallel-size 8", "--pipeline-parallel-size 2", "--nnodes 2"]
+    assert _with(_run(multi, gpu_count=8), "param.tensor-parallel-size") == []
+    assert _with(_run(multi[:2], gpu_count=8), "param.tensor-parallel-size")
+    local = ["--tensor-parallel-size 2", "--data-parallel-size 4", "--data-parallel-size-local 2"]
+    assert _with(_run(local, gpu_count=4), "param.tensor-parallel-size") == []

@@ -45,9 +45,12 @@ def check_parallel_sizes(context: ParameterContext) -> list[Finding]:
     pipeline, _ = _size(context, "pipeline")
     data, _ = _size(context, "data")
     flag_name = SIZE_FLAGS[context.engine]["tensor"][0]
+    local_data = context.parameters.value_of("--data-parallel-size-local")
+    if context.engine == "vllm" and local_data is not None and local_data.isdigit():
+        data = int(local_data)  # data-parallel ranks on this node only
     needed = tensor * pipeline * data
     count = context.gpu_count
-    if count is not None and count > 0 and needed != count:
+    if count is not None and count > 0 and needed != count and not _multi_node(context):
         shown = f"{flag_name} {tensor}" if tensor_flag else f"{flag_name} (default 1)"
         if pipeline > 1 or data > 1:
             shown += f" x pipeline {pipeline} x data {data}"
@@ -75,6 +78,15 @@ def check_parallel_sizes(context: ParameterContext) -> list[Finding]:
     findings.extend(_heads(context, tensor, flag_name))
     findings.extend(_mixed(context))
     return findings
+
+
+def _multi_node(context: ParameterContext) -> bool:
+    """Runs that span nodes place ranks elsewhere; one node's GPU count cannot be checked."""
+    parsed = context.parameters
+    nodes = parsed.value_of("--nnodes")
+    if nodes is not None and nodes.isdigit() and int(nodes) > 1:
+        return True
+    return parsed.find("--headless") is not None
 
 
 def _heads(context: ParameterContext, tensor: int, flag_name: str) -> list[Finding]:
