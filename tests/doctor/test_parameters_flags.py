@@ -99,6 +99,8 @@ def test_value_given_to_a_switch_and_stray_argument() -> None:
 def test_duplicate_flag() -> None:
     assert _with(_run(["--max-model-len 8192", "--max-model-len 16384"]), "param.duplicate-flag")
     assert _with(_run(["--max-model-len 8192"]), "param.duplicate-flag") == []
+    dotted = ["--compilation-config.mode 3", "--compilation-config.cudagraph_mode FULL"]
+    assert _with(_run(dotted), "param.duplicate-flag") == []
 
 
 def test_auto_tool_choice_without_parser_on_vllm() -> None:

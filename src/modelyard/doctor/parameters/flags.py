@@ -44,7 +44,9 @@ def check_flags(context: ParameterContext) -> list[Finding]:
             findings.append(_unknown(context, table, option))
             continue
         findings.extend(_known(context, option.spec, option))
-        earlier = seen.get(option.spec.name)
+        # vLLM merges dotted JSON keys (--compilation-config.mode, --compilation-config.level)
+        key = option.typed if "." in option.typed else option.spec.name
+        earlier = seen.get(key)
         if earlier is not None and option.spec.takes_value != "many":
             findings.append(
                 Finding(
@@ -57,7 +59,7 @@ def check_flags(context: ParameterContext) -> list[Finding]:
                     details={"flag": option.spec.name},
                 )
             )
-        seen[option.spec.name] = option
+        seen[key] = option
     findings.extend(_strays(context))
     return findings
 
