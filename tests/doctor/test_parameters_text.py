@@ -55,6 +55,8 @@ def test_flag_split_across_two_lines() -> None:
     found = _with(_run(["--tool-call-", "parser qwen3_coder"]), "param.split-flag")
     assert found and "'--tool-call-parser qwen3_coder'" in found[0].fix
     assert _with(_run(["--tool-call-parser", "qwen3_coder"]), "param.split-flag") == []
+    assert _with(_run(["--tool-call", "-parser qwen3_coder"]), "param.split-flag")
+    assert _with(_run(["--enforce-eager", "--max-model-len 8192"]), "param.split-flag") == []
 
 
 def test_quoted_value_split_across_two_lines() -> None:

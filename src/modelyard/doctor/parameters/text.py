@@ -172,22 +172,24 @@ def _split_finding(line: RawLine, following: RawLine | None, joined: str, what: 
 
 
 def _broken_flag(context: ParameterContext, line: RawLine, following: RawLine) -> list[Finding]:
+    """``--tool-call-`` / ``parser x`` or ``--tool-call`` / ``-parser x``: a flag cut in two."""
     assert line.tokens is not None and following.tokens is not None
     last, first = line.tokens[-1], following.tokens[0]
-    glued = last + first
-    if not is_option(last) or is_option(first):
+    if not is_option(last):
         return []
-    looks_cut = last.endswith(("-", "_"))
+    glued = (last + first).partition("=")[0]
+    joined = f"{line.text.strip()}{following.text.strip()}"
     if context.table is not None:
-        exact_last = context.table.lookup(last.partition("=")[0])
-        spec_glued, _ = resolve_option(glued.partition("=")[0], context.table)
-        if spec_glued is not None and exact_last is None:
-            return [
-                _split_finding(line, following, f"{line.text.strip()}{following.text.strip()}", "the flag")
-            ]
+        if context.table.lookup(last.partition("=")[0]) is not None:
+            return []
+        if context.table.lookup(glued) is not None:
+            return [_split_finding(line, following, joined, "the flag")]
+        spec_glued, _ = resolve_option(glued, context.table)
+        if spec_glued is not None and not is_option(first):
+            return [_split_finding(line, following, joined, "the flag")]
         return []
-    if looks_cut:
-        return [_split_finding(line, following, f"{line.text.strip()}{following.text.strip()}", "the flag")]
+    if last.endswith(("-", "_")) and not is_option(first):
+        return [_split_finding(line, following, joined, "the flag")]
     return []
 
 
