@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -25,7 +25,7 @@ from modelyard.server.gateway.bodies import normalise_error_body, normalise_succ
 from modelyard.server.gateway.errors import EngineUnreachable, gateway_error_response
 from modelyard.server.gateway.keys import KeyFacts
 from modelyard.server.gateway.model_names import ModelNameRewrite
-from modelyard.server.gateway.runtime import GatewayRuntime, gateway_runtime
+from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS, GatewayRuntime, gateway_runtime
 from modelyard.server.gateway.stream_response import CLIENT_CLOSED_REQUEST, EngineStreamResponse
 from modelyard.server.gateway.streaming import SseRelay
 from modelyard.server.gateway.usage import TokenUsage, UsageRow
@@ -33,8 +33,9 @@ from modelyard.server.gateway.usage import TokenUsage, UsageRow
 logger = logging.getLogger(__name__)
 
 _ENGINE_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
-# Failures that happen before the engine answered: safe to try another replica.
-_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
+# Failures before the engine answered, so nothing has reached the client: safe to try again.
+_UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+_DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
@@ -63,18 +64,22 @@ def _ask_for_usage(payload: dict[str, Any]) -> bool:
 
 async def _send(
     runtime: GatewayRuntime, path: str, payload: dict[str, Any], model: str, endpoints: tuple[Endpoint, ...]
-) -> tuple[httpx.Response, Endpoint]:
+) -> tuple[aiohttp.ClientResponse, Endpoint]:
     """Send to the least busy replica, moving on while replicas cannot be reached.
 
-    On return the endpoint is acquired in the balancer; the caller releases it.
+    A refused or timed-out connection rules a replica out for this request. A connection dropped
+    before any answer (the engine closed an idle connection just then, or is going down) gets one
+    more try on a fresh connection before the replica is ruled out. On return the endpoint is
+    acquired in the balancer; the caller releases it.
     """
     balancer = runtime.balancer
-    tried: list[str] = []
+    excluded: list[str] = []
+    dropped_once: set[str] = set()
     failures: list[str] = []
     encoded_for: str | None = None
     content = b""
     while True:
-        endpoint = balancer.choose(endpoints, exclude=tried)
+        endpoint = balancer.choose(endpoints, exclude=excluded)
         if endpoint is None:
             raise EngineUnreachable(
                 f"no replica of {model!r} could be reached: {'; '.join(failures)}",
@@ -84,24 +89,22 @@ async def _send(
             payload["model"] = endpoint.served_model_name
             content = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
             encoded_for = endpoint.served_model_name
-        engine_request = runtime.engine_client.build_request(
-            "POST", endpoint.base_url + path, content=content, headers=_ENGINE_HEADERS
-        )
+        url = endpoint.base_url + path
         balancer.acquire(endpoint)
         try:
-            return await runtime.engine_client.send(engine_request, stream=True), endpoint
-        except _RETRYABLE as error:
+            response = await runtime.engine_client.request("POST", url, data=content, headers=_ENGINE_HEADERS)
+            return response, endpoint
+        except _UNREACHABLE as error:
             balancer.release(endpoint)
-            tried.append(endpoint.base_url)
-            failures.append(f"{endpoint.base_url}: {type(error).__name__}: {error}")
-            logger.warning(
-                "replica %s of %r (instance %d) could not be reached (%s); trying another",
-                endpoint.base_url,
-                model,
-                endpoint.instance_id,
-                type(error).__name__,
-            )
-        except httpx.TransportError as error:
+            excluded.append(endpoint.base_url)
+            failure = f"{endpoint.base_url}: {type(error).__name__}"
+        except _DROPPED as error:
+            balancer.release(endpoint)
+            if endpoint.base_url in dropped_once:
+                excluded.append(endpoint.base_url)
+            dropped_once.add(endpoint.base_url)
+            failure = f"{endpoint.base_url}: {type(error).__name__}"
+        except ENGINE_CONNECTION_ERRORS as error:
             balancer.release(endpoint)
             raise EngineUnreachable(
                 f"replica {endpoint.base_url} of {model!r} failed before answering: {type(error).__name__}",
@@ -110,6 +113,14 @@ async def _send(
         except BaseException:
             balancer.release(endpoint)
             raise
+        failures.append(failure)
+        logger.warning(
+            "replica %s of %r (instance %d) could not take a request (%s); trying again",
+            endpoint.base_url,
+            model,
+            endpoint.instance_id,
+            failure,
+        )
 
 
 async def _forward(
@@ -133,8 +144,8 @@ async def _forward(
             )
         )
 
-    content_type = upstream.headers.get("content-type", "application/json")
-    if streaming and upstream.status_code == 200 and content_type.startswith("text/event-stream"):
+    content_type = upstream.headers.get("Content-Type", "application/json")
+    if streaming and upstream.status == 200 and content_type.startswith("text/event-stream"):
         relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=client_wants_usage)
         return EngineStreamResponse(
             upstream,
@@ -143,8 +154,9 @@ async def _forward(
             description=f"deployment {model!r} (instance {endpoint.instance_id})",
         )
     try:
-        body = await upstream.aread()
-    except httpx.TransportError as error:
+        body = await upstream.read()
+    except ENGINE_CONNECTION_ERRORS as error:
+        upstream.close()
         finish(502, None)
         return gateway_error_response(
             EngineUnreachable(
@@ -154,15 +166,15 @@ async def _forward(
             )
         )
     except BaseException:
+        upstream.close()
         finish(CLIENT_CLOSED_REQUEST, None)
         raise
-    finally:
-        await upstream.aclose()
-    if upstream.status_code != 200:
-        finish(upstream.status_code, None)
+    upstream.release()
+    if upstream.status != 200:
+        finish(upstream.status, None)
         return Response(
-            normalise_error_body(body, upstream.status_code),
-            status_code=upstream.status_code,
+            normalise_error_body(body, upstream.status),
+            status_code=upstream.status,
             media_type="application/json",
         )
     body, usage = normalise_success_body(body, model_rewrite)

@@ -15,9 +15,10 @@ The server's app factory wires them in::
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 
 from modelyard.server.context import ServerContext
@@ -26,6 +27,9 @@ from modelyard.server.gateway.routing import ReplicaBalancer
 from modelyard.server.gateway.usage import UsageRecorder
 
 _CONTEXT_ATTRIBUTE = "gateway"
+
+# Anything that can go wrong between the gateway and an engine once a request is on its way.
+ENGINE_CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,12 @@ class GatewaySettings:
     # Longest silence between two pieces of an engine's answer (a long non-streamed answer, or a
     # reasoning model thinking before its first token, can take many minutes).
     read_timeout_s: float = 1800.0
-    write_timeout_s: float = 120.0
-    # Waiting for a free connection when all max_connections are busy.
-    pool_timeout_s: float = 120.0
+    # Open connections to all engines together; requests beyond it wait for a free one.
     max_connections: int = 8192
-    max_keepalive_connections: int = 2048
-    keepalive_expiry_s: float = 60.0
+    # How long an idle connection to an engine is kept for reuse. Below the engines' own idle
+    # limit (uvicorn's default, used by vLLM and SGLang, is 5 s) so that the gateway never
+    # sends a request on a connection the engine is closing.
+    keepalive_expiry_s: float = 4.0
     # How long a known / unknown API key is trusted without asking the database.
     key_known_ttl_s: float = 30.0
     key_unknown_ttl_s: float = 5.0
@@ -52,23 +56,24 @@ class GatewaySettings:
     usage_batch_delay_s: float = 0.25
 
 
-def create_engine_client(settings: GatewaySettings) -> httpx.AsyncClient:
-    """The one HTTP client to every engine: big pool, generous read timeout, no proxies from env."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(
-            connect=settings.connect_timeout_s,
-            read=settings.read_timeout_s,
-            write=settings.write_timeout_s,
-            pool=settings.pool_timeout_s,
+def create_engine_client(settings: GatewaySettings) -> aiohttp.ClientSession:
+    """The one HTTP client to every engine (call inside the running event loop).
+
+    aiohttp rather than httpx: relaying a stream costs about a fifth of the CPU per event
+    (C HTTP parser, O(1) connection pool), which is what lets one gateway process keep up with
+    hundreds of concurrent streams. No proxy from the environment: engines are on this host.
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(
+            limit=settings.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=settings.keepalive_expiry_s,
         ),
-        limits=httpx.Limits(
-            max_connections=settings.max_connections,
-            max_keepalive_connections=settings.max_keepalive_connections,
-            keepalive_expiry=settings.keepalive_expiry_s,
+        timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
         ),
-        # Engines listen on this host; an HTTP(S)_PROXY in the environment must not apply.
+        auto_decompress=False,
         trust_env=False,
-        follow_redirects=False,
     )
 
 
@@ -76,7 +81,7 @@ def create_engine_client(settings: GatewaySettings) -> httpx.AsyncClient:
 class GatewayRuntime:
     context: ServerContext
     settings: GatewaySettings
-    engine_client: httpx.AsyncClient
+    engine_client: aiohttp.ClientSession
     key_cache: KeyCache
     usage: UsageRecorder
     balancer: ReplicaBalancer = field(default_factory=ReplicaBalancer)
@@ -85,7 +90,7 @@ class GatewayRuntime:
         """Write pending usage rows and key times, then close connections to engines."""
         await self.usage.close()
         await self.key_cache.close()
-        await self.engine_client.aclose()
+        await self.engine_client.close()
 
 
 async def start_gateway(

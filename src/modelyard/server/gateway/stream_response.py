@@ -13,10 +13,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import httpx
+import aiohttp
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS
 from modelyard.server.gateway.streaming import SseRelay
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class EngineStreamResponse(Response):
 
     def __init__(
         self,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         relay: SseRelay,
         *,
         on_finish: Callable[[int], None],
@@ -54,6 +55,7 @@ class EngineStreamResponse(Response):
         self._description = description
         self._finishing = False
         self._client_gone = False
+        self._engine_done = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -78,18 +80,21 @@ class EngineStreamResponse(Response):
         finally:
             self._finishing = True
             watcher.cancel()
-            await self._upstream.aclose()
+            if self._engine_done:
+                self._upstream.release()  # the connection goes back to the pool
+            else:
+                self._upstream.close()  # the engine sees the disconnect and stops generating
             self._on_finish(status)
 
     async def _relay_body(self, send: Send) -> bytes:
         """Send every event as it arrives; return the last bytes to send (ends with ``[DONE]``)."""
         relay = self._relay
         try:
-            async for chunk in self._upstream.aiter_raw():
+            async for chunk in self._upstream.content.iter_any():
                 out = relay.feed(chunk)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-        except httpx.TransportError as error:
+        except ENGINE_CONNECTION_ERRORS as error:
             logger.warning(
                 "the engine serving %s broke its stream (%s: %s); the client gets an error event",
                 self._description,
@@ -97,6 +102,7 @@ class EngineStreamResponse(Response):
                 error,
             )
             return relay.cut(f"the engine serving {self._description} stopped in the middle of the answer")
+        self._engine_done = True
         tail = relay.end()
         if relay.interrupted:
             logger.warning(
