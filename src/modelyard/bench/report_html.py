@@ -284,7 +284,9 @@ def per_user_figure(runs: Sequence[LoadedRun]) -> go.Figure:
                 text=labels,
                 mode="lines+markers+text",
                 textposition="top center",
-                name=f"{run.label} ({gpus} GPU)",
+                name=f"{run.label} ({gpus} GPU)"
+                if run.result.hardware.gpus
+                else f"{run.label} (GPUs not recorded: 1)",
                 line={"color": color(run_index)},
             )
         )
