@@ -67,3 +67,23 @@ def test_too_short_new_password_is_refused(api: ApiHarness) -> None:
     )
     assert response.status_code == 400
     assert_error(response.json(), "invalid_input", "at least 8")
+
+
+def test_login_cache_remembers_a_login_until_the_password_changes() -> None:
+    from modelyard.server.auth import VerifiedLoginCache
+
+    cache = VerifiedLoginCache(ttl_seconds=60)
+    before = VerifiedLoginCache.fingerprint("admin", "secret", "scrypt$old")
+    cache.add(before)
+    assert cache.contains(before)
+    assert not cache.contains(VerifiedLoginCache.fingerprint("admin", "secret", "scrypt$new"))
+    assert not cache.contains(VerifiedLoginCache.fingerprint("admin", "guess", "scrypt$old"))
+
+
+def test_login_cache_forgets_after_its_lifetime() -> None:
+    from modelyard.server.auth import VerifiedLoginCache
+
+    cache = VerifiedLoginCache(ttl_seconds=-1)  # already expired when added
+    fingerprint = VerifiedLoginCache.fingerprint("admin", "secret", "scrypt$old")
+    cache.add(fingerprint)
+    assert not cache.contains(fingerprint)

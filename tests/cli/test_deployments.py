@@ -63,7 +63,9 @@ def test_ps_scale_stop_start_rm(with_model: LiveServer) -> None:
     assert json.loads(with_model.cli("ps", "tiny", "--json").stdout)["state"] == "stopped"
     assert with_model.cli("start", "tiny").exit_code == 0
     assert json.loads(with_model.cli("ps", "tiny", "--json").stdout)["state"] == "running"
-    assert with_model.cli("rm", "tiny").exit_code == 0
+    removed = with_model.cli("rm", "tiny", "--wait")
+    assert removed.exit_code == 0, removed.output
+    assert "removed tiny" in removed.stdout
     assert json.loads(with_model.cli("ps", "--json").stdout) == []
 
 

@@ -106,7 +106,7 @@ class ApiClient:
                 )
         fail(message, hint)
 
-    def _send(self, method: str, path: str, **arguments: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, *, missing_ok: bool = False, **arguments: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **arguments)
         except httpx.ConnectError:
@@ -115,7 +115,7 @@ class ApiClient:
             fail(f"the server at {self.base_url} did not answer within {REQUEST_TIMEOUT_SECONDS:.0f} s")
         except httpx.HTTPError as error:
             fail(f"talking to {self.base_url} failed: {error}")
-        if response.status_code >= 400:
+        if response.status_code >= 400 and not (missing_ok and response.status_code == 404):
             self._fail_for(response)
         return response
 
@@ -132,6 +132,11 @@ class ApiClient:
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self._json(self._send("GET", path, params=params))
+
+    def get_if_exists(self, path: str) -> Any:
+        """Like ``get``, but None when the server answers 404."""
+        response = self._send("GET", path, missing_ok=True)
+        return None if response.status_code == 404 else self._json(response)
 
     def get_text(self, path: str, params: dict[str, Any] | None = None) -> str:
         return self._send("GET", path, params=params).text

@@ -283,10 +283,28 @@ def start(ctx: typer.Context, name: str = typer.Argument(..., help="The deployme
     stdout.print(f"starting {name}", highlight=False)
 
 
-def remove(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
+def remove(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The deployment."),
+    wait: bool = typer.Option(False, "--wait", help="Return once its engines are stopped and it is gone."),
+    timeout_seconds: float = typer.Option(DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait."),
+) -> None:
     """Remove a deployment: its instances are stopped, then it is gone."""
-    ApiClient.from_context(ctx).delete(_path(name))
-    stdout.print(f"removing {name} (its instances are being stopped)", highlight=False)
+    client = ApiClient.from_context(ctx)
+    client.delete(_path(name))
+    if not wait:
+        stdout.print(f"removing {name} (its instances are being stopped)", highlight=False)
+        return
+    deadline = time.monotonic() + timeout_seconds
+    with stderr.status(f"removing {name}: stopping its instances"):
+        while client.get_if_exists(_path(name)) is not None:
+            if time.monotonic() > deadline:
+                fail(
+                    f"{name} is still being removed after {timeout_seconds:.0f} s",
+                    f"see `modelyard ps {name}`",
+                )
+            time.sleep(POLL_SECONDS)
+    stdout.print(f"removed {name}", highlight=False)
 
 
 def gpus(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
