@@ -24,10 +24,12 @@ from sqlalchemy.orm import Session, selectinload
 from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.control.scheduler import check_request_fits
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import run_preflight
+from modelyard.services.instances import instance_to_json
 from modelyard.services.model_files import get_model
 from modelyard.services.names import check_name
 from modelyard.store.tables import Deployment, ModelFile
@@ -68,8 +70,6 @@ def check_fits(
     supports_cpu: bool,
 ) -> None:
     """Refuse (``Unschedulable``) a GPU request this host can never satisfy."""
-    from modelyard.control.scheduler import check_request_fits
-
     check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu)
 
 
@@ -257,8 +257,6 @@ def deployment_summary_state(deployment: Deployment) -> str:
 
 
 def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, Any]:
-    from modelyard.services.instances import instance_to_json
-
     return {
         "name": deployment.name,
         "model": deployment.model_file.name,
