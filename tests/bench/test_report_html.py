@@ -19,7 +19,8 @@ from modelyard.bench.records import RunConfig, SloTargets
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.bench.report_html import latency_cdf_figure, load_run, render_report, write_report
 from modelyard.bench.runner import run_benchmark_async
-from modelyard.bench.server_metrics import ServerMetricsObserver, metrics_url_for
+from modelyard.bench.server_metrics import metrics_url_for
+from modelyard.bench.server_poller import ServerMetricsObserver
 from modelyard.cli.main import app
 from modelyard.errors import NotFound
 

@@ -18,14 +18,13 @@ from modelyard.bench.records import RunConfig
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.bench.runner import run_benchmark_async
 from modelyard.bench.server_metrics import (
-    ServerMetricsObserver,
-    ServerMetricsPoller,
     ServerTimeline,
     metrics_url_for,
     parse_metrics_text,
     server_ttft_mean_ms_from_series,
     ttft_gap,
 )
+from modelyard.bench.server_poller import ServerMetricsObserver, ServerMetricsPoller
 
 # Names and layout as vLLM 0.10-0.25 (v1 engine) print them: the metric list captured from a
 # running vLLM v0.10.2 in ai-dynamo/dynamo's docs (docs/backends/vllm/prometheus.md) and the

@@ -31,6 +31,7 @@ from modelyard.bench.report_html import (
     per_user_figure,
     timeline_figure,
 )
+from modelyard.bench.server_metrics import server_summary_from_series
 from modelyard.errors import InvalidInput
 
 
@@ -38,7 +39,8 @@ from modelyard.errors import InvalidInput
 class Figure:
     key: str
     title: str
-    higher_is_better: bool
+    higher_is_better: bool | None
+    """None: no verdict (more KV cache or power in use is neither good nor bad by itself)."""
 
 
 FIGURES: tuple[Figure, ...] = (
@@ -53,6 +55,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("e2el_ms.p99", "E2EL p99 (ms)", False),
     Figure("output_tokens_per_s_per_user.median", "tok/s per user p50", True),
     Figure("slo_attainment", "SLO attainment", True),
+    Figure("server.engine_ttft_mean_ms", "engine TTFT mean (ms)", False),
+    Figure("server.preemptions", "preemptions", False),
+    Figure("server.prefix_cache_hit_ratio", "prefix cache hits", True),
+    Figure("server.peak_kv_cache_usage", "peak KV cache", None),
+    Figure("server.mean_gpu_utilization_percent", "GPU util. mean (%)", None),
+    Figure("server.mean_gpu_power_watts", "GPU power mean (W)", None),
 )
 # Differences a ratio stays silent about; in RunConfig field names.
 WORKLOAD_FIELDS = (
@@ -69,6 +77,8 @@ WORKLOAD_FIELDS = (
 def figure_value(point: LoadPointResult, key: str) -> float | None:
     if key == "slo_attainment":
         return None if point.goodput is None else point.goodput.attainment
+    if key.startswith("server."):
+        return server_summary_from_series(point.timelines)[key.removeprefix("server.")]
     if "." in key:
         metric, statistic = key.split(".", 1)
         summary = point.metrics.get(metric)
@@ -137,7 +147,7 @@ def _cell(value: float | None, baseline: float | None, figure: Figure) -> tuple[
         return text, None
     ratio = value / baseline
     text += f" ({ratio:.2f}x)"
-    if abs(ratio - 1.0) < 0.02:
+    if abs(ratio - 1.0) < 0.02 or figure.higher_is_better is None:
         return text, None
     better = ratio > 1.0 if figure.higher_is_better else ratio < 1.0
     return text, "better" if better else "worse"

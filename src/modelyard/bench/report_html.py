@@ -28,7 +28,7 @@ from plotly.subplots import make_subplots
 
 from modelyard.bench.metrics import chunk_gaps_ms, tpot_ms
 from modelyard.bench.records import LoadPointResult, MetricSummary, RequestRecord, RunResult
-from modelyard.bench.server_metrics import server_ttft_mean_ms_from_series
+from modelyard.bench.server_metrics import server_summary_from_series, server_ttft_mean_ms_from_series
 from modelyard.errors import InvalidInput, NotFound
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,24 @@ TIMELINE_PANELS: tuple[tuple[str, str], ...] = (
     ("server_waiting_requests", "waiting requests"),
     ("server_kv_cache_usage", "KV cache in use (0-1)"),
     ("server_generation_tokens_per_s", "engine output tokens/s"),
+    ("server_prefix_cache_hit_ratio", "prefix cache hit ratio"),
+    ("server_preemptions_total", "preemptions (cumulative)"),
+    ("server_spec_acceptance_ratio", "speculative acceptance"),
     ("utilization_percent", "GPU utilization (%)"),
+    ("memory_used_bytes", "GPU memory used (bytes)"),
     ("power_watts", "GPU power (W)"),
+)
+SERVER_FIGURES: tuple[tuple[str, str, int], ...] = (
+    ("engine_ttft_mean_ms", "engine TTFT mean (ms)", 1),
+    ("peak_running_requests", "peak running", 0),
+    ("peak_waiting_requests", "peak waiting", 0),
+    ("peak_kv_cache_usage", "peak KV cache", 2),
+    ("preemptions", "preemptions", 0),
+    ("prefix_cache_hit_ratio", "prefix cache hits", 2),
+    ("spec_acceptance_ratio", "spec. acceptance", 2),
+    ("mean_gpu_utilization_percent", "GPU util. mean (%)", 0),
+    ("peak_gpu_memory_used_bytes", "GPU memory peak (GiB)", 1),
+    ("mean_gpu_power_watts", "GPU power mean (W)", 0),
 )
 
 
@@ -386,6 +402,25 @@ def points_table_html(run: LoadedRun) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def server_table_html(run: LoadedRun) -> str:
+    """The engine's and GPUs' figures per point, only the columns something was observed for."""
+    summaries = [server_summary_from_series(point.timelines) for point in run.result.points]
+    columns = [figure for figure in SERVER_FIGURES if any(s[figure[0]] is not None for s in summaries)]
+    if not columns:
+        return ""
+    head = "<th>load</th>" + "".join(f"<th>{html.escape(title)}</th>" for _, title, _ in columns)
+    rows = []
+    for point, summary in zip(run.result.points, summaries, strict=True):
+        cells = [point_name(point)]
+        for key, _title, digits in columns:
+            value = summary[key]
+            if value is not None and key == "peak_gpu_memory_used_bytes":
+                value = value / 2**30
+            cells.append(_format(value, digits))
+        rows.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
 def ttft_gap_html(run: LoadedRun) -> str:
     """Client TTFT against the engine's own, per point (only where the engine's histogram was read)."""
     rows = []
@@ -483,6 +518,7 @@ def render_report(run: LoadedRun) -> str:
         parts.append(figure_html(load_figure([run])))
     parts.append(figure_html(per_user_figure([run])))
     parts.append("<h2>The server's view</h2>")
+    parts.append(server_table_html(run))
     timelines = timeline_figure(run)
     parts.append(
         figure_html(timelines) if timelines is not None else "<p>No server timelines were recorded.</p>"

@@ -14,24 +14,21 @@ vLLM and SGLang name the same quantities differently; this module maps both into
 
 Usage::
 
-    async with ServerMetricsPoller("http://127.0.0.1:8000/metrics", interval_s=1.0) as poller:
-        ...  # run the load
-    timeline = poller.timeline()
-    print(timeline.flavor, timeline.prefix_cache_hit_ratio(), timeline.server_ttft_mean_ms())
+    sample = parse_metrics_text(text_of_metrics_page, elapsed_s=0.0)   # one poll, engine-neutral
+    timeline = ServerTimeline(metrics_url=url, flavor="vllm", samples=[first, last])
+    print(timeline.prefix_cache_hit_ratio(), timeline.server_ttft_mean_ms())
+
+Polling during a run is ``server_poller.ServerMetricsPoller`` (and, for the runner,
+``server_poller.ServerMetricsObserver``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelyard.bench.records import TimelineSeries
@@ -231,6 +228,15 @@ class ServerTimeline:
             add("server_waiting_requests", "requests", time_s, sample.waiting_requests)
             add("server_kv_cache_usage", "ratio", time_s, sample.kv_cache_usage_ratio)
             add("server_preemptions_total", "count", time_s, sample.preemptions_total)
+            add(
+                "server_prefix_cache_hit_tokens_total", "tokens", time_s, sample.prefix_cache_hit_tokens_total
+            )
+            add(
+                "server_prefix_cache_query_tokens_total",
+                "tokens",
+                time_s,
+                sample.prefix_cache_query_tokens_total,
+            )
             if sample.ttft_histogram is not None:
                 add("server_ttft_count", "count", time_s, sample.ttft_histogram.count)
                 add("server_ttft_sum_s", "s", time_s, sample.ttft_histogram.sum_s)
@@ -374,6 +380,48 @@ def server_ttft_mean_ms_from_series(series: Sequence[TimelineSeries]) -> float |
     return (total.values[-1] - total.values[0]) / requests * 1000.0
 
 
+def _series_delta(by_name: dict[str, TimelineSeries], name: str) -> float | None:
+    entry = by_name.get(name)
+    if entry is None or len(entry.values) < 2:
+        return None
+    return entry.values[-1] - entry.values[0]
+
+
+def _series_peak(series: Sequence[TimelineSeries], suffix: str) -> float | None:
+    values = [value for entry in series if entry.name.endswith(suffix) for value in entry.values]
+    return max(values) if values else None
+
+
+def _series_mean(series: Sequence[TimelineSeries], suffix: str) -> float | None:
+    values = [value for entry in series if entry.name.endswith(suffix) for value in entry.values]
+    return sum(values) / len(values) if values else None
+
+
+def server_summary_from_series(series: Sequence[TimelineSeries]) -> dict[str, float | None]:
+    """The engine's and GPUs' headline figures over a stored point (``None``: not observed)."""
+    by_name = {entry.name: entry for entry in series}
+    hits = _series_delta(by_name, "server_prefix_cache_hit_tokens_total")
+    queries = _series_delta(by_name, "server_prefix_cache_query_tokens_total")
+    prefix_ratio = hits / queries if hits is not None and queries else None
+    if prefix_ratio is None:
+        prefix_ratio = _series_mean(series, "server_prefix_cache_hit_ratio")
+    gpu_power = [entry for entry in series if entry.name.endswith("_power_watts")]
+    return {
+        "engine_ttft_mean_ms": server_ttft_mean_ms_from_series(series),
+        "peak_running_requests": _series_peak(series, "server_running_requests"),
+        "peak_waiting_requests": _series_peak(series, "server_waiting_requests"),
+        "peak_kv_cache_usage": _series_peak(series, "server_kv_cache_usage"),
+        "preemptions": _series_delta(by_name, "server_preemptions_total"),
+        "prefix_cache_hit_ratio": prefix_ratio,
+        "spec_acceptance_ratio": _series_mean(series, "server_spec_acceptance_ratio"),
+        "mean_gpu_utilization_percent": _series_mean(series, "_utilization_percent"),
+        "peak_gpu_memory_used_bytes": _series_peak(series, "_memory_used_bytes"),
+        "mean_gpu_power_watts": sum(sum(e.values) / len(e.values) for e in gpu_power if e.values)
+        if gpu_power
+        else None,
+    }
+
+
 def _median(ordered: Sequence[float]) -> float:
     middle = len(ordered) // 2
     if len(ordered) % 2:
@@ -461,97 +509,3 @@ def metrics_url_for(base_url: str) -> str:
     if root.endswith("/v1"):
         root = root[: -len("/v1")]
     return f"{root}/metrics"
-
-
-class ServerMetricsPoller:
-    """Polls ``/metrics`` every ``interval_s`` on its own task until stopped. A failed poll is counted
-    and logged once, never raised: the engine's view is an addition to the run, not a condition of it.
-    """
-
-    def __init__(
-        self,
-        metrics_url: str,
-        *,
-        interval_s: float = 1.0,
-        timeout_s: float = 5.0,
-        clock_ns: Callable[[], int] = time.monotonic_ns,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._timeline = ServerTimeline(metrics_url=metrics_url)
-        self._interval_s = interval_s
-        self._timeout_s = timeout_s
-        self._clock_ns = clock_ns
-        self._transport = transport
-        self._start_ns = 0
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-
-    async def __aenter__(self) -> ServerMetricsPoller:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
-        """Take the first sample now (the baseline for every delta), then keep polling."""
-        self._start_ns = self._clock_ns()
-        self._stop.clear()
-        self._task = asyncio.create_task(self._run(), name="server-metrics-poller")
-
-    async def stop(self) -> ServerTimeline:
-        """Take a last sample (the end of the window) and stop."""
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
-        return self._timeline
-
-    def timeline(self) -> ServerTimeline:
-        return self._timeline
-
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=self._timeout_s, transport=self._transport) as client:
-            await self._poll_once(client)
-            while not self._stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=self._interval_s)
-                await self._poll_once(client)
-
-    async def _poll_once(self, client: httpx.AsyncClient) -> None:
-        elapsed_s = (self._clock_ns() - self._start_ns) / 1e9
-        try:
-            response = await client.get(self._timeline.metrics_url)
-            response.raise_for_status()
-            text = response.text
-            if self._timeline.flavor == "unknown":
-                self._timeline.flavor = detect_flavor(text)
-            sample = parse_metrics_text(text, elapsed_s, self._timeline.flavor)
-        except (httpx.HTTPError, ValueError) as error:
-            if self._timeline.failed_polls == 0:
-                logger.warning("polling %s failed: %s", self._timeline.metrics_url, error)
-            self._timeline.failed_polls += 1
-            self._timeline.last_error = f"{type(error).__name__}: {error}"
-            return
-        self._timeline.samples.append(sample)
-
-
-class ServerMetricsObserver:
-    """The runner's ``PointObserver`` for ``/metrics``: one poller per load point, its samples
-    returned as ``TimelineSeries``.
-
-        factories = [lambda: ServerMetricsObserver(metrics_url_for(base_url))]
-        run_benchmark(config, observer_factories=factories)
-    """
-
-    def __init__(self, metrics_url: str, *, interval_s: float = 1.0) -> None:
-        self._poller = ServerMetricsPoller(metrics_url, interval_s=interval_s)
-
-    async def start(self) -> None:
-        await self._poller.start()
-
-    async def stop(self) -> list[TimelineSeries]:
-        timeline = await self._poller.stop()
-        return timeline.to_series()

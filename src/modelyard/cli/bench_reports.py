@@ -125,7 +125,8 @@ def search_command(
         search_saturation_knee,
         search_slo_load,
     )
-    from modelyard.bench.server_metrics import ServerMetricsObserver, metrics_url_for
+    from modelyard.bench.server_metrics import metrics_url_for
+    from modelyard.bench.server_poller import ServerMetricsObserver
 
     if find not in ("knee", "slo"):
         raise InvalidInput(f"--find {find!r} is not knee or slo")
