@@ -104,6 +104,7 @@ def test_report_shows_the_server_timelines_and_the_ttft_gap(run_directory: Path)
     page = render_report(load_run(run_directory))
     assert "Server view over time" in page
     assert "running requests" in page and "waiting requests" in page
+    assert "<th>peak running</th>" in page and "<th>engine TTFT mean (ms)</th>" in page
     gap_table = page.split("Client vs engine TTFT", 1)[1]
     assert "engine TTFT mean (ms)" in gap_table
     assert "<td>8 concurrent</td>" in gap_table

@@ -21,6 +21,7 @@ from modelyard.bench.server_metrics import (
     ServerTimeline,
     metrics_url_for,
     parse_metrics_text,
+    server_summary_from_series,
     server_ttft_mean_ms_from_series,
     ttft_gap,
 )
@@ -183,6 +184,12 @@ def test_window_figures_come_from_counter_deltas_between_first_and_last_poll() -
     assert series["server_running_requests"].times_s == [-1.0, 1.0]
     assert series["server_prefix_cache_hit_ratio"].values == [pytest.approx(0.75)]
     assert server_ttft_mean_ms_from_series(list(series.values())) == pytest.approx(80.0)
+    summary = server_summary_from_series(list(series.values()))
+    assert summary["preemptions"] == 6.0
+    assert summary["prefix_cache_hit_ratio"] == pytest.approx(0.75)
+    assert summary["engine_ttft_mean_ms"] == pytest.approx(80.0)
+    assert summary["peak_running_requests"] == 12.0
+    assert summary["mean_gpu_power_watts"] is None
 
 
 def test_timeline_survives_its_json_form() -> None:
