@@ -6,6 +6,7 @@ inventory chosen by the test, because this machine has no GPUs and the tests mus
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,14 +14,16 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.server.api.router import api_router
 from modelyard.server.context import ServerContext
 from modelyard.server.errors import install_error_handlers
-from modelyard.services.users import ensure_admin
+from modelyard.services.users import ensure_admin, write_password_file
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.store.tables import User
 
 
 def fake_gpu(index: int, memory_total_bytes: int = 48 * 2**30) -> GpuInfo:
@@ -83,18 +86,53 @@ def build_app(context: ServerContext) -> FastAPI:
     return app
 
 
-@pytest.fixture
-def api(tmp_path: Path, database_url: str) -> Iterator[ApiHarness]:
-    """The API on a fresh database: a SQLite file, and PostgreSQL when the suite has one."""
-    data_dir = tmp_path / "data"
-    settings = Settings(data_dir=data_dir, port=18080, deploy_demo=False, database_url_override=database_url)
-    database = Database.open(settings.database_url)
-    password = ensure_admin(database, settings.admin_password_file)
+@dataclass(frozen=True)
+class AdminTemplate:
+    """Made once per session: the admin's password and hash (scrypt is slow on purpose), and a
+    migrated SQLite file with that admin, copied for each test instead of migrating again."""
+
+    password: str
+    password_hash: str
+    sqlite_file: Path
+
+
+@pytest.fixture(scope="session")
+def admin_template(tmp_path_factory: pytest.TempPathFactory) -> AdminTemplate:
+    folder = tmp_path_factory.mktemp("template")
+    database = Database.open(f"sqlite:///{folder / 'modelyard.db'}")
+    password = ensure_admin(database, folder / "admin-password")
     assert password is not None
+    with database.session() as session:
+        password_hash = session.scalars(select(User.password_hash)).one()
+    database.close()  # checkpoints the WAL into the file
+    return AdminTemplate(password, password_hash, folder / "modelyard.db")
+
+
+def _open_with_admin(database_url: str, settings: Settings, template: AdminTemplate) -> Database:
+    if database_url.startswith("sqlite"):
+        shutil.copyfile(template.sqlite_file, settings.data_dir / "modelyard.db")
+        return Database.open(f"sqlite:///{settings.data_dir / 'modelyard.db'}")
+    database = Database.open(database_url)
+    with database.session() as session:
+        session.add(User(username="admin", password_hash=template.password_hash, is_admin=True))
+        session.commit()
+    return database
+
+
+@pytest.fixture
+def api(tmp_path: Path, database_url: str, admin_template: AdminTemplate) -> Iterator[ApiHarness]:
+    """The API on a fresh database (a SQLite file, and PostgreSQL when the suite has one) with
+    the admin created as at first start."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    settings = Settings(data_dir=data_dir, port=18080, deploy_demo=False, database_url_override=database_url)
+    database = _open_with_admin(database_url, settings, admin_template)
+    write_password_file(settings.admin_password_file, admin_template.password)
     controller = ControllerDouble()
     key_cache = KeyCacheDouble()
     context = ServerContext(settings=settings, database=database, controller=controller, key_cache=key_cache)
     app = build_app(context)
+    password = admin_template.password
     with TestClient(app) as client, TestClient(app) as anonymous:
         client.auth = ("admin", password)
         yield ApiHarness(client, anonymous, context, controller, key_cache, password, data_dir)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import stat
+from pathlib import Path
 
+from sqlalchemy import select
+
+from modelyard.services.password_hashing import verify_password
 from modelyard.services.users import ensure_admin
+from modelyard.store.database import Database
 from modelyard.store.tables import User
 
 from .conftest import ApiHarness, assert_error
@@ -28,11 +33,25 @@ def test_unknown_user_is_401(api: ApiHarness) -> None:
     assert response.status_code == 401
 
 
-def test_bootstrap_password_file_is_private_and_works(api: ApiHarness) -> None:
-    password_file = api.context.settings.admin_password_file
-    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
-    assert password_file.read_text().strip() == api.password
-    assert api.client.get("/api/v1/system").status_code == 200
+def test_first_start_creates_admin_with_a_private_password_file(tmp_path: Path, database_url: str) -> None:
+    database = Database.open(database_url)
+    password_file = tmp_path / "data" / "admin-password"
+    try:
+        password = ensure_admin(database, password_file)
+        assert password is not None and len(password) >= 20
+        assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+        assert password_file.read_text().strip() == password
+        with database.session() as session:
+            user = session.scalars(select(User)).one()
+        assert user.username == "admin" and password not in user.password_hash
+        assert verify_password(password, user.password_hash)
+    finally:
+        database.close()
+
+
+def test_the_password_file_lets_the_admin_in(api: ApiHarness) -> None:
+    password = api.context.settings.admin_password_file.read_text().strip()
+    assert api.anonymous.get("/api/v1/system", auth=("admin", password)).status_code == 200
 
 
 def test_ensure_admin_returns_none_when_admin_exists(api: ApiHarness) -> None:
