@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from modelyard.control.endpoints import Endpoint
-from modelyard.server.gateway.stream_response import CLIENT_CLOSED_REQUEST
+from modelyard.server.gateway.responses import CLIENT_CLOSED_REQUEST
 
 from .conftest import (
     GatewayHarness,

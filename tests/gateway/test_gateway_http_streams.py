@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -239,3 +240,30 @@ def test_a_client_that_leaves_mid_stream_frees_its_replica(
     assert engine_gauge(server, "num_requests_running") == 0
     rows = gateway.usage_rows(deployment)
     assert [row.status_code for row in rows] == [499]
+
+
+def test_a_client_that_leaves_before_a_whole_answer_frees_its_replica(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    server = engines.get("slow-leave-whole", itl_ms=300.0, served_model_names=["slow-model"])
+    deployment = unique_name("leave-whole")
+    gateway.publish(deployment, [server])
+    body = json.dumps(chat(deployment, max_tokens=12)).encode()
+    host, port = gateway.base_url.removeprefix("http://").split(":")
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(request + body)
+        deadline_s = time.monotonic() + 10
+        while not engine_gauge(server, "num_requests_running") and time.monotonic() < deadline_s:
+            time.sleep(0.02)
+        assert gateway.outstanding(server.base_url) == 1
+    # The whole answer takes the engine 3.3 s; the gateway lets go of it as soon as the client left
+    # (and closes its connection to the engine, which real engines take as an abort).
+    deadline_s = time.monotonic() + 10
+    while gateway.outstanding(server.base_url) and time.monotonic() < deadline_s:
+        time.sleep(0.02)
+    assert gateway.outstanding(server.base_url) == 0
+    assert [row.status_code for row in gateway.usage_rows(deployment)] == [499]

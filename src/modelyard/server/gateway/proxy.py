@@ -4,31 +4,40 @@ The body is parsed once (to find ``model``), gets the engine's served model name
 streaming, ``stream_options.include_usage = true`` (other stream options are kept), and is sent to
 the replica with the fewest outstanding requests. A replica that cannot be reached (refused,
 reset before answering) is skipped for another one: nothing has been sent to the client yet.
-Once the engine answers, its answer is relayed: streams event by event (``stream_response.py``),
-whole bodies as they are (``bodies.py``), errors in OpenAI's shape.
+Once the engine answers, its answer is relayed (``responses.py``): streams event by event, whole
+bodies once complete, errors in OpenAI's shape.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any
 
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Send
 
 from modelyard.control.endpoints import Endpoint
 from modelyard.errors import ModelyardError
 from modelyard.server.gateway.access import authenticate, parse_request_body, ready_endpoints
-from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
-from modelyard.server.gateway.errors import EngineUnreachable, gateway_error_response
+from modelyard.server.gateway.errors import EngineUnreachable, error_json_bytes, gateway_error_response
 from modelyard.server.gateway.keys import KeyFacts
 from modelyard.server.gateway.model_names import ModelNameRewrite
+from modelyard.server.gateway.responses import (
+    CLIENT_CLOSED_REQUEST,
+    ClientWatch,
+    ClientWatchedResponse,
+    RelayOutcome,
+    relay_body,
+    relay_stream,
+    send_whole,
+)
 from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS, GatewayRuntime, gateway_runtime
-from modelyard.server.gateway.stream_response import CLIENT_CLOSED_REQUEST, EngineStreamResponse
 from modelyard.server.gateway.streaming import SseRelay
-from modelyard.server.gateway.usage import TokenUsage, UsageRow
+from modelyard.server.gateway.usage import UsageRow
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +55,9 @@ async def forward(request: Request, path: str) -> Response:
         facts = await authenticate(runtime, request)
         payload, model = parse_request_body(await request.body())
         endpoints = await ready_endpoints(runtime, facts, model)
-        return await _forward(runtime, facts, path, payload, model, endpoints)
     except ModelyardError as error:
         return gateway_error_response(error)
+    return ClientWatchedResponse(partial(_exchange, runtime, facts, path, payload, model, endpoints))
 
 
 def _ask_for_usage(payload: dict[str, Any]) -> bool:
@@ -123,60 +132,53 @@ async def _send(
         )
 
 
-async def _forward(
+async def _exchange(
     runtime: GatewayRuntime,
     facts: KeyFacts,
     path: str,
     payload: dict[str, Any],
     model: str,
     endpoints: tuple[Endpoint, ...],
-) -> Response:
+    send: Send,
+    watch: ClientWatch,
+) -> None:
+    """Send the request to a replica and relay its answer; record it whatever happens."""
     streaming = path in STREAMING_PATHS and bool(payload.get("stream"))
     client_wants_usage = _ask_for_usage(payload) if streaming else False
-    upstream, endpoint = await _send(runtime, path, payload, model, endpoints)
-    model_rewrite = ModelNameRewrite.between(endpoint.served_model_name, model)
-
-    def finish(status: int, usage: TokenUsage | None) -> None:
-        runtime.balancer.release(endpoint)
+    outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False)
+    sent: tuple[aiohttp.ClientResponse, Endpoint] | None = None
+    try:
+        try:
+            sent = await _send(runtime, path, payload, model, endpoints)
+        except EngineUnreachable as error:
+            logger.warning("%s", error)
+            outcome.status = error.http_status
+            body = error_json_bytes(str(error), status=error.http_status, code=error.code)
+            await send_whole(send, watch, error.http_status, body, "application/json")
+            return
+        upstream, endpoint = sent
+        model_rewrite = ModelNameRewrite.between(endpoint.served_model_name, model)
+        description = f"deployment {model!r} (instance {endpoint.instance_id})"
+        content_type = upstream.headers.get("Content-Type", "")
+        if streaming and upstream.status == 200 and content_type.startswith("text/event-stream"):
+            relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=client_wants_usage)
+            outcome = await relay_stream(upstream, relay, send, watch, description)
+        else:
+            outcome = await relay_body(upstream, model_rewrite, send, watch, description)
+    finally:
+        if sent is not None:
+            upstream, endpoint = sent
+            if outcome.engine_done:
+                upstream.release()  # the connection goes back to the pool
+            else:
+                upstream.close()  # the engine sees the disconnect and stops generating
+            runtime.balancer.release(endpoint)
         runtime.usage.record(
             UsageRow(
-                api_key_id=facts.id, deployment_name=model, endpoint=path, usage=usage, status_code=status
+                api_key_id=facts.id,
+                deployment_name=model,
+                endpoint=path,
+                usage=outcome.usage,
+                status_code=outcome.status,
             )
         )
-
-    content_type = upstream.headers.get("Content-Type", "application/json")
-    if streaming and upstream.status == 200 and content_type.startswith("text/event-stream"):
-        relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=client_wants_usage)
-        return EngineStreamResponse(
-            upstream,
-            relay,
-            on_finish=lambda status: finish(status, relay.usage),
-            description=f"deployment {model!r} (instance {endpoint.instance_id})",
-        )
-    try:
-        body = await upstream.read()
-    except ENGINE_CONNECTION_ERRORS as error:
-        upstream.close()
-        finish(502, None)
-        return gateway_error_response(
-            EngineUnreachable(
-                f"the engine serving {model!r} (instance {endpoint.instance_id}) closed the connection "
-                f"before its answer was complete ({type(error).__name__})",
-                hint=f"see `modelyard logs {model}`",
-            )
-        )
-    except BaseException:
-        upstream.close()
-        finish(CLIENT_CLOSED_REQUEST, None)
-        raise
-    upstream.release()
-    if upstream.status != 200:
-        finish(upstream.status, None)
-        return Response(
-            normalise_error_body(body, upstream.status),
-            status_code=upstream.status,
-            media_type="application/json",
-        )
-    body, usage = normalise_success_body(body, model_rewrite)
-    finish(200, usage)
-    return Response(body, status_code=200, media_type=content_type)
