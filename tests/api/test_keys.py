@@ -61,3 +61,19 @@ def test_revoke_marks_the_key_and_drops_the_cache(api: ApiHarness) -> None:
 def test_revoke_unknown_key_is_404(api: ApiHarness) -> None:
     response = api.client.delete("/api/v1/keys/ghost")
     assert response.status_code == 404
+
+
+def test_a_name_taken_by_a_concurrent_request_is_409_not_500(api: ApiHarness) -> None:
+    import pytest
+
+    from modelyard.errors import AlreadyExists
+    from modelyard.services.names import commit_new
+
+    api.client.post("/api/v1/keys", json={"name": "ci"})
+    with api.database.session() as session:
+        # What a second request that passed the name check at the same moment would write.
+        session.add(ApiKey(name="ci", prefix="my-xxxxx", key_hash="2" * 64))
+        with pytest.raises(AlreadyExists, match="'ci'"):
+            commit_new(session, "key", "ci")
+    with api.database.session() as session:
+        assert len(session.scalars(select(ApiKey)).all()) == 1

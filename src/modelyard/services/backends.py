@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from modelyard.backends.catalog import BackendCatalog, known_versions, load_builtin_backends
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import Conflict, InvalidYaml, NotFound
+from modelyard.services.names import commit_new
 from modelyard.store.tables import CustomBackend, Deployment, utc_now
 
 
@@ -113,7 +114,7 @@ def import_backends(session: Session, yaml_text: str) -> list[BackendSpec]:
             )
         row.spec = spec.model_dump(mode="json")
         row.updated_at = utc_now()
-    session.commit()
+    commit_new(session, "backend", ", ".join(spec.name for spec in specs))
     return specs
 
 

@@ -31,7 +31,7 @@ from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import run_preflight
 from modelyard.services.instances import instance_to_json
 from modelyard.services.model_files import get_model
-from modelyard.services.names import check_name
+from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import Deployment, ModelFile
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def create_deployment(session: Session, request: DeploymentRequest, inventory: G
         warnings=warnings,
     )
     session.add(deployment)
-    session.commit()
+    commit_new(session, "deployment", name)
     logger.info(
         "deployment %s created (%s %s, %d replica(s))", name, spec.name, version.version, request.replicas
     )

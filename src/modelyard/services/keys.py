@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, InvalidInput, NotFound
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
-from modelyard.services.names import check_name
+from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import ApiKey, Deployment, utc_now
 
 
@@ -68,7 +68,7 @@ def create_key(session: Session, name: str, allowed_deployments: list[str] | Non
         name=name, prefix=display_prefix(key), key_hash=hash_key(key), allowed_deployments=allowed
     )
     session.add(record)
-    session.commit()
+    commit_new(session, "key", name)
     return CreatedKey(key=key, record=record)
 
 

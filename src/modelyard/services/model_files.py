@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, Conflict, InvalidModelDirectory, NotFound
 from modelyard.modeldir import ModelDirectoryReport, inspect_model_directory
-from modelyard.services.names import check_name
+from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import Deployment, ModelFile
 
 
@@ -78,7 +78,7 @@ def register_model(session: Session, name: str | None, path: Path) -> ModelFile:
         details=report.to_json(),
     )
     session.add(record)
-    session.commit()
+    commit_new(session, "model", model_name)
     return record
 
 

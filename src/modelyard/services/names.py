@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-from modelyard.errors import InvalidInput
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from modelyard.errors import AlreadyExists, InvalidInput
 
 # A model id as clients send it in "model": letters, digits and - _ . : / (e.g. "qwen3:27b", "org/model").
 MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
@@ -27,3 +30,12 @@ def check_name(name: str, what: str) -> str:
             hint="use letters, digits and - _ . : / (starting with a letter or digit)",
         )
     return name
+
+
+def commit_new(session: Session, what: str, name: str) -> None:
+    """Commit a new named row; a name taken meanwhile by a concurrent request is ``AlreadyExists``."""
+    try:
+        session.commit()
+    except IntegrityError as error:
+        session.rollback()
+        raise AlreadyExists(f"a {what} named {name!r} already exists", hint="choose another name") from error
