@@ -79,6 +79,8 @@ def _run_ours(base_url: str, rate: float, count: int, cpu: str, output_tokens: i
         str(output_tokens),
         "--max-send-lag-ms",
         "1000000",
+        "--no-server-metrics",
+        "--no-gpus",
         "--json",
     ]
     completed = subprocess.run(_pinned(cpu, argv), capture_output=True, text=True, timeout=900)

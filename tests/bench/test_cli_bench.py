@@ -60,6 +60,8 @@ def test_run_writes_result_requests_csv_and_prompts(server: ReferenceServer, tmp
     run = RunResult.from_json((out / "result.json").read_text())
     assert [point.point.value for point in run.points] == [1.0, 2.0]
     assert run.engine.engine == "vllm"
+    # The engine's own view, polled from /metrics while each point ran.
+    assert "server_running_requests" in {series.name for series in run.points[0].timelines}
     lines = (out / "requests.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 5
     first = json.loads(lines[0])

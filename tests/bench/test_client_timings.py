@@ -148,3 +148,31 @@ def test_sweeps_with_repeats_report_the_spread(one_token_chunks: ReferenceServer
     assert [(p.point.value, p.point.repeat_index) for p in result.points] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert [(spread.value, spread.repeats) for spread in result.spreads] == [(1, 2), (2, 2)]
     assert len(result.spreads[0].figures["median_ttft_ms"].values) == 2
+
+
+class _WordCounter:
+    """Counts tokens the way the reference server does (one per word): a stand-in local tokenizer."""
+
+    def __init__(self, extra_tokens: int = 0) -> None:
+        self.extra_tokens = extra_tokens
+
+    def count_plain(self, text: str) -> int:
+        return len(text.split()) + self.extra_tokens
+
+
+def test_retokenized_counts_are_compared_with_usage(one_token_chunks: ReferenceServer) -> None:
+    config = RunConfig(
+        base_url=one_token_chunks.base_url,
+        model=MODEL,
+        load_values=[2],
+        num_requests=4,
+        input_tokens=4,
+        output_tokens=OUTPUT_TOKENS,
+        max_send_lag_ms=1000,
+    )
+    agreeing = run_benchmark(config, counter=_WordCounter())
+    assert {record.retokenized_completion_tokens for record in agreeing.records[0]} == {OUTPUT_TOKENS}
+    assert agreeing.result.points[0].retokenized_divergent_count == 0
+    diverging = run_benchmark(config, counter=_WordCounter(extra_tokens=1)).result.points[0]
+    assert diverging.retokenized_divergent_count == 4
+    assert diverging.max_retokenized_divergence == pytest.approx(1 / OUTPUT_TOKENS)

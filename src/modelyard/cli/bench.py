@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import get_args
@@ -34,6 +35,7 @@ from modelyard.bench.records import (
     RunConfig,
     SloTargets,
 )
+from modelyard.bench.runner import PointObserver
 from modelyard.cli.context import stderr, stdout
 from modelyard.errors import InvalidInput
 
@@ -123,6 +125,9 @@ def run_command(
     ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Fixed output lengths."),
     label: str | None = typer.Option(None, "--label", help="A name for this configuration."),
     engine: str | None = typer.Option(None, "--engine", help="vllm, sglang, transformers (else detected)."),
+    server_metrics: bool = typer.Option(True, "--server-metrics/--no-server-metrics", help="Poll /metrics."),
+    gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="Sample this host's GPUs (NVML)."),
+    metrics_interval_s: float = typer.Option(1.0, "--metrics-interval-s", help="Polling interval."),
     out: Path | None = typer.Option(None, "--out", help="Directory for the output files."),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
 ) -> None:
@@ -168,10 +173,27 @@ def run_command(
         slo=SloTargets(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
         tokenizer_path=tokenizer,
     )
+    observer_factories: list[Callable[[], PointObserver]] = []
+    if server_metrics:
+        from modelyard.bench.server_metrics import metrics_url_for
+        from modelyard.bench.server_poller import ServerMetricsObserver
+
+        metrics_url = metrics_url_for(base_url)
+        observer_factories.append(lambda: ServerMetricsObserver(metrics_url, interval_s=metrics_interval_s))
+    if gpus:
+        from modelyard.bench.gpu_sampler import GpuObserver
+
+        observer_factories.append(lambda: GpuObserver(interval_s=metrics_interval_s))
     engine_hint = EngineInfo(base_url=base_url, served_model=model, engine=engine, label=label)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=stderr, transient=False) as progress:
-        outcome = run_benchmark(config, api_key=api_key, engine=engine_hint, progress=_RichProgress(progress))
+        outcome = run_benchmark(
+            config,
+            api_key=api_key,
+            engine=engine_hint,
+            progress=_RichProgress(progress),
+            observer_factories=observer_factories,
+        )
     if out is not None:
         paths = write_outputs(outcome, out)
         stderr.print(f"wrote {paths.result_json}, {paths.requests_jsonl.name}, {paths.points_csv.name}")
