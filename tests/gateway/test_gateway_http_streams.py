@@ -267,3 +267,17 @@ def test_a_client_that_leaves_before_a_whole_answer_frees_its_replica(
         time.sleep(0.02)
     assert gateway.outstanding(server.base_url) == 0
     assert [row.status_code for row in gateway.usage_rows(deployment)] == [499]
+
+
+def test_other_stream_options_of_the_client_reach_the_engine(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    deployment = unique_name("continuous")
+    gateway.publish(deployment, [engines.get("vllm", served_model_names=["vllm-model"])])
+    raw = stream_raw(
+        gateway, api_key, chat(deployment, max_tokens=3, stream_options={"continuous_usage_stats": True})
+    )
+    chunks = [json.loads(event) for event in data_events(raw) if event != b"[DONE]"]
+    with_choices = [chunk for chunk in chunks if chunk["choices"]]
+    assert [chunk["usage"]["completion_tokens"] for chunk in with_choices if "usage" in chunk] == [1, 2, 3]
+    assert [row.completion_tokens for row in gateway.usage_rows(deployment)] == [3]
