@@ -255,6 +255,38 @@ def refused_port() -> socket.socket:
     return sock
 
 
+class DroppingListener:
+    """Not an engine: a port that accepts connections and closes them at once, counting them."""
+
+    def __init__(self) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(16)
+        self._socket.settimeout(0.05)
+        self.port = self._socket.getsockname()[1]
+        self.accepted = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="dropping-listener", daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            connection.close()
+
+    def __enter__(self) -> DroppingListener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+
 def data_events(raw: bytes) -> list[bytes]:
     """The ``data:`` payloads of an SSE body, in order."""
     return [event[len(b"data: ") :] for event in raw.split(b"\n\n") if event.startswith(b"data: ")]

@@ -13,6 +13,7 @@ from modelyard.control.endpoints import Endpoint
 from modelyard.server.gateway.responses import CLIENT_CLOSED_REQUEST
 
 from .conftest import (
+    DroppingListener,
     GatewayHarness,
     ReferenceServers,
     engine_counter,
@@ -114,3 +115,32 @@ def test_outstanding_counts_return_to_zero_after_answers_and_errors(
     statuses = sorted(row.status_code for row in gateway.usage_rows(deployment))
     assert statuses == [200] * 6 + [400] * 3
     assert CLIENT_CLOSED_REQUEST not in statuses
+
+
+def test_a_replica_that_drops_connections_gets_one_more_try_then_is_skipped(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    server = engines.get("vllm", served_model_names=["vllm-model"])
+    deployment = unique_name("dropping")
+    with DroppingListener() as dropping:
+        dropping_endpoint = Endpoint(deployment, 1, f"http://127.0.0.1:{dropping.port}", "vllm-model")
+        gateway.publish_endpoints(
+            deployment, [dropping_endpoint, Endpoint(deployment, 2, server.base_url, "vllm-model")]
+        )
+        for _ in range(3):
+            answer = client(gateway, api_key).chat.completions.create(
+                model=deployment, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert answer.choices[0].message.content
+        assert dropping.accepted <= 2 * 3
+        gateway.publish_endpoints(deployment, [dropping_endpoint])
+        before = dropping.accepted
+        response = httpx.post(
+            gateway.base_url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {api_key}"},
+            json={"model": deployment, "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
+        assert response.status_code == 502
+        assert response.json()["error"]["code"] == "engine_unreachable"
+        assert dropping.accepted - before == 2

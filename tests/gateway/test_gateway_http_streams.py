@@ -281,3 +281,21 @@ def test_other_stream_options_of_the_client_reach_the_engine(
     with_choices = [chunk for chunk in chunks if chunk["choices"]]
     assert [chunk["usage"]["completion_tokens"] for chunk in with_choices if "usage" in chunk] == [1, 2, 3]
     assert [row.completion_tokens for row in gateway.usage_rows(deployment)] == [3]
+
+
+def test_a_prompt_with_a_lone_surrogate_escape_is_forwarded(
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+) -> None:
+    deployment = unique_name("surrogate")
+    gateway.publish(deployment, [engines.get("vllm", served_model_names=["vllm-model"])])
+    body = (
+        b'{"model": "%s", "messages": [{"role": "user", "content": "caf\\u00e9 \\ud800"}]}'
+        % deployment.encode()
+    )
+    response = httpx.post(
+        gateway.base_url + "/v1/chat/completions",
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+        content=body,
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text

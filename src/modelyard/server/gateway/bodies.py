@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from modelyard.server.gateway.errors import engine_error_in_openai_shape, openai_error
+from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.reasoning import REASONING_MARKER, normalise_reasoning
 from modelyard.server.gateway.usage import TokenUsage, usage_from_body
@@ -29,7 +30,7 @@ def normalise_success_body(
         except ValueError:
             return body, usage
         if isinstance(payload, dict) and normalise_reasoning(payload):
-            body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            body = compact_json(payload)
     return body, usage
 
 

@@ -10,7 +10,6 @@ bodies once complete, errors in OpenAI's shape.
 
 from __future__ import annotations
 
-import json
 import logging
 from functools import partial
 from typing import Any
@@ -24,6 +23,7 @@ from modelyard.control.endpoints import Endpoint
 from modelyard.errors import ModelyardError
 from modelyard.server.gateway.access import authenticate, parse_request_body, ready_endpoints
 from modelyard.server.gateway.errors import EngineUnreachable, error_json_bytes, gateway_error_response
+from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.keys import KeyFacts
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.responses import (
@@ -96,7 +96,7 @@ async def _send(
             )
         if encoded_for != endpoint.served_model_name:
             payload["model"] = endpoint.served_model_name
-            content = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            content = compact_json(payload)
             encoded_for = endpoint.served_model_name
         url = endpoint.base_url + path
         balancer.acquire(endpoint)

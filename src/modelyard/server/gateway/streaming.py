@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from modelyard.server.gateway.errors import engine_error_in_openai_shape, sse_error_event
+from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.reasoning import REASONING_MARKER, normalise_reasoning
 from modelyard.server.gateway.usage import TokenUsage
@@ -49,7 +50,7 @@ def _has_finish_reason(event: bytes) -> bool:
 
 
 def _encode(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return b"data: " + compact_json(payload)
 
 
 class SseRelay:
