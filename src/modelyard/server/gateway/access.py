@@ -19,6 +19,7 @@ from modelyard.control.endpoints import Endpoint
 from modelyard.server.gateway.errors import (
     InvalidApiKey,
     InvalidJsonBody,
+    KeyCheckUnavailable,
     MissingModel,
     ModelNotAllowed,
     ModelNotFound,
@@ -47,7 +48,7 @@ async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
         facts = await runtime.key_cache.resolve(key)
     except SQLAlchemyError as error:
         logger.exception("could not check an API key against the database")
-        raise NoReadyReplica(
+        raise KeyCheckUnavailable(
             "the API key could not be checked: the database did not answer",
             hint="see the server log",
         ) from error

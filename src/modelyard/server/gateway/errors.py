@@ -3,17 +3,18 @@
 Body: ``{"error": {"message", "type", "param", "code"}}``. ``type`` follows the REST API's
 vocabulary (``modelyard.server.errors``); ``code`` names the case so scripts can branch on it:
 
-==========  ========================  =====================================================
-status      code                      when
-==========  ========================  =====================================================
-400         ``invalid_json``          the body is not a JSON object
-400         ``missing_model``         the body has no string ``model``
-401         ``invalid_api_key``       no ``Authorization: Bearer``, an unknown or revoked key
-403         ``model_not_allowed``     the key is limited to other deployments
-404         ``model_not_found``       no deployment of that name (the message lists the known)
-502         ``engine_unreachable``    no replica could be reached (connection refused / reset)
-503         ``no_ready_replica``      the deployment exists but no replica is ready
-==========  ========================  =====================================================
+==========  ==========================  =====================================================
+status      code                        when
+==========  ==========================  =====================================================
+400         ``invalid_json``            the body is not a JSON object
+400         ``missing_model``           the body has no string ``model``
+401         ``invalid_api_key``         no ``Authorization: Bearer``, an unknown or revoked key
+403         ``model_not_allowed``       the key is limited to other deployments
+404         ``model_not_found``         no deployment of that name (the message lists the known)
+502         ``engine_unreachable``      no replica could be reached (connection refused / reset)
+503         ``no_ready_replica``        the deployment exists but no replica is ready
+503         ``key_check_unavailable``   the database did not answer a key lookup
+==========  ==========================  =====================================================
 
 Inside a stream that the engine cut, the client gets the same shape as an SSE event
 (``stream_interrupted``), then ``data: [DONE]``.
@@ -71,6 +72,11 @@ class NoReadyReplica(ModelyardError):
     http_status = 503
     code = "no_ready_replica"
     param = "model"
+
+
+class KeyCheckUnavailable(ModelyardError):
+    http_status = 503
+    code = "key_check_unavailable"
 
 
 class EngineUnreachable(ModelyardError):
