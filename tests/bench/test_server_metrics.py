@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -292,3 +293,19 @@ async def test_the_runner_stores_the_server_view_beside_each_load_point() -> Non
     assert server_ttft_ms is not None and server_ttft_ms >= 20.0
     client_ttft_ms = point.metrics["ttft_ms"].mean
     assert client_ttft_ms is not None and client_ttft_ms >= server_ttft_ms
+
+
+def test_real_vllm_0_25_metrics_captured_on_an_h200_map_into_the_sample() -> None:
+    text = (Path(__file__).parent / "fixtures" / "vllm-0.25.0-metrics.txt").read_text()
+    sample = parse_metrics_text(text, elapsed_s=0.0)
+    assert sample.running_requests == 0.0
+    assert sample.waiting_requests == 0.0
+    assert sample.kv_cache_usage_ratio == 0.0
+    assert sample.preemptions_total == 0.0
+    assert sample.prefix_cache_hit_tokens_total == 55920.0
+    assert sample.prefix_cache_query_tokens_total == 85670.0
+    assert sample.generation_tokens_total == 15104.0
+    assert sample.spec_draft_tokens_total is None  # no speculative decoding in that run
+    assert sample.ttft_histogram is not None
+    assert sample.ttft_histogram.count == 268.0
+    assert sample.ttft_histogram.sum_s == pytest.approx(12.3583, abs=1e-3)

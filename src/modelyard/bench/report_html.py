@@ -48,7 +48,7 @@ TIMELINE_PANELS: tuple[tuple[str, str], ...] = (
     ("server_preemptions_total", "preemptions (cumulative)"),
     ("server_spec_acceptance_ratio", "speculative acceptance"),
     ("utilization_percent", "GPU utilization (%)"),
-    ("memory_used_bytes", "GPU memory used (bytes)"),
+    ("memory_used_bytes", "GPU memory used (GiB)"),
     ("power_watts", "GPU power (W)"),
 )
 SERVER_FIGURES: tuple[tuple[str, str, int], ...] = (
@@ -332,7 +332,7 @@ def timeline_figure(run: LoadedRun) -> go.Figure | None:
                 figure.add_trace(
                     go.Scatter(
                         x=series.times_s,
-                        y=series.values,
+                        y=[v / 2**30 for v in series.values] if series.unit == "bytes" else series.values,
                         mode="lines",
                         name=trace_name,
                         legendgroup=str(index),
