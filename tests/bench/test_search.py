@@ -216,3 +216,23 @@ def test_search_command_prints_the_steps_and_writes_the_search_and_a_report(tmp_
     assert found["found_load"] == 2
     assert (tmp_path / "report.html").is_file()
     assert RunResult.from_json((tmp_path / "result.json").read_text()).points
+
+
+async def test_each_measurement_gets_its_own_prompts_so_a_prefix_cache_cannot_serve_later_loads() -> None:
+    config = ReferenceConfig(flavor="vllm", ttft_ms=1, itl_ms=1, output_tokens=4, max_concurrency=8)
+    with ReferenceServer(config) as server:
+        run_config = RunConfig(
+            base_url=server.base_url,
+            model="reference-model",
+            num_requests=4,
+            input_tokens=20,
+            output_tokens=4,
+        )
+        fresh = runner_measure(run_config)
+        await fresh(1.0)
+        await fresh(2.0)
+        reused = runner_measure(run_config, fresh_prompts=False)
+        await reused(1.0)
+        await reused(2.0)
+    assert set(fresh.prompt_ids_by_load[1.0]).isdisjoint(fresh.prompt_ids_by_load[2.0])
+    assert reused.prompt_ids_by_load[1.0] == reused.prompt_ids_by_load[2.0]

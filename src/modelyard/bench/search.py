@@ -20,15 +20,17 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from modelyard.bench.records import LoadKind, LoadPointResult, RunConfig
+from modelyard.bench.records import BenchPrompt, LoadKind, LoadPoint, LoadPointResult, RunConfig
 from modelyard.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -281,38 +283,72 @@ async def search_saturation_knee(measure: Measure, settings: SearchSettings) -> 
     return outcome
 
 
-def runner_measure(
-    config: RunConfig,
-    *,
-    api_key: str | None = None,
-    observer_factories: tuple[Callable[[], Any], ...] = (),
-) -> Measure:
-    """A ``measure`` that runs one point of ``config`` at the given load with the benchmark runner
-    (prompts are built once, on the first call, and reused for every load)."""
-    from modelyard.bench import runner
-    from modelyard.bench.records import LoadPoint
+class RunnerMeasure:
+    """``measure(load)`` with the benchmark runner: one point of ``config`` at that load.
 
-    state: dict[str, Any] = {}
+    With ``fresh_prompts`` (the default) every measurement gets its own prompts (the dataset's
+    seed moves on by one per measurement), so that an engine's prefix cache cannot serve a later
+    load point the prompts of an earlier one: a search measures prefill at every step, not cache
+    hits. Fixed sets (built-in, ShareGPT, a prompts file) are only reordered by the seed.
+    """
 
-    async def measure(load: float) -> LoadPointResult:
-        import asyncio
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        api_key: str | None = None,
+        observer_factories: Sequence[Callable[[], Any]] = (),
+        fresh_prompts: bool = True,
+    ) -> None:
+        self.config = config
+        self.api_key = api_key
+        self.observer_factories = tuple(observer_factories)
+        self.fresh_prompts = fresh_prompts
+        self.prompt_ids_by_load: dict[float, list[str]] = {}
+        self._engine: str | None = None
+        self._engine_detected = False
+        self._prompt_sets: dict[int, tuple[list[BenchPrompt], list[bytes]]] = {}
 
-        if "bodies" not in state:
-            engine = await runner.detect_engine(config, api_key)
+    async def _prompts(self, seed: int) -> tuple[list[BenchPrompt], list[bytes]]:
+        from modelyard.bench import runner
+
+        if not self._engine_detected:
+            self._engine = (await runner.detect_engine(self.config, self.api_key)).engine
+            self._engine_detected = True
+        if seed not in self._prompt_sets:
+            config = dataclasses.replace(self.config, seed=seed)
             count = (config.num_requests or runner.DURATION_MODE_PROMPTS) + config.warmup_requests
-            prompts = await asyncio.to_thread(runner.prepare_prompts, config, count, api_key=api_key)
-            state["prompts"] = prompts
-            state["bodies"] = [runner.request_body(prompt, config, engine.engine) for prompt in prompts]
-        point = LoadPoint(config.load_kind, load)
-        observers = [factory() for factory in observer_factories]
+            prompts = await asyncio.to_thread(runner.prepare_prompts, config, count, api_key=self.api_key)
+            bodies = [runner.request_body(prompt, config, self._engine) for prompt in prompts]
+            self._prompt_sets[seed] = (prompts, bodies)
+        return self._prompt_sets[seed]
+
+    async def __call__(self, load: float) -> LoadPointResult:
+        from modelyard.bench import runner
+
+        step = len(self.prompt_ids_by_load) if self.fresh_prompts else 0
+        prompts, bodies = await self._prompts(self.config.seed + step)
+        self.prompt_ids_by_load[load] = [prompt.prompt_id for prompt in prompts]
+        observers = [factory() for factory in self.observer_factories]
         result, _records = await runner.run_point(
-            config,
-            point,
-            bodies=state["bodies"],
-            prompts=state["prompts"],
-            api_key=api_key,
+            self.config,
+            LoadPoint(self.config.load_kind, load),
+            bodies=bodies,
+            prompts=prompts,
+            api_key=self.api_key,
             observers=observers,
         )
         return result
 
-    return measure
+
+def runner_measure(
+    config: RunConfig,
+    *,
+    api_key: str | None = None,
+    observer_factories: Sequence[Callable[[], Any]] = (),
+    fresh_prompts: bool = True,
+) -> RunnerMeasure:
+    """The runner as a search's ``measure`` (see ``RunnerMeasure``)."""
+    return RunnerMeasure(
+        config, api_key=api_key, observer_factories=observer_factories, fresh_prompts=fresh_prompts
+    )
