@@ -15,9 +15,16 @@ import pytest
 from typer.testing import CliRunner
 
 from modelyard.bench.outputs import write_outputs
-from modelyard.bench.records import RunConfig, SloTargets
+from modelyard.bench.records import RunConfig, SloTargets, TimelineSeries
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
-from modelyard.bench.report_html import latency_cdf_figure, load_run, render_report, write_report
+from modelyard.bench.report_html import (
+    gpu_count_of,
+    latency_cdf_figure,
+    load_run,
+    per_user_figure,
+    render_report,
+    write_report,
+)
 from modelyard.bench.runner import run_benchmark_async
 from modelyard.bench.server_metrics import metrics_url_for
 from modelyard.bench.server_poller import ServerMetricsObserver
@@ -130,3 +137,21 @@ def test_report_command_writes_the_page_beside_the_result(run_directory: Path) -
     written = run_directory / "report.html"
     assert outcome.output.strip() == str(written)
     assert "<h1>Benchmark: four slots serving reference-model</h1>" in written.read_text()
+
+
+def test_per_gpu_throughput_divides_by_the_gpus_nvml_sampled_when_none_were_recorded(
+    run_directory: Path,
+) -> None:
+    run = load_run(run_directory)
+    assert gpu_count_of(run.result) == (1, "not recorded: 1 assumed")
+    for index in (0, 1):
+        series = TimelineSeries(name=f"gpu{index}_power_watts", unit="W", times_s=[0.0], values=[300.0])
+        series.source = f"nvml:gpu{index}"
+        run.result.points[0].timelines.append(series)
+    assert gpu_count_of(run.result) == (2, "sampled by NVML")
+    trace = per_user_figure([run]).data[0]
+    by_load = sorted(run.result.points, key=lambda point: point.point.value)
+    throughput = by_load[0].output_token_throughput_per_s
+    assert throughput is not None
+    assert trace.y[0] == pytest.approx(throughput / 2)
+    assert "2 GPU, sampled by NVML" in trace.name

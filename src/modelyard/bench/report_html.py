@@ -215,8 +215,20 @@ def _statistic(point: LoadPointResult, metric: str, statistic: str) -> float | N
     return None if summary is None else getattr(summary, statistic)
 
 
-def gpu_count_of(result: RunResult) -> int:
-    return max(1, len(result.hardware.gpus))
+def gpu_count_of(result: RunResult) -> tuple[int, str]:
+    """How many GPUs served the run, and where that came from: the run's hardware, else the GPUs
+    NVML sampled during it, else 1 (assumed, and said so)."""
+    if result.hardware.gpus:
+        return len(result.hardware.gpus), "recorded"
+    sampled = {
+        series.source
+        for point in result.points
+        for series in point.timelines
+        if series.source.startswith("nvml:")
+    }
+    if sampled:
+        return len(sampled), "sampled by NVML"
+    return 1, "not recorded: 1 assumed"
 
 
 def load_axis_title(runs: Sequence[LoadedRun]) -> str:
@@ -285,7 +297,7 @@ def per_user_figure(runs: Sequence[LoadedRun]) -> go.Figure:
     """The serving trade-off: each user's decode speed against what each GPU delivers."""
     figure = go.Figure()
     for run_index, run in enumerate(runs):
-        gpus = gpu_count_of(run.result)
+        gpus, origin = gpu_count_of(run.result)
         points = sorted(run.result.points, key=lambda point: point.point.value)
         per_user = [_statistic(p, "output_tokens_per_s_per_user", "median") for p in points]
         per_gpu = [
@@ -300,9 +312,7 @@ def per_user_figure(runs: Sequence[LoadedRun]) -> go.Figure:
                 text=labels,
                 mode="lines+markers+text",
                 textposition="top center",
-                name=f"{run.label} ({gpus} GPU)"
-                if run.result.hardware.gpus
-                else f"{run.label} (GPUs not recorded: 1)",
+                name=f"{run.label} ({gpus} GPU, {origin})",
                 line={"color": color(run_index)},
             )
         )
@@ -488,7 +498,7 @@ def meta_table_html(run: LoadedRun) -> str:
             f"{result.hardware.client_hostname} ({result.hardware.client_cpu_count} CPUs, "
             f"{result.hardware.client_platform})",
         ),
-        ("GPUs", ", ".join(result.hardware.gpus) or "not recorded (per-GPU figures assume 1)"),
+        ("GPUs", ", ".join(result.hardware.gpus) or f"{gpu_count_of(result)[0]} ({gpu_count_of(result)[1]})"),
         ("run", f"{result.run_id} at {result.created_at}, modelyard {result.hardware.modelyard_version}"),
     ]
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
