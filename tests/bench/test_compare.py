@@ -94,6 +94,20 @@ def test_different_workloads_are_listed(two_runs: tuple[Path, Path], tmp_path: P
     assert workload_differences([load_run(path) for path in two_runs]) == []
 
 
+def test_runs_that_sent_different_prompts_are_told_apart_by_digest(
+    two_runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "result.json").write_text((two_runs[1] / "result.json").read_text())
+    lines = (two_runs[1] / "prompts.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"content": "', '"content": "Changed: ', 1)
+    (other / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    runs = [load_run(two_runs[0], label="a"), load_run(other, label="b")]
+    differences = workload_differences(runs)
+    assert len(differences) == 1 and differences[0].startswith("prompts (digest of the texts sent): a=")
+
+
 def test_comparison_page_is_self_contained_and_shows_both_runs(two_runs: tuple[Path, Path]) -> None:
     runs = [load_run(path, label=label) for path, label in zip(two_runs, ["2 slots", "8 slots"], strict=True)]
     page = render_comparison(runs)

@@ -1,4 +1,5 @@
-"""The HTML report of a run: self-contained, every point shown, CDFs from the requests, the server view.
+"""The HTML report of a run: self-contained, every point shown, CDFs from the requests, the server view,
+input lengths checked against the engine's usage.
 
 The run is a real one: the benchmark runner against the reference server playing vLLM, with the
 /metrics poller attached, written to disk by ``outputs.write_outputs``.
@@ -46,7 +47,8 @@ def run_against_reference(directory: Path, *, slots: int, output_tokens: int = 8
             load_values=[2, 8],
             num_requests=REQUESTS_PER_POINT,
             output_tokens=output_tokens,
-            dataset="builtin",
+            dataset="random",
+            input_tokens=24,
             slo=SloTargets(ttft_ms=45.0),
         )
         url = metrics_url_for(server.base_url)
@@ -76,9 +78,10 @@ def test_report_is_one_self_contained_page_with_plotly_inlined_once(
 
 def test_report_shows_every_load_point_and_its_counts(run_directory: Path) -> None:
     page = render_report(load_run(run_directory))
+    points_table = page.split("<h2>Load points</h2>", 1)[1].split("<h2>", 1)[0]
     for label in ("2 concurrent", "8 concurrent"):
-        assert f"<td>{label}</td>" in page
-    assert page.count(f"<td>{REQUESTS_PER_POINT} / {REQUESTS_PER_POINT}</td>") == 2
+        assert f"<td>{label}</td>" in points_table
+    assert points_table.count(f"<td>{REQUESTS_PER_POINT} / {REQUESTS_PER_POINT}</td>") == 2
     assert "Latency distributions (CDF)" in page
     assert "Throughput and latency against load" in page
     assert "against output tokens" in page and "per GPU" in page
@@ -155,3 +158,15 @@ def test_per_gpu_throughput_divides_by_the_gpus_nvml_sampled_when_none_were_reco
     assert throughput is not None
     assert trace.y[0] == pytest.approx(throughput / 2)
     assert "2 GPU, sampled by NVML" in trace.name
+
+
+def test_report_checks_each_input_length_against_the_engines_usage(run_directory: Path) -> None:
+    run = load_run(run_directory)
+    assert len(run.prompts) == REQUESTS_PER_POINT
+    section = render_report(run).split("<h2>Input lengths</h2>", 1)[1].split("<h2>", 1)[0]
+    assert (
+        f"{REQUESTS_PER_POINT} of {REQUESTS_PER_POINT} prompts were built at exactly their requested length"
+        in section
+    )
+    assert "24 to 24 tokens" in section
+    assert section.count(f"<td>{REQUESTS_PER_POINT} / {REQUESTS_PER_POINT}</td>") == 2

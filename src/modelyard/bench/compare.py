@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
+from modelyard.bench.input_lengths import prompts_digest
 from modelyard.bench.records import LoadKind, LoadPointResult
 from modelyard.bench.report_html import (
     FigureWriter,
@@ -122,6 +123,11 @@ def workload_differences(runs: Sequence[LoadedRun]) -> list[str]:
                 f"{name}: "
                 + ", ".join(f"{run.label}={value!r}" for run, value in zip(runs, values, strict=True))
             )
+    if all(run.prompts for run in runs):
+        digests = [prompts_digest(run.prompts) for run in runs]
+        if len(set(digests)) > 1:
+            named = ", ".join(f"{run.label}={digest}" for run, digest in zip(runs, digests, strict=True))
+            lines.append(f"prompts (digest of the texts sent): {named}")
     models = [run.result.engine.served_model for run in runs]
     if len(set(models)) > 1:
         lines.append("served model: " + ", ".join(models))

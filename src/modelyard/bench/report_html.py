@@ -26,8 +26,10 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from modelyard.bench.datasets.prompts_file import load_prompts
+from modelyard.bench.input_lengths import check_input_lengths, input_lengths_html
 from modelyard.bench.metrics import chunk_gaps_ms, tpot_ms
-from modelyard.bench.records import LoadPointResult, MetricSummary, RequestRecord, RunResult
+from modelyard.bench.records import BenchPrompt, LoadPointResult, MetricSummary, RequestRecord, RunResult
 from modelyard.bench.server_metrics import server_summary_from_series, server_ttft_mean_ms_from_series
 from modelyard.errors import InvalidInput, NotFound
 
@@ -79,6 +81,8 @@ class LoadedRun:
     result: RunResult
     source: Path | None = None
     requests_by_point: dict[int, list[RequestRecord]] = field(default_factory=dict)
+    prompts: list[BenchPrompt] = field(default_factory=list)
+    """From ``prompts.jsonl`` beside the result, when it is there."""
 
 
 def run_label(result: RunResult, fallback: str) -> str:
@@ -102,6 +106,9 @@ def load_run(path: Path, *, label: str | None = None) -> LoadedRun:
     requests_path = result_path.parent / "requests.jsonl"
     if requests_path.is_file():
         run.requests_by_point = _read_requests(requests_path)
+    prompts_path = result_path.parent / "prompts.jsonl"
+    if prompts_path.is_file():
+        run.prompts = load_prompts(prompts_path)
     return run
 
 
@@ -518,6 +525,8 @@ def render_report(run: LoadedRun) -> str:
             f'<p class="invalid">This run is marked invalid: {html.escape(result.invalid_reason or "")}</p>'
         )
     parts.append("<h2>Load points</h2>" + points_table_html(run))
+    check = check_input_lengths(run.prompts, run.requests_by_point)
+    parts.append("<h2>Input lengths</h2>" + input_lengths_html(check, [point_name(p) for p in result.points]))
     if not run.requests_by_point:
         parts.append(
             "<p>No requests.jsonl beside the result: CDFs are drawn from the stored percentiles.</p>"
