@@ -309,7 +309,6 @@ async def run_point(
 ) -> tuple[LoadPointResult, list[RequestRecord]]:
     """Run one load point (one repetition) and summarize it."""
     closed = point.kind == "concurrency"
-    max_connections = int(point.value) if closed else 0
     total = config.num_requests + config.warmup_requests if config.num_requests is not None else None
     if progress is not None:
         progress.point_started(point, total, config.duration_s)
@@ -320,7 +319,6 @@ async def run_point(
         config.base_url,
         api_key=api_key,
         endpoint=config.endpoint,
-        max_connections=max_connections,
         request_timeout_s=config.request_timeout_s,
     ) as client:
         run = _PointRun(client, config, bodies, prompts, progress, counter)
