@@ -241,7 +241,7 @@ async def test_polling_an_engine_double_shows_its_queue_and_its_ttft(engine_doub
     assert (timeline.peak("waiting_requests") or 0) >= 1
     assert timeline.server_ttft_request_count() == 4
     server_mean_ms = timeline.server_ttft_mean_ms()
-    assert server_mean_ms is not None and server_mean_ms >= 40.0
+    assert server_mean_ms is not None and server_mean_ms >= 40.0 - 0.5  # the event loop timer's precision
     gap = ttft_gap(client_ttfts_ms, timeline)
     assert gap is not None
     assert gap.client_request_count == 4
@@ -290,7 +290,7 @@ async def test_the_runner_stores_the_server_view_beside_each_load_point() -> Non
     assert max(series["server_running_requests"].values) == 2
     assert max(series["server_waiting_requests"].values) >= 1
     server_ttft_ms = server_ttft_mean_ms_from_series(point.timelines)
-    assert server_ttft_ms is not None and server_ttft_ms >= 20.0
+    assert server_ttft_ms is not None and server_ttft_ms >= 20.0 - 0.5
     client_ttft_ms = point.metrics["ttft_ms"].mean
     assert client_ttft_ms is not None and client_ttft_ms >= server_ttft_ms
 
