@@ -3,10 +3,11 @@
 Starts the reference server in its own process with known timings, then:
 
 1. latency overhead: one request at a time; measured TTFT, ITL and TPOT minus the configured ones;
-2. capacity: open-loop rates (evenly spaced sends, so the rate asked is exact) doubling from ``start_rate_per_s`` until a point is invalid (the client
-   fell behind its schedule), fails requests, or completes under 90 % of the rate asked for; the
-   highest rate that held is the client's sustained rate here (while the server keeps up: the
-   server runs on this machine too, so on a small machine it can be the limit; the report says so).
+2. capacity: open-loop rates (evenly spaced sends, so the rate asked is exact) doubling from
+   ``start_rate_per_s`` until a point is invalid (the client fell behind its schedule), fails
+   requests, or completes under 90 % of the rate asked for; the highest rate that held is the
+   client's sustained rate here, as long as the server keeps up (it runs on this machine too, so
+   on a small machine it can be the limit).
 
     result = run_selftest(SelftestConfig())
     print(result.ttft_overhead_ms, result.max_sustained_rate_per_s)
