@@ -10,11 +10,22 @@ Two measures per fixture, printed with ``pytest -s``:
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from modelyard.estimate import MemoryEstimate, estimate_memory, kv_tokens_from_bytes, parse_gpu_specs
+import pytest
+import yaml
+
+from modelyard.estimate import (
+    GpuSpec,
+    MemoryEstimate,
+    estimate_memory,
+    kv_tokens_from_bytes,
+    memory_findings,
+    parse_gpu_specs,
+)
 from modelyard.modeldir import read_model_facts
 
+from .engine_logs import FIXTURES as FIXTURE_DIRECTORY
 from .engine_logs import GIB, Fixture, all_fixtures
 
 FIXTURES = all_fixtures()
@@ -39,7 +50,9 @@ def test_there_are_enough_fixtures_across_engines_with_a_hybrid_model() -> None:
     engines = {fixture.engine for fixture in FIXTURES}
     hybrids = [fixture for fixture in FIXTURES if "hybrid" in fixture.name]
     assert len(FIXTURES) >= 6 and engines == {"vllm", "sglang"} and hybrids
-    assert all(fixture.source_url.startswith("https://github.com/") for fixture in FIXTURES)
+    issue_threads = [fixture for fixture in FIXTURES if fixture.source_url.startswith("https://github.com/")]
+    field_runs = [fixture for fixture in FIXTURES if fixture.source_url.startswith("field run:")]
+    assert len(issue_threads) >= 6 and len(issue_threads) + len(field_runs) == len(FIXTURES)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[fixture.name for fixture in FIXTURES])
@@ -76,3 +89,18 @@ def test_predicted_kv_memory_against_the_log(fixture: Fixture) -> None:
         f"{estimate.weights_bytes / GIB:.2f} GiB, activations {estimate.activation_bytes / GIB:.2f} GiB"
     )
     assert abs(error) <= MEMORY_TOLERANCE
+
+
+def test_busy_gpu_refusal_from_a_field_run_is_predicted() -> None:
+    """vLLM refused to start because an earlier engine still held the GPU; so does our check."""
+    data = yaml.safe_load((FIXTURE_DIRECTORY / "refusals" / "vllm-qwen3-8b-h200-busy-gpu.yaml").read_text())
+    match = re.search(r"Free memory on device \S+ \(([\d.]+)/([\d.]+) GiB\)", data["log"])
+    assert match is not None
+    free_gib, total_gib = float(match.group(1)), float(match.group(2))
+    gpu = GpuSpec(name="H200", memory_total_bytes=int(total_gib * GIB), memory_free_bytes=int(free_gib * GIB))
+    facts = read_model_facts(FIXTURE_DIRECTORY / "refusals" / data["config"])
+    estimate = estimate_memory(facts, "vllm", [gpu], data["arguments"], engine_version="0.25.0")
+    findings = {finding.check_id: finding for finding in memory_findings(estimate)}
+    refusal = findings["memory.free-memory-too-low"]
+    assert refusal.severity == "error"
+    assert f"{free_gib:.1f} GiB is free" in refusal.message and "128.6 GiB" in refusal.message

@@ -4,9 +4,9 @@ Each engine splits GPU memory its own way:
 
 - vLLM: ``--gpu-memory-utilization`` (default 0.92 from 0.25, 0.9 before) is a fraction of TOTAL
   memory for everything. KV cache = total x fraction - weights - peak activations - non-torch
-  memory - the CUDA-graph estimate (subtracted from 0.25). It refuses to start when total x
-  fraction exceeds the memory free at start, or when one sequence of ``--max-model-len`` does not
-  fit in the cache.
+  memory; CUDA graphs are captured afterwards in the memory the fraction leaves out. It refuses to
+  start when total x fraction exceeds the memory free at start, or when one sequence of
+  ``--max-model-len`` does not fit in the cache.
 - SGLang: ``--mem-fraction-static`` covers weights plus the KV pool, as a fraction of the memory
   free before loading. KV pool = free x fraction - weights (hybrid linear-attention models give
   0.9/1.9 of it to the recurrent-state pool). Activations and CUDA graphs live in the rest.
@@ -181,11 +181,14 @@ def _prepare(
     sequences = arguments.max_sequences or max_sequences_default(
         "vllm", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
     )
-    activations = activation_bytes(shape, batched, sequences, serving_bytes, arguments.tensor_parallel)
+    v0_engine = engine == "vllm" and _version_before(version, (0, 8))
+    activations = activation_bytes(
+        shape, batched, sequences, serving_bytes, arguments.tensor_parallel, legacy_engine=v0_engine
+    )
     if encoder_loaded:
         activations += ENCODER_ACTIVATION_BYTES
     legacy_vllm = engine == "vllm" and _version_before(version, (0, 25))
-    graphs = 0 if arguments.enforce_eager or engine != "vllm" or legacy_vllm else VLLM_CUDA_GRAPH_BYTES
+    graphs = 0 if arguments.enforce_eager or engine != "vllm" else VLLM_CUDA_GRAPH_BYTES
     context = arguments.context_tokens or shape.max_position_embeddings or 4096
     if arguments.memory_fraction is not None:
         fraction, is_default = arguments.memory_fraction, False
@@ -215,7 +218,7 @@ def _prepare(
         weights_bytes=weights,
         activation_bytes=activations,
         cuda_graph_bytes=graphs,
-        non_torch_bytes=non_torch_bytes(arguments.gpus_per_replica),
+        non_torch_bytes=non_torch_bytes(arguments.gpus_per_replica, legacy_engine=v0_engine),
         context_tokens=context,
         fraction=fraction,
         fraction_is_default=is_default,
@@ -299,9 +302,7 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
                 f"vLLM asks for {fraction} x {total / GIB:.1f} GiB = {budget / GIB:.1f} GiB but only "
                 f"{memory_bytes / GIB:.1f} GiB is free now"
             )
-        overhead = (
-            inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes + inputs.cuda_graph_bytes
-        )
+        overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
         kv_bytes = inputs.arguments.kv_cache_memory_bytes or budget - overhead
     else:
         parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.arguments.gpus_per_replica > 1 else 0
@@ -341,9 +342,7 @@ def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences:
     need = inputs.cache.sequence_bytes(inputs.context_tokens) * sequences
     total = inputs.gpu.memory_total_bytes
     if engine == "vllm":
-        overhead = (
-            inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes + inputs.cuda_graph_bytes
-        )
+        overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
         need += VLLM_BLOCK_TOKENS * inputs.cache.kv_bytes_per_token
         return (overhead + need) / total
     if inputs.cache.state_bytes_per_sequence:

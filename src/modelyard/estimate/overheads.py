@@ -12,16 +12,18 @@ from modelyard.estimate.architecture import ModelShape
 GIB = 1 << 30
 MIB = 1 << 20
 
-# CUDA context, cuBLAS workspace and allocator slack outside torch, one GPU (vLLM logs report
-# "non_torch_memory" of 0.2-0.4 GiB on one GPU); NCCL and custom all-reduce buffers add about
-# 0.4 GiB per GPU once tensor or pipeline parallelism is on.
-NON_TORCH_SINGLE_GPU_BYTES = int(0.35 * GIB)
+# Memory outside torch that the profile run adds on one GPU: 0.22 GiB for vLLM 0.25.0 on an H200
+# ("non-torch forward increase memory"), 0.35 GiB in vLLM V0 logs; NCCL and custom all-reduce
+# buffers add about 0.4 GiB per GPU once tensor or pipeline parallelism is on.
+NON_TORCH_SINGLE_GPU_BYTES = int(0.22 * GIB)
+NON_TORCH_LEGACY_SINGLE_GPU_BYTES = int(0.35 * GIB)
 NON_TORCH_PARALLEL_EXTRA_BYTES = int(0.4 * GIB)
 # The CUDA context torch creates before an engine measures free memory.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
-# vLLM >= 0.25 subtracts its CUDA-graph estimate from the KV budget; typical captures hold
-# 0.2-0.8 GiB ("Estimated CUDA graph memory" in its logs).
-VLLM_CUDA_GRAPH_BYTES = int(0.5 * GIB)
+# CUDA graphs vLLM captures after sizing the KV cache: 1.0 GiB for Qwen3-8B on an H200 with
+# vLLM 0.25.0 (its default capture sizes). They live outside the KV budget, in the memory that
+# --gpu-memory-utilization leaves out, so they matter for the headroom, not for the KV cache.
+VLLM_CUDA_GRAPH_BYTES = int(1.0 * GIB)
 # Activations of a multimodal encoder's profile run (one image of the largest size), roughly.
 ENCODER_ACTIVATION_BYTES = int(1.0 * GIB)
 
@@ -55,26 +57,42 @@ def max_sequences_default(engine: str, memory_total_bytes: int, gpu_name: str, t
 
 
 def activation_bytes(
-    shape: ModelShape, batched_tokens: int, sequences: int, dtype_bytes: float, tensor_parallel: int
+    shape: ModelShape,
+    batched_tokens: int,
+    sequences: int,
+    dtype_bytes: float,
+    tensor_parallel: int,
+    *,
+    legacy_engine: bool = False,
 ) -> int:
-    """Peak activation memory of one forward pass over ``batched_tokens`` tokens, plus the sampler's
-    float32 logits (and their softmax copies) for ``sequences`` sequences.
+    """Peak activation memory of the engine's profile run: one forward pass over ``batched_tokens``
+    tokens plus the sampler's logits for ``sequences`` sequences.
 
-    Calibrated on vLLM's memory-profiling logs of Llama-3.1-8B (vllm-project/vllm#10517: 2.07 GiB
-    at 20,000 tokens, 2.99 GiB at 29,000): about 4 x hidden + 2 x MLP width values per token."""
+    Calibrated on vLLM 0.25.0 on an H200 (Qwen3-8B and Qwen3-32B shapes, 8192 tokens, 1024
+    sequences: 1.29 and 1.52 GiB "torch peak memory increase"): 4 x hidden + MLP width values per
+    token and 6 bytes per logit. vLLM's V0 engine (before 0.8) kept more per token and fewer
+    logits (vllm-project/vllm#10517: 2.07 GiB at 20,000 tokens and 2.99 GiB at 29,000 for
+    Llama-3.1-8B): 6 x hidden + 2 x MLP width values per token, 4 bytes per logit.
+    """
     hidden = shape.hidden_size
-    attention = (shape.attention_heads + 2 * shape.key_value_heads) * shape.head_dim / tensor_parallel
     if shape.is_moe:
-        mlp = 2 * shape.experts_per_token * shape.expert_intermediate_size / tensor_parallel + hidden
+        width = (
+            shape.experts_per_token * shape.expert_intermediate_size + shape.shared_expert_intermediate_size
+        )
     else:
-        mlp = 2 * shape.intermediate_size / tensor_parallel
-    per_token = dtype_bytes * (4 * hidden + attention / 4 + mlp)
-    logits = min(sequences, batched_tokens) * shape.vocabulary_size * 4 * 3
+        width = shape.intermediate_size
+    if legacy_engine:
+        per_token = dtype_bytes * (6 * hidden + 2 * width / tensor_parallel)
+    else:
+        per_token = dtype_bytes * (4 * hidden + width / tensor_parallel)
+    logit_bytes = 4 if legacy_engine else 6
+    logits = min(sequences, batched_tokens) * shape.vocabulary_size * logit_bytes
     return int(batched_tokens * per_token + logits)
 
 
-def non_torch_bytes(gpus_per_replica: int) -> int:
-    return NON_TORCH_SINGLE_GPU_BYTES + (NON_TORCH_PARALLEL_EXTRA_BYTES if gpus_per_replica > 1 else 0)
+def non_torch_bytes(gpus_per_replica: int, *, legacy_engine: bool = False) -> int:
+    single = NON_TORCH_LEGACY_SINGLE_GPU_BYTES if legacy_engine else NON_TORCH_SINGLE_GPU_BYTES
+    return single + (NON_TORCH_PARALLEL_EXTRA_BYTES if gpus_per_replica > 1 else 0)
 
 
 def _prefill_graph_sizes(max_tokens: int) -> list[int]:
