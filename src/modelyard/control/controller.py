@@ -20,7 +20,7 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -41,6 +41,8 @@ from modelyard.store.database import Database
 from modelyard.store.tables import utc_now
 
 logger = logging.getLogger(__name__)
+
+TaskKind = Literal["bring-up", "stop"]
 
 LIVE_STATES = frozenset({InstanceState.STARTING, InstanceState.RUNNING, InstanceState.STOPPING})
 
@@ -79,7 +81,9 @@ class Controller:
         self._runtime = runtime
         self._options = options or ControllerOptions()
         self._processes: dict[int, EngineProcess] = {}
+        # At most one piece of slow work per instance: bringing it up, or stopping it.
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._task_kind: dict[int, TaskKind] = {}
         self._failures: dict[int, int] = {}
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -119,6 +123,7 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
+        self._task_kind.clear()
         if stop_engines:
             await asyncio.gather(
                 *(self._stop_instance(instance_id, "the server shut down") for instance_id in list(self._processes))
@@ -197,10 +202,14 @@ class Controller:
             await asyncio.to_thread(self._store.create_instances, deployment.id, missing)
             self.poke()
         for instance in deployment.instances:
-            if instance.id in self._tasks:
+            if await self._noticed_exit(instance):
                 continue
             if instance.replica_index >= deployment.replicas:
-                self._spawn(instance.id, self._stop_and_delete(instance.id, "scaled down"))
+                if self._task_kind.get(instance.id) != "stop":
+                    self._cancel_bring_up(instance.id)
+                    self._spawn(instance.id, self._stop_and_delete(instance.id, "scaled down"), kind="stop")
+                continue
+            if instance.id in self._tasks:
                 continue
             await self._step(deployment, instance)
 
@@ -208,10 +217,11 @@ class Controller:
         deleting = deployment.desired_state == "deleted"
         reason = "deployment removed" if deleting else "deployment stopped"
         for instance in deployment.instances:
-            if instance.id in self._tasks:
+            if self._task_kind.get(instance.id) == "stop":
                 continue
+            self._cancel_bring_up(instance.id)
             if instance.id in self._processes:
-                self._spawn(instance.id, self._stop_instance(instance.id, reason))
+                self._spawn(instance.id, self._stop_instance(instance.id, reason), kind="stop")
             elif instance.state != InstanceState.STOPPED:
                 await self._transition(instance.id, InstanceState.STOPPED, reason, pid=None)
         if deleting and not any(instance.id in self._tasks for instance in deployment.instances):
@@ -220,12 +230,25 @@ class Controller:
                 self._endpoints.forget(deployment.name)
                 logger.info("deployment %s removed", deployment.name)
 
-    async def _step(self, deployment: DeploymentView, instance: InstanceView) -> None:
+    async def _noticed_exit(self, instance: InstanceView) -> bool:
+        """If the instance's engine has exited (also while it was starting), handle it; True then."""
         process = self._processes.get(instance.id)
-        if process is not None:
-            status = self._runtime.exit_status(process)
-            if status is not None:
-                await self._on_engine_exit(instance, process, status)
+        if process is None or self._task_kind.get(instance.id) == "stop":
+            return False
+        status = self._runtime.exit_status(process)
+        if status is None:
+            return False
+        await self._on_engine_exit(instance, process, status)
+        return True
+
+    def _cancel_bring_up(self, instance_id: int) -> None:
+        if self._task_kind.get(instance_id) == "bring-up":
+            self._tasks[instance_id].cancel()
+            del self._tasks[instance_id]
+            del self._task_kind[instance_id]
+
+    async def _step(self, deployment: DeploymentView, instance: InstanceView) -> None:
+        if instance.id in self._processes:
             return
         if instance.state == InstanceState.ERROR and instance.next_start_at is None:
             return  # failed for a reason a restart cannot fix; waits for the user
@@ -378,9 +401,7 @@ class Controller:
     async def _on_engine_exit(self, instance: InstanceView, process: EngineProcess, status: ExitStatus) -> None:
         self._processes.pop(instance.id, None)
         self._release_gpus(instance.id)
-        task = self._tasks.pop(instance.id, None)
-        if task is not None:
-            task.cancel()
+        self._cancel_bring_up(instance.id)
         # The launcher is gone; make sure nothing of its group lingers (it could hold the GPU).
         await self._runtime.stop(process, signal_target="group", grace_seconds=5.0)
         phase = "while starting" if instance.state == InstanceState.STARTING else "while running"
@@ -444,13 +465,15 @@ class Controller:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _spawn(self, instance_id: int, work: Any) -> None:
-        task = asyncio.create_task(work, name=f"instance-{instance_id}")
+    def _spawn(self, instance_id: int, work: Any, *, kind: TaskKind = "bring-up") -> None:
+        task = asyncio.create_task(work, name=f"instance-{instance_id}-{kind}")
         self._tasks[instance_id] = task
+        self._task_kind[instance_id] = kind
 
         def _done(finished: asyncio.Task[None]) -> None:
             if self._tasks.get(instance_id) is finished:
                 del self._tasks[instance_id]
+                del self._task_kind[instance_id]
             if not finished.cancelled() and finished.exception() is not None:
                 logger.error("instance %s task failed", instance_id, exc_info=finished.exception())
             self.poke()

@@ -11,12 +11,30 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every database (SQLite returns naive ones otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: use modelyard.store.tables.utc_now()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -32,8 +50,8 @@ class User(Base):
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(256))
     is_admin: Mapped[bool] = mapped_column(default=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    password_changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    password_changed_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
 
 
 class ApiKey(Base):
@@ -48,9 +66,9 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(128), unique=True)
     # None: every deployment. A list: only these deployment names.
     allowed_deployments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class ModelFile(Base):
@@ -78,8 +96,8 @@ class ModelFile(Base):
     parameter_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
 
 class CustomBackend(Base):
@@ -91,8 +109,8 @@ class CustomBackend(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     # The backend in modelyard's own spec shape (``modelyard.backends.spec.BackendSpec`` as JSON).
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
 
 class Deployment(Base):
@@ -118,8 +136,8 @@ class Deployment(Base):
     skip_verification: Mapped[bool] = mapped_column(default=False)
     # Doctor's warnings at deploy time, kept to show in `ps` and the console.
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
     model_file: Mapped[ModelFile] = relationship(lazy="joined")
     instances: Mapped[list[Instance]] = relationship(
@@ -152,13 +170,13 @@ class Instance(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     start_count: Mapped[int] = mapped_column(Integer, default=0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
-    next_start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    next_start_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # After-start results: doctor's log diagnosis and the verification suite's checks.
     diagnosis: Mapped[str | None] = mapped_column(Text, nullable=True)
     verification: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, onupdate=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
     deployment: Mapped[Deployment] = relationship(back_populates="instances")
 
@@ -175,7 +193,7 @@ class InstanceEvent(Base):
     from_state: Mapped[str] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
 
 
 class UsageRecord(Base):
@@ -192,4 +210,4 @@ class UsageRecord(Base):
     # False when the engine sent no usage: counted as a request, never guessed.
     usage_reported: Mapped[bool] = mapped_column(default=True)
     status_code: Mapped[int] = mapped_column(Integer, default=200)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
