@@ -10,7 +10,7 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
-from modelyard.estimate.memory import SAFE_MAX_FRACTION, MemoryEstimate
+from modelyard.estimate.memory import MemoryEstimate
 
 GIB = 1 << 30
 
@@ -26,7 +26,7 @@ def _fit_fix(estimate: MemoryEstimate) -> str:
     if estimate.recommended_memory_fraction is not None:
         options.append(f"set {knob} {estimate.recommended_memory_fraction:.2f}")
     if estimate.max_context_tokens_at_safe_fraction > 0:
-        safe = SAFE_MAX_FRACTION[estimate.engine]
+        safe = estimate.safe_memory_fraction
         options.append(
             f"lower {context_flag} to {estimate.max_context_tokens_at_safe_fraction:,} "
             f"(the most that fits at {knob} {safe})"
@@ -104,18 +104,21 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
 
 
 def _headroom(estimate: MemoryEstimate, details: dict[str, object]) -> list[Finding]:
-    """A fraction so high that activation spikes under load would run out of memory."""
-    safe = SAFE_MAX_FRACTION[estimate.engine]
+    """Too little memory outside the engine's budget for what lives there: the CUDA context and
+    CUDA graphs (vLLM), plus activations (SGLang), or a fraction above the safe maximum."""
+    safe = estimate.safe_memory_fraction
     if estimate.memory_fraction <= safe:
         return []
+    outside = int(estimate.gpu.memory_total_bytes * (1 - estimate.memory_fraction))
+    activations = ", activations" if estimate.engine == "sglang" else ""
     return [
         Finding(
             "memory.fraction-leaves-no-headroom",
             Severity.WARNING,
-            f"{estimate.memory_knob} {estimate.memory_fraction} leaves less than "
-            f"{_gib(int(estimate.gpu.memory_total_bytes * (1 - estimate.memory_fraction)))} outside the "
-            f"engine's budget for CUDA graphs, activations and the driver: OOM under load is likely",
+            f"{estimate.memory_knob} {estimate.memory_fraction} leaves {_gib(outside)} outside the engine's "
+            f"budget, too little for the CUDA context and graphs{activations}: out-of-memory errors under "
+            "load are likely",
             fix=f"use {estimate.memory_knob} {safe} or lower",
-            details=details,
+            details={**details, "outside_budget_bytes": outside, "safe_memory_fraction": safe},
         )
     ]

@@ -40,6 +40,7 @@ from modelyard.estimate.overheads import (
     batched_tokens_default,
     max_sequences_default,
     non_torch_bytes,
+    sglang_cuda_graph_bytes,
     sglang_default_memory_fraction,
 )
 from modelyard.estimate.weights import (
@@ -98,6 +99,8 @@ class MemoryEstimate:
     plan_on_total: MemoryPlan
     plan_on_free: MemoryPlan | None
     recommended_memory_fraction: float | None
+    # The highest knob value that leaves room for what lives outside the engine's budget.
+    safe_memory_fraction: float
     max_context_tokens_at_safe_fraction: int
     notes: list[str] = field(default_factory=list)
 
@@ -188,7 +191,15 @@ def _prepare(
     if encoder_loaded:
         activations += ENCODER_ACTIVATION_BYTES
     legacy_vllm = engine == "vllm" and _version_before(version, (0, 25))
-    graphs = 0 if arguments.enforce_eager or engine != "vllm" else VLLM_CUDA_GRAPH_BYTES
+    graph_batch = arguments.cuda_graph_max_batch or max_sequences_default(
+        "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
+    )
+    if arguments.enforce_eager:
+        graphs = 0
+    elif engine == "vllm":
+        graphs = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
+    else:
+        graphs = sglang_cuda_graph_bytes(batched, graph_batch)
     context = arguments.context_tokens or shape.max_position_embeddings or 4096
     if arguments.memory_fraction is not None:
         fraction, is_default = arguments.memory_fraction, False
@@ -196,9 +207,6 @@ def _prepare(
         fraction, is_default = (0.9 if legacy_vllm else 0.92), True
     else:
         encoder_shape = _encoder_layers_hidden(model.config) if encoder_loaded else None
-        graph_batch = arguments.cuda_graph_max_batch or max_sequences_default(
-            "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
-        )
         fraction = sglang_default_memory_fraction(
             gpu.memory_total_bytes,
             arguments.tensor_parallel,
@@ -337,6 +345,21 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
     )
 
 
+def outside_budget_bytes(inputs: _Inputs, engine: str) -> int:
+    """What must fit outside the knob's budget: the CUDA context and CUDA graphs (vLLM), plus
+    activations for SGLang, whose fraction covers only weights and the KV pool."""
+    needed = CUDA_CONTEXT_BYTES + inputs.cuda_graph_bytes
+    if engine == "sglang":
+        needed += inputs.activation_bytes
+    return needed
+
+
+def safe_memory_fraction(inputs: _Inputs, engine: str) -> float:
+    """The highest knob value that leaves ``outside_budget_bytes`` free (at most 0.95)."""
+    room = 1 - outside_budget_bytes(inputs, engine) / inputs.gpu.memory_total_bytes
+    return max(0.0, min(SAFE_MAX_FRACTION[engine], math.floor(room * 100) / 100))
+
+
 def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences: float = 1.0) -> float:
     """The smallest memory fraction that holds ``sequences`` sequences of the context."""
     need = inputs.cache.sequence_bytes(inputs.context_tokens) * sequences
@@ -383,7 +406,8 @@ def estimate_memory(
     on_free = (
         _plan(inputs, engine, "free", gpu.memory_free_bytes) if gpu.memory_free_bytes is not None else None
     )
-    safe = SAFE_MAX_FRACTION[engine]
+    safe = safe_memory_fraction(inputs, engine)
+    headroom_safe = safe
     reference_bytes = gpu.memory_free_bytes if gpu.memory_free_bytes is not None else gpu.memory_total_bytes
     needed = _fraction_needed(inputs, engine, reference_bytes)
     if engine == "vllm" and gpu.memory_free_bytes is not None:
@@ -424,6 +448,7 @@ def estimate_memory(
         plan_on_total=on_total,
         plan_on_free=on_free,
         recommended_memory_fraction=recommended,
-        max_context_tokens_at_safe_fraction=_max_context(inputs, engine, SAFE_MAX_FRACTION[engine]),
+        safe_memory_fraction=headroom_safe,
+        max_context_tokens_at_safe_fraction=_max_context(inputs, engine, headroom_safe),
         notes=notes,
     )

@@ -20,9 +20,10 @@ NON_TORCH_LEGACY_SINGLE_GPU_BYTES = int(0.35 * GIB)
 NON_TORCH_PARALLEL_EXTRA_BYTES = int(0.4 * GIB)
 # The CUDA context torch creates before an engine measures free memory.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
-# CUDA graphs vLLM captures after sizing the KV cache: 1.0 GiB for Qwen3-8B on an H200 with
-# vLLM 0.25.0 (its default capture sizes). They live outside the KV budget, in the memory that
-# --gpu-memory-utilization leaves out, so they matter for the headroom, not for the KV cache.
+# CUDA graphs vLLM captures after sizing the KV cache: 1.0 GiB for Qwen3-8B (hidden 4096) on an
+# H200 with vLLM 0.25.0 (its default capture sizes); scaled with the hidden size, at least 1/4.
+# They live outside the KV budget, in the memory that --gpu-memory-utilization leaves out, so
+# they matter for the headroom, not for the KV cache.
 VLLM_CUDA_GRAPH_BYTES = int(1.0 * GIB)
 # Activations of a multimodal encoder's profile run (one image of the largest size), roughly.
 ENCODER_ACTIVATION_BYTES = int(1.0 * GIB)
@@ -100,6 +101,12 @@ def _prefill_graph_sizes(max_tokens: int) -> list[int]:
     sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64)]
     sizes += [*range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
     return [size for size in sizes if size <= max_tokens]
+
+
+def sglang_cuda_graph_bytes(chunked_prefill_tokens: int, cuda_graph_max_batch: int) -> int:
+    """What SGLang's default reserves for CUDA graphs: 2 MiB per decode batch size, 8 MiB per
+    prefill graph size."""
+    return int((cuda_graph_max_batch * 2 + len(_prefill_graph_sizes(chunked_prefill_tokens)) * 8) * MIB)
 
 
 def sglang_default_memory_fraction(
