@@ -58,6 +58,16 @@ def test_engine_arguments_read_both_spellings_and_aliases() -> None:
         parse_engine_arguments("vllm", ["--gpu-memory-utilization 1.5"])
 
 
+def test_json_values_survive_both_argument_forms() -> None:
+    split = parse_engine_arguments("vllm", ["--limit-mm-per-prompt", '{"image": 0, "video": 0}'])
+    line = parse_engine_arguments("vllm", ['--limit-mm-per-prompt \'{"image": 0, "video": 0}\' -tp 2'])
+    assert split.language_only and line.language_only and line.tensor_parallel == 2
+    mtp = parse_engine_arguments(
+        "vllm", ['--speculative-config={"method": "mtp", "num_speculative_tokens": 2}']
+    )
+    assert mtp.speculative_mtp
+
+
 def test_llama_kv_per_token_is_128_kib_and_halves_with_fp8_or_tp2() -> None:
     assert _estimate(LLAMA).cache.kv_bytes_per_token == 128 * 1024
     assert _estimate(LLAMA, arguments="--kv-cache-dtype fp8").cache.kv_bytes_per_token == 64 * 1024

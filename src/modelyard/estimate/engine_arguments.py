@@ -7,6 +7,7 @@ that do not matter for memory are ignored here; checking them is ``modelyard.doc
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,9 @@ from typing import Literal
 from modelyard.errors import InvalidInput
 
 Engine = Literal["vllm", "sglang"]
+
+# ``--flag={...}`` or ``--flag=[...]``: one token even with spaces inside.
+_JSON_ASSIGNMENT = re.compile(r"^--[\w-]+=[\[{]")
 
 # field name -> flags that set it, per engine.
 _VLLM_FLAGS: dict[str, tuple[str, ...]] = {
@@ -86,12 +90,19 @@ class EngineArguments:
 
 
 def _split(parameters: Sequence[str]) -> list[str]:
+    """Tokens from parameters given either as a line of flags (``"--tp 2 --x y"``, split with
+    shell rules) or already split (a JSON value with spaces stays one token)."""
     tokens: list[str] = []
     for item in parameters:
-        try:
-            tokens.extend(shlex.split(item))
-        except ValueError as error:
-            raise InvalidInput(f"cannot split backend parameters {item!r}: {error}") from error
+        text = item.strip()
+        is_line = text.startswith("-") and any(char.isspace() for char in text)
+        if is_line and not _JSON_ASSIGNMENT.match(text):
+            try:
+                tokens.extend(shlex.split(text))
+            except ValueError as error:
+                raise InvalidInput(f"cannot split backend parameters {item!r}: {error}") from error
+        elif text:
+            tokens.append(text)
     return tokens
 
 
