@@ -217,3 +217,14 @@ def test_cli_prints_json_and_exits_1_when_the_context_does_not_fit() -> None:
     assert too_long.returncode == 1
     report = json.loads(too_long.stdout)
     assert report["findings"][0]["check_id"] == "memory.kv-cache-does-not-fit"
+
+
+def test_cli_without_gpus_on_a_host_without_nvidia_driver_asks_for_gpus() -> None:
+    from modelyard.hardware.gpus import read_gpu_inventory
+
+    if read_gpu_inventory().available:
+        pytest.skip("this host has GPUs; the estimate would use them")
+    command = [sys.executable, "-m", "modelyard.cli.main", "estimate", str(LLAMA)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "no GPU on this host" in result.stderr and "--gpus" in result.stderr
