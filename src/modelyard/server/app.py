@@ -37,7 +37,7 @@ def create_app(
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gateway = await start_gateway(context)
+        gateway = await start_gateway(context, app)
         controller = Controller(
             settings=context.settings,
             database=context.database,

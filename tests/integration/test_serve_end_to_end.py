@@ -1,0 +1,265 @@
+"""`modelyard serve` as a user runs it: a real server process, real engines, real HTTP.
+
+One server (a subprocess on a temporary data directory and a free port) serves the whole
+module; the tests run in file order, as the steps of the issue's user story:
+the demo comes up; a key is created and used with the official openai client; a second model
+(a tiny Qwen3 test model built here) is added, deployed on transformers serve and chatted with;
+its engine is killed and comes back; the server is killed and restarted and re-adopts it with
+exactly one engine process; removing it leaves no engine process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from modelyard.testing.tiny_model import build_tiny_qwen3
+
+pytestmark = pytest.mark.slow
+
+STARTUP_SECONDS = 240.0
+DEPLOY_SECONDS = 180.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    port: int
+    process: subprocess.Popen[str] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "MODELYARD_URL": self.url,
+            "MODELYARD_DATA_DIR": str(self.data_dir),
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+            "NO_COLOR": "1",
+        }
+
+    def start(self, *extra: str) -> None:
+        self.log_path = self.data_dir.parent / f"serve-{time.monotonic_ns()}.log"
+        log_file = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "modelyard.cli.main", "serve", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), *extra],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            text=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
+
+    def cli(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "modelyard.cli.main", *arguments],
+            capture_output=True,
+            text=True,
+            env=self.environment(),
+            timeout=300,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"modelyard {' '.join(arguments)} failed: {result.stdout}\n{result.stderr}")
+        return result
+
+    def deployment(self, name: str) -> dict[str, Any] | None:
+        result = self.cli("ps", "--json", check=False)
+        if result.returncode != 0:
+            assert "no modelyard server" in result.stderr, result.stderr
+            return None
+        for deployment in json.loads(result.stdout):
+            if deployment["name"] == name:
+                return dict(deployment)
+        return None
+
+    def running_instances(self, name: str) -> list[dict[str, Any]]:
+        deployment = self.deployment(name)
+        if deployment is None:
+            return []
+        return [instance for instance in deployment["instances"] if instance["state"] == "running"]
+
+
+def _engine_processes(marker: str) -> list[psutil.Process]:
+    """Engine launcher processes whose command line mentions ``marker`` (a model path)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            command = " ".join(process.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if marker in command and "serve" in command and "modelyard.cli.main" not in command:
+            found.append(process)
+    return [process for process in found if process.pid == os.getpgid(process.pid)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("serve")
+    server = Server(data_dir=root / "data", port=_free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+            try:
+                server.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+        for leftover in _engine_processes(str(root)):
+            os.killpg(leftover.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def api_key(server: Server) -> str:
+    _wait_until(lambda: bool(server.running_instances("demo")), STARTUP_SECONDS, "the demo deployment running")
+    result = server.cli("keys", "create", "tests", "--json")
+    key: str = json.loads(result.stdout)["key"]
+    return key
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")
+
+
+def test_serve_prints_where_to_go_and_the_admin_password_once(server: Server, api_key: str) -> None:
+    log = server.log()
+    assert f"OpenAI base URL  {server.url}/v1" in log
+    assert "modelyard keys create NAME" in log
+    password = (server.data_dir / "admin-password").read_text().strip()
+    assert password and log.count(password) == 1
+    assert oct((server.data_dir / "admin-password").stat().st_mode & 0o777) == "0o600"
+    assert "demo is running" in log
+
+
+def test_demo_answers_through_the_openai_client(server: Server, api_key: str) -> None:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
+    assert [model.id for model in client.models.list()] == ["demo"]
+    answer = client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=16
+    )
+    assert answer.model == "demo"
+    assert answer.choices[0].message.content
+    stream = client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, stream=True
+    )
+    pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert "".join(pieces).strip()
+
+
+def test_a_wrong_key_gets_an_openai_shaped_401(server: Server, api_key: str) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        headers={"Authorization": "Bearer my-not-a-key"},
+        json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["message"]
+
+
+def test_second_model_deploys_and_answers_streamed_and_not(server: Server, api_key: str, tiny_model: Path) -> None:
+    server.cli("models", "add", str(tiny_model), "--name", "tiny")
+    server.cli("deploy", "tiny", "--name", "tiny", "--backend", "transformers")
+    _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
+    answer = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=5
+    )
+    assert answer.model == "tiny"
+    assert answer.usage is not None and answer.usage.completion_tokens == 5
+    stream = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=5, stream=True
+    )
+    assert sum(1 for chunk in stream if chunk.choices and chunk.choices[0].delta.content) >= 1
+
+
+def test_killed_engine_comes_back_with_the_reason(server: Server, api_key: str, tiny_model: Path) -> None:
+    [instance] = server.running_instances("tiny")
+    os.kill(instance["pid"], signal.SIGKILL)
+
+    def restarted() -> bool:
+        running = server.running_instances("tiny")
+        return bool(running) and running[0]["pid"] != instance["pid"]
+
+    _wait_until(restarted, DEPLOY_SECONDS, "tiny running again after SIGKILL")
+    events = server.cli("ps", "tiny", "--json").stdout
+    [after] = server.running_instances("tiny")
+    assert after["restart_count"] == 1
+    result = httpx.get(
+        f"{server.url}/api/v1/deployments/tiny/events",
+        auth=("admin", (server.data_dir / "admin-password").read_text().strip()),
+    )
+    reasons = [event["reason"] for event in result.json()]
+    assert any("killed by SIGKILL" in reason for reason in reasons), (reasons, events)
+
+
+def test_server_killed_and_restarted_adopts_one_engine_per_replica(
+    server: Server, api_key: str, tiny_model: Path
+) -> None:
+    [before] = server.running_instances("tiny")
+    assert server.process is not None
+    server.process.kill()
+    server.process.wait(timeout=30)
+    assert len(_engine_processes(str(tiny_model))) == 1  # the engine outlived the server
+    server.start("--no-demo")
+    _wait_until(lambda: _server_answers(server), STARTUP_SECONDS, "the restarted server answering")
+    _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running after restart")
+    [after] = server.running_instances("tiny")
+    assert after["pid"] == before["pid"]
+    assert len(_engine_processes(str(tiny_model))) == 1
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
+    answer = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert answer.choices[0].message.content is not None
+
+
+def test_removing_the_deployment_leaves_no_engine_process(server: Server, api_key: str, tiny_model: Path) -> None:
+    assert len(_engine_processes(str(tiny_model))) == 1
+    server.cli("rm", "tiny", "--wait")
+    assert server.deployment("tiny") is None
+    _wait_until(lambda: not _engine_processes(str(tiny_model)), 30, "no tiny engine process")
+
+
+def _server_answers(server: Server) -> bool:
+    try:
+        return httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 401
+    except httpx.HTTPError:
+        return False
