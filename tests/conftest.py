@@ -25,7 +25,9 @@ def _postgres_server_url() -> str | None:
     if url:
         return url
     if os.environ.get("CI"):
-        pytest.fail(f"{POSTGRES_URL_VARIABLE} is not set under CI: start PostgreSQL with scripts/test-postgres.sh")
+        pytest.fail(
+            f"{POSTGRES_URL_VARIABLE} is not set under CI: start PostgreSQL with scripts/test-postgres.sh"
+        )
     return None
 
 
@@ -34,7 +36,7 @@ def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
     server_url = _postgres_server_url()
     if server_url is None:
-        pytest.skip(f"{POSTGRES_URL_VARIABLE} not set (run: eval \"$(bash scripts/test-postgres.sh start)\")")
+        pytest.skip(f'{POSTGRES_URL_VARIABLE} not set (run: eval "$(bash scripts/test-postgres.sh start)")')
     name = f"test_{uuid.uuid4().hex[:12]}"
     admin_url = make_url(server_url.replace("postgresql://", "postgresql+psycopg://", 1))
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")

@@ -60,7 +60,10 @@ class Harness:
         with self.database.session() as session:
             return list(
                 session.scalars(
-                    select(Instance).join(Deployment).where(Deployment.name == name).order_by(Instance.replica_index)
+                    select(Instance)
+                    .join(Deployment)
+                    .where(Deployment.name == name)
+                    .order_by(Instance.replica_index)
                 )
             )
 
@@ -68,7 +71,9 @@ class Harness:
         with self.database.session() as session:
             return list(
                 session.scalars(
-                    select(InstanceEvent).where(InstanceEvent.deployment_name == name).order_by(InstanceEvent.id)
+                    select(InstanceEvent)
+                    .where(InstanceEvent.deployment_name == name)
+                    .order_by(InstanceEvent.id)
                 )
             )
 
@@ -95,7 +100,9 @@ class Harness:
         return sum(1 for instance in self.instances(name) if instance.state == "running")
 
 
-def _add_deployment(database: Database, model_dir: Path, *, replicas: int = 1, extra: list[str] | None = None) -> None:
+def _add_deployment(
+    database: Database, model_dir: Path, *, replicas: int = 1, extra: list[str] | None = None
+) -> None:
     with database.session() as session:
         session.add(CustomBackend(name="vllm-double", spec=VLLM_DOUBLE_SPEC))
         model = ModelFile(name="tiny", path=str(model_dir), state="valid")
@@ -231,7 +238,10 @@ async def test_restarted_controller_adopts_the_running_engine(harness: Harness) 
 async def test_engine_failing_at_start_is_diagnosed_and_retried(harness: Harness) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
     harness.set_deployment(
-        backend_parameters=["--fail-start", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+        backend_parameters=[
+            "--fail-start",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        ]
     )
     # Restart the running replica so the new parameters apply.
     harness.set_deployment(desired_state="stopped")

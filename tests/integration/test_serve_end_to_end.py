@@ -75,8 +75,17 @@ class Server:
         self.log_path = self.data_dir.parent / f"serve-{time.monotonic_ns()}.log"
         log_file = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "modelyard.cli.main", "serve", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), *extra],
+            [
+                sys.executable,
+                "-m",
+                "modelyard.cli.main",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--port",
+                str(self.port),
+                *extra,
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env=self.environment(),
@@ -150,7 +159,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def api_key(server: Server) -> str:
-    _wait_until(lambda: bool(server.running_instances("demo")), STARTUP_SECONDS, "the demo deployment running")
+    _wait_until(
+        lambda: bool(server.running_instances("demo")), STARTUP_SECONDS, "the demo deployment running"
+    )
     result = server.cli("keys", "create", "tests", "--json")
     key: str = json.loads(result.stdout)["key"]
     return key
@@ -196,7 +207,9 @@ def test_a_wrong_key_gets_an_openai_shaped_401(server: Server, api_key: str) -> 
     assert response.json()["error"]["message"]
 
 
-def test_second_model_deploys_and_answers_streamed_and_not(server: Server, api_key: str, tiny_model: Path) -> None:
+def test_second_model_deploys_and_answers_streamed_and_not(
+    server: Server, api_key: str, tiny_model: Path
+) -> None:
     server.cli("models", "add", str(tiny_model), "--name", "tiny")
     server.cli("deploy", "tiny", "--name", "tiny", "--backend", "transformers")
     _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running")
@@ -247,11 +260,15 @@ def test_server_killed_and_restarted_adopts_one_engine_per_replica(
     assert after["pid"] == before["pid"]
     assert len(_engine_processes(str(tiny_model))) == 1
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
-    answer = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    answer = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
     assert answer.choices[0].message.content is not None
 
 
-def test_removing_the_deployment_leaves_no_engine_process(server: Server, api_key: str, tiny_model: Path) -> None:
+def test_removing_the_deployment_leaves_no_engine_process(
+    server: Server, api_key: str, tiny_model: Path
+) -> None:
     assert len(_engine_processes(str(tiny_model))) == 1
     server.cli("rm", "tiny", "--wait")
     assert server.deployment("tiny") is None

@@ -47,10 +47,15 @@ def root(
         None,
         "--data-dir",
         envvar=ENV_DATA_DIR,
-        help="The server's data directory (default ~/.local/share/modelyard); the CLI reads the admin password there.",
+        help=(
+            "The server's data directory (default ~/.local/share/modelyard); "
+            "the CLI reads the admin password there."
+        ),
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages to stderr."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,

@@ -48,8 +48,9 @@ def _print_banner(settings: Settings, password: str | None) -> None:
     stderr.print("  API key          modelyard keys create NAME")
     if password is not None:
         stderr.print(
-            f"  admin password   [bold]{password}[/bold]  (shown once; stored in {settings.admin_password_file}, "
-            "which the CLI on this host reads; change it with `modelyard password`)"
+            f"  admin password   [bold]{password}[/bold]  (shown once; stored in "
+            f"{settings.admin_password_file}, which the CLI on this host reads; "
+            "change it with `modelyard password`)"
         )
 
 
@@ -75,10 +76,11 @@ async def _watch_demo(context: ServerContext, started_at: float) -> None:
             base = context.settings.server_url
             stderr.print(
                 f"[green]demo is running[/green] {time.monotonic() - started_at:.1f} s after start. Try:\n"
-                f"  KEY=$(modelyard keys create me --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"key\"])')\n"
-                f"  curl {base}/v1/chat/completions -H \"Authorization: Bearer $KEY\" "
+                "  KEY=$(modelyard keys create me --json"
+                " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"key\"])')\n"
+                f'  curl {base}/v1/chat/completions -H "Authorization: Bearer $KEY" '
                 "-H 'Content-Type: application/json' "
-                "-d '{\"model\": \"demo\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'",
+                '-d \'{"model": "demo", "messages": [{"role": "user", "content": "Hello!"}]}\'',
                 highlight=False,
             )
             return
@@ -87,8 +89,12 @@ async def _watch_demo(context: ServerContext, started_at: float) -> None:
 
 def serve(
     ctx: typer.Context,
-    host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to listen on (0.0.0.0 for every interface)."),
-    port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535, help="Port of the API, gateway and console."),
+    host: str = typer.Option(
+        DEFAULT_HOST, "--host", help="Address to listen on (0.0.0.0 for every interface)."
+    ),
+    port: int = typer.Option(
+        DEFAULT_PORT, "--port", min=1, max=65535, help="Port of the API, gateway and console."
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the database, engine logs and prepared models live."
     ),
@@ -99,7 +105,9 @@ def serve(
         help="PostgreSQL URL (postgresql://user:pass@host/db); default: a SQLite file in the data directory.",
     ),
     no_demo: bool = typer.Option(False, "--no-demo", help="Do not prepare and deploy the demo model."),
-    access_log: bool = typer.Option(False, "--access-log", help="Log every HTTP request (never their bodies)."),
+    access_log: bool = typer.Option(
+        False, "--access-log", help="Log every HTTP request (never their bodies)."
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     started_at = time.monotonic()

