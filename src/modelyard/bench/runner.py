@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -315,17 +316,28 @@ async def run_point(
     started_at = datetime.now(UTC)
     for observer in observers:
         await observer.start()
-    async with BenchClient(
-        config.base_url,
-        api_key=api_key,
-        endpoint=config.endpoint,
-        request_timeout_s=config.request_timeout_s,
-    ) as client:
-        run = _PointRun(client, config, bodies, prompts, progress, counter)
-        if closed:
-            await run.closed_loop(int(point.value), total)
-        else:
-            await run.open_loop(point.value, seed=config.seed + point.repeat_index)
+    # A full garbage collection pauses the event loop for tens of ms (seen as send lag): collect
+    # now, freeze what exists, and leave the cyclic collector off while the load runs.
+    gc.collect()
+    gc.freeze()
+    collector_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        async with BenchClient(
+            config.base_url,
+            api_key=api_key,
+            endpoint=config.endpoint,
+            request_timeout_s=config.request_timeout_s,
+        ) as client:
+            run = _PointRun(client, config, bodies, prompts, progress, counter)
+            if closed:
+                await run.closed_loop(int(point.value), total)
+            else:
+                await run.open_loop(point.value, seed=config.seed + point.repeat_index)
+    finally:
+        if collector_was_enabled:
+            gc.enable()
+        gc.unfreeze()
     timelines: list[TimelineSeries] = []
     for observer in observers:
         timelines.extend(await observer.stop())
