@@ -96,3 +96,12 @@ def test_the_api_key_is_sent_as_a_bearer_token() -> None:
     assert accepted.config.api_key_given and "k-123" not in accepted.to_json()
     assert refused.points[0].requests_failed == 4
     assert next(iter(refused.points[0].errors)).startswith("HTTP 401")
+
+
+def test_a_base_url_with_a_path_prefix_keeps_it() -> None:
+    from modelyard.bench.client import BenchClient
+
+    client = BenchClient("https://gateway.example:8443/tenant-a/v1/", api_key=None, endpoint="completions")
+    assert client._head.startswith(
+        b"POST /tenant-a/v1/completions HTTP/1.1\r\nHost: gateway.example:8443\r\n"
+    )

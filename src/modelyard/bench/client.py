@@ -23,6 +23,7 @@ import logging
 import time
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -164,10 +165,11 @@ class BenchClient:
     ) -> None:
         root = normalize_base_url(base_url)
         self._pool = ConnectionPool(root)
-        path = ENDPOINT_PATHS[endpoint]
+        self.request_path = urlsplit(root).path.rstrip("/") + ENDPOINT_PATHS[endpoint]
+        """Where requests go: the base URL's path prefix (without ``/v1``) and the endpoint's path."""
         authorization = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self._pool.host_header}\r\nContent-Type: application/json\r\n"
+            f"POST {self.request_path} HTTP/1.1\r\nHost: {self._pool.host_header}\r\nContent-Type: application/json\r\n"
             f"Accept: text/event-stream\r\n{authorization}Content-Length: "
         ).encode()
         self._timeout_s = request_timeout_s

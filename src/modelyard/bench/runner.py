@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -91,9 +92,27 @@ class BenchmarkOutcome:
 # -- prompts and request bodies ---------------------------------------------------------------------
 
 _FALLBACK_WORDS = (
-    "river", "stone", "light", "music", "garden", "window", "paper", "market", "winter", "summer",
-    "letter", "animal", "bridge", "forest", "table", "story", "number", "planet", "signal", "engine",
-)  # fmt: skip
+    "river",
+    "stone",
+    "light",
+    "music",
+    "garden",
+    "window",
+    "paper",
+    "market",
+    "winter",
+    "summer",
+    "letter",
+    "animal",
+    "bridge",
+    "forest",
+    "table",
+    "story",
+    "number",
+    "planet",
+    "signal",
+    "engine",
+)
 
 
 def _fallback_prompts(config: RunConfig, count: int) -> list[BenchPrompt]:
@@ -177,14 +196,22 @@ async def detect_engine(config: RunConfig, api_key: str | None) -> EngineInfo:
     return info
 
 
-def client_hardware() -> HardwareInfo:
-    return HardwareInfo(
+def client_hardware(base_url: str) -> HardwareInfo:
+    """Where the client runs; the GPUs too when the engine is on this host (a loopback URL)."""
+    info = HardwareInfo(
         client_hostname=socket.gethostname(),
         client_platform=platform.platform(),
         client_cpu_count=os.cpu_count() or 1,
         python_version=sys.version.split()[0],
         modelyard_version=__version__,
     )
+    host = urlsplit(base_url).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
+        from modelyard.hardware.gpus import read_gpu_inventory
+
+        inventory = read_gpu_inventory()
+        info.gpus = [f"{gpu.name} ({gpu.memory_total_bytes / 2**30:.0f} GiB)" for gpu in inventory.gpus]
+    return info
 
 
 # -- one load point -----------------------------------------------------------------------------
@@ -230,9 +257,12 @@ class _PointRun:
     def new_record(self, index: int, scheduled_ns: int, warmup: bool) -> RequestRecord:
         prompt = self.prompts[index % len(self.prompts)]
         record = RequestRecord(
-            request_index=index, prompt_id=prompt.prompt_id, scheduled_send_ns=scheduled_ns,
-            actual_send_ns=scheduled_ns, warmup=warmup,
-        )  # fmt: skip
+            request_index=index,
+            prompt_id=prompt.prompt_id,
+            scheduled_send_ns=scheduled_ns,
+            actual_send_ns=scheduled_ns,
+            warmup=warmup,
+        )
         self.records.append(record)
         return record
 
@@ -396,17 +426,26 @@ async def run_benchmark_async(
     bodies = [request_body(prompt, config, detected.engine) for prompt in prompts]
     outcome = BenchmarkOutcome(
         result=RunResult(
-            config=config, engine=detected, hardware=client_hardware(), run_id=uuid.uuid4().hex[:12],
+            config=config,
+            engine=detected,
+            hardware=client_hardware(config.base_url),
+            run_id=uuid.uuid4().hex[:12],
             created_at=datetime.now(UTC).isoformat(),
         ),
         prompts=prompts,
-    )  # fmt: skip
+    )
     for point in points:
         observers = [factory() for factory in observer_factories]
         result, records = await run_point(
-            config, point, bodies=bodies, prompts=prompts, api_key=api_key, progress=progress,
-            observers=observers, counter=counter,
-        )  # fmt: skip
+            config,
+            point,
+            bodies=bodies,
+            prompts=prompts,
+            api_key=api_key,
+            progress=progress,
+            observers=observers,
+            counter=counter,
+        )
         outcome.result.points.append(result)
         outcome.records.append(records)
     outcome.result.spreads = spread_of_repeats(outcome.result.points) if config.repeats > 1 else []
