@@ -102,6 +102,6 @@ def test_a_base_url_with_a_path_prefix_keeps_it() -> None:
     from modelyard.bench.client import BenchClient
 
     client = BenchClient("https://gateway.example:8443/tenant-a/v1/", api_key=None, endpoint="completions")
-    assert client._head.startswith(
+    assert client.request_path == "/tenant-a/v1/completions"
         b"POST /tenant-a/v1/completions HTTP/1.1\r\nHost: gateway.example:8443\r\n"
     )

@@ -169,8 +169,8 @@ class BenchClient:
         """Where requests go: the base URL's path prefix (without ``/v1``) and the endpoint's path."""
         authorization = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (
-            f"POST {self.request_path} HTTP/1.1\r\nHost: {self._pool.host_header}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\n{authorization}Content-Length: "
+            f"POST {self.request_path} HTTP/1.1\r\nHost: {self._pool.host_header}\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{authorization}Content-Length: "
         ).encode()
         self._timeout_s = request_timeout_s
 
