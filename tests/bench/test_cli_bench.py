@@ -161,3 +161,33 @@ def test_reference_server_command_serves_with_engine_flags(tmp_path: Path) -> No
         process.terminate()
         output, _ = process.communicate(timeout=10)
     assert "ignored: --trust-remote-code" in output.decode()
+
+
+def test_selftest_reports_overheads_and_a_sustained_rate() -> None:
+    from modelyard.bench.selftest import SelftestConfig, run_selftest
+
+    result = run_selftest(
+        SelftestConfig(
+            ttft_ms=10,
+            itl_ms=2,
+            latency_requests=4,
+            latency_output_tokens=4,
+            capacity_output_tokens=4,
+            capacity_seconds_per_rate=0.5,
+            start_rate_per_s=20,
+            max_rate_per_s=40,
+        )
+    )
+    assert result.measured_ttft_ms is not None and result.ttft_overhead_ms is not None
+    assert result.measured_ttft_ms >= 10 - 1
+    assert result.steps[0].rate_per_s == 20
+    assert result.stop_reason
+
+
+def test_the_capacity_benchmark_script_runs() -> None:
+    script = Path(__file__).parents[2] / "benchmarks" / "bench_client_capacity.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 0
+    assert "--peer-venv" in completed.stdout
