@@ -196,8 +196,8 @@ async def detect_engine(config: RunConfig, api_key: str | None) -> EngineInfo:
     return info
 
 
-def client_hardware(base_url: str) -> HardwareInfo:
-    """Where the client runs; the GPUs too when the engine is on this host (a loopback URL)."""
+def client_hardware(base_url: str | None = None) -> HardwareInfo:
+    """Where the client runs; the GPUs too when the engine is on this host (a loopback ``base_url``)."""
     info = HardwareInfo(
         client_hostname=socket.gethostname(),
         client_platform=platform.platform(),
@@ -205,7 +205,7 @@ def client_hardware(base_url: str) -> HardwareInfo:
         python_version=sys.version.split()[0],
         modelyard_version=__version__,
     )
-    host = urlsplit(base_url).hostname or ""
+    host = urlsplit(base_url).hostname or "" if base_url else ""
     if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
         from modelyard.hardware.gpus import read_gpu_inventory
 
