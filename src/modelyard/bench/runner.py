@@ -255,6 +255,12 @@ class _PointRun:
             self.progress.request_finished(record)
 
     def new_record(self, index: int, scheduled_ns: int, warmup: bool) -> RequestRecord:
+        if index == len(self.prompts):
+            logger.warning(
+                "more requests than distinct prompts (%d): prompts repeat from here, and an engine's "
+                "prefix cache can serve the repeats faster (give --num-requests, or a bigger prompt set)",
+                len(self.prompts),
+            )
         prompt = self.prompts[index % len(self.prompts)]
         record = RequestRecord(
             request_index=index,
@@ -324,6 +330,10 @@ def _prompt_count(config: RunConfig) -> int:
         return config.num_requests + config.warmup_requests
     if config.duration_s is None:
         raise InvalidInput("a run needs --num-requests or --duration-s")
+    if config.load_kind == "rate":
+        # The schedule's length is known: enough distinct prompts for it, with room for the draw.
+        expected = max(config.load_values) * (config.duration_s + config.warmup_s) * 1.2
+        return int(expected) + config.warmup_requests + 16
     return DURATION_MODE_PROMPTS
 
 
