@@ -59,8 +59,8 @@ async def run_verification(
         expected_model_id=served_model_name,
         reasoning_field=version.reasoning_field,
         metrics_path=version.metrics_path,
-        model_supports_tools=bool(model_details.get("supports_tools", False)),
-        model_supports_thinking=bool(model_details.get("supports_thinking", False)),
+        model_supports_tools=bool(model_details.get("chat_template_supports_tools", False)),
+        model_supports_thinking=bool(model_details.get("chat_template_supports_thinking", False)),
         client=client,
     )
     return [_as_json(result) for result in results]
