@@ -33,7 +33,20 @@ EXPECTED_FIRST = {
     "docker_executable_not_found.log": "log.executable-not-found",
     "vllm_unrecognized_arguments.log": "log.unrecognized-arguments",
     "torch_driver_too_old.log": "log.driver-too-old",
+    # Real vLLM 0.25.0 on an H200 (field run, 2026-11-30):
+    "vllm025_auto_tool_choice_without_parser.log": "log.auto-tool-choice-without-parser",
+    "vllm025_invalid_tool_parser.log": "log.parser-not-found",
+    "vllm025_sglang_flag.log": "log.unrecognized-arguments",
+    "vllm025_unknown_architecture.log": "log.unknown-architecture",
+    "vllm025_port_in_use.log": "log.address-in-use",
+    "vllm025_free_memory_below_utilization.log": "log.free-memory-below-utilization",
+    "vllm025_max_model_len_exceeds_kv.log": "log.max-model-len-exceeds-kv-cache",
 }
+CLEAN_STARTS = [
+    "vllm_healthy_startup.log",
+    "vllm025_healthy_start.log",
+    "vllm025_start_with_low_utilization.log",
+]
 
 
 def _read(name: str) -> str:
@@ -61,8 +74,22 @@ def test_every_fixture_has_its_source_named() -> None:
         assert f"`{path.name}`" in sources
 
 
-def test_clean_start_has_no_finding() -> None:
-    assert diagnose_log(_read("vllm_healthy_startup.log")) == []
+@pytest.mark.parametrize("name", CLEAN_STARTS)
+def test_clean_start_has_no_finding(name: str) -> None:
+    assert diagnose_log(_read(name)) == []
+
+
+def test_trailing_space_in_the_parser_name_is_pointed_out() -> None:
+    # The story of the Qwen3.6 guides: --tool-call-parser "qwen3_coder " (real vLLM 0.25.0 log).
+    (finding,) = diagnose_log(_read("vllm025_invalid_tool_parser.log"))
+    assert "'qwen3_coder '" in finding.message
+    assert "whitespace" in finding.message
+
+
+def test_real_vllm_free_memory_fix() -> None:
+    (finding,) = diagnose_log(_read("vllm025_free_memory_below_utilization.log"))
+    # 18.77 of 139.8 GiB free on the H200 while another process held 120 GiB.
+    assert "from 0.9 to 0.11" in finding.fix
 
 
 def test_free_memory_fix_names_a_utilization_that_fits() -> None:

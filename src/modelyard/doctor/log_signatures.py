@@ -216,8 +216,10 @@ def _explain_unknown_architecture(match: re.Match[str], context: LogContext) -> 
 
 def _explain_parser(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     kind = "tool-call" if "tool" in match.group(0).lower() else "reasoning"
-    name = (_first_group(match, "name", "quoted", "sglang", "choice") or "").strip(" '\"")
+    name = (_first_group(match, "name", "bare", "quoted", "sglang", "choice") or "").strip("'\"")
     message = f"the engine has no {kind} parser named {name!r}"
+    if name != name.strip():
+        message += " (note the whitespace: a trailing space or tab copied into the value)"
     flag = "--tool-call-parser" if kind == "tool-call" else "--reasoning-parser"
     fix = (
         f"set {flag} to a name this engine version lists (names differ between vLLM and SGLang, "
@@ -356,7 +358,8 @@ SIGNATURES: tuple[LogSignature, ...] = (
         "log.parser-not-found",
         Severity.ERROR,
         re.compile(
-            r"invalid (?:tool call|reasoning) parser: (?P<name>[\w.\-]+)"
+            r"invalid (?:tool call|reasoning) parser: (?P<name>[^\n{]+?) \(chose from"
+            r"|invalid (?:tool call|reasoning) parser: (?P<bare>[\w.\-]+)"
             r"|Reasoning parser (?P<quoted>'[^']*') not found"
             r"|Unsupported (?:tool_call_parser|reasoning_parser|model type): (?P<sglang>'?[\w.\-]+)"
             r"|argument --(?:tool-call-parser|reasoning-parser): invalid choice: (?P<choice>'[^']*')"
