@@ -211,7 +211,9 @@ def test_second_model_deploys_and_answers_streamed_and_not(
     server: Server, api_key: str, tiny_model: Path
 ) -> None:
     server.cli("models", "add", str(tiny_model), "--name", "tiny")
-    server.cli("deploy", "tiny", "--name", "tiny", "--backend", "transformers")
+    # A random-weight model cannot pass the reasoning and tool-call checks its chat template
+    # promises (see the next test), so this deployment opts out of verification.
+    server.cli("deploy", "tiny", "--name", "tiny", "--backend", "transformers", "--skip-verification")
     _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running")
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
     answer = client.chat.completions.create(
@@ -223,6 +225,24 @@ def test_second_model_deploys_and_answers_streamed_and_not(
         model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=5, stream=True
     )
     assert sum(1 for chunk in stream if chunk.choices and chunk.choices[0].delta.content) >= 1
+
+
+def test_failed_verification_keeps_an_instance_out_of_rotation(
+    server: Server, api_key: str, tiny_model: Path
+) -> None:
+    result = server.cli("deploy", "tiny", "--name", "tiny-verified", "--backend", "transformers", check=False)
+    assert result.returncode == 1
+    assert "verify.tool-call" in result.stderr and "--tool-call-parser" in result.stderr
+    [instance] = server.deployment("tiny-verified")["instances"]  # type: ignore[index]
+    assert instance["state"] == "error"
+    assert "kept out of rotation" in instance["reason"]
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={"model": "tiny-verified", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
+    assert response.status_code == 503
+    server.cli("rm", "tiny-verified", "--wait")
 
 
 def test_killed_engine_comes_back_with_the_reason(server: Server, api_key: str, tiny_model: Path) -> None:
