@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from dataclasses import dataclass
@@ -418,8 +419,20 @@ class Controller:
         self._cancel_bring_up(instance.id)
         # The launcher is gone; make sure nothing of its group lingers (it could hold the GPU).
         await self._runtime.stop(process, signal_target="group", grace_seconds=5.0)
-        phase = "while starting" if instance.state == InstanceState.STARTING else "while running"
-        diagnosis = await asyncio.to_thread(diagnose_engine_log, process.log_path)
+        starting = instance.state == InstanceState.STARTING
+        phase = "while starting" if starting else "while running"
+        deployment = self._deployment_of.get(instance.id)
+        exit_code = status.exit_code if status.signal_number is None else -status.signal_number
+        diagnosis = await asyncio.to_thread(
+            functools.partial(
+                diagnose_engine_log,
+                process.log_path,
+                # A SIGKILL while loading points at the OOM killer; while serving it may be anyone.
+                exit_code=exit_code if starting else None,
+                engine=self._engine_family(deployment),
+                engine_args=deployment.backend_parameters if deployment else (),
+            )
+        )
         reason = f"engine {status.describe()} {phase}"
         if diagnosis:
             reason += f": {diagnosis}"
@@ -527,6 +540,14 @@ class Controller:
     def _reasoning_field(self, deployment: DeploymentView) -> str:
         version = self._version_or_none(deployment)
         return version.reasoning_field if version is not None else "reasoning_content"
+
+    def _engine_family(self, deployment: DeploymentView | None) -> str | None:
+        if deployment is None:
+            return None
+        try:
+            return self._catalog_snapshot.get(deployment.backend).family
+        except ModelyardError:
+            return None
 
     def _release_gpus(self, instance_id: int) -> None:
         for gpu in [gpu for gpu, (_, owner) in self._gpu_booking.items() if owner == instance_id]:

@@ -7,6 +7,7 @@ controller stores on an instance (plain JSON).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,23 @@ def read_log_tail(log_path: Path, size_bytes: int = LOG_TAIL_BYTES) -> str:
         return ""
 
 
-def diagnose_engine_log(log_path: Path) -> str | None:
-    """One line naming the problem and the fix, from the engine's log; None when nothing matched."""
+def diagnose_engine_log(
+    log_path: Path,
+    *,
+    exit_code: int | None = None,
+    engine: str | None = None,
+    engine_args: Sequence[str] = (),
+) -> str | None:
+    """One line naming the problem and the fix, from the engine's log; None when nothing matched.
+
+    ``exit_code`` (negative: killed by that signal) lets the doctor point at the host's OOM
+    killer; ``engine`` and ``engine_args`` make the fix name the current values.
+    """
     from modelyard.doctor.log_signatures import diagnose_log
 
-    findings = diagnose_log(read_log_tail(log_path))
+    findings = diagnose_log(
+        read_log_tail(log_path), exit_code=exit_code, engine=engine, engine_args=engine_args
+    )
     if not findings:
         return None
     first = findings[0]
