@@ -107,7 +107,7 @@ def deployments_using(session: Session, record: ModelFile) -> list[str]:
 
 def deployment_counts(session: Session) -> dict[int, int]:
     rows = session.execute(select(Deployment.model_file_id, func.count()).group_by(Deployment.model_file_id))
-    return {model_file_id: count for model_file_id, count in rows.tuples()}
+    return {model_file_id: count for model_file_id, count in rows}
 
 
 def remove_model(session: Session, name: str) -> None:
