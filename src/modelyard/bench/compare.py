@@ -128,9 +128,9 @@ def workload_differences(runs: Sequence[LoadedRun]) -> list[str]:
         if len(set(digests)) > 1:
             named = ", ".join(f"{run.label}={digest}" for run, digest in zip(runs, digests, strict=True))
             lines.append(f"prompts (digest of the texts sent): {named}")
-    models = [run.result.engine.served_model for run in runs]
-    if len(set(models)) > 1:
-        lines.append("served model: " + ", ".join(models))
+    # The served model name is not part of the workload: comparing two deployments (vLLM and
+    # SGLang, or two flag sets) of the same weights under different names is the common case.
+    # The header table shows each run's model.
     return lines
 
 
