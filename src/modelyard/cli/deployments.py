@@ -253,12 +253,32 @@ def logs(
     if tail is not None:
         params["tail"] = tail
     output = typer.get_binary_stream("stdout")
+    seen = bytearray()
     try:
         for chunk in ApiClient.from_context(ctx).stream(_path(name, "/logs"), params):
             output.write(chunk)
             output.flush()
+            if not follow:
+                seen.extend(chunk)
+                del seen[:-LOG_DIAGNOSIS_BYTES]
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+    if not follow:
+        _print_log_diagnosis(seen.decode(errors="replace"))
+
+
+# How much of a log's end the doctor reads for known failure messages.
+LOG_DIAGNOSIS_BYTES = 256 * 1024
+
+
+def _print_log_diagnosis(text: str) -> None:
+    """What the doctor recognises in the log just printed (to stderr, so the log stays clean)."""
+    from modelyard.doctor.log_signatures import diagnose_log
+
+    for finding in diagnose_log(text):
+        stderr.print(f"[red]diagnosis[/red] [{finding.check_id}] {finding.message}", highlight=False)
+        if finding.fix:
+            stderr.print(f"  fix: {finding.fix}", highlight=False)
 
 
 def scale(
