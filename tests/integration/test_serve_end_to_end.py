@@ -242,6 +242,10 @@ def test_failed_verification_keeps_an_instance_out_of_rotation(
         json={"model": "tiny-verified", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     )
     assert response.status_code == 503
+    shown = server.cli("ps", "tiny-verified").stdout
+    assert "verification" in shown
+    assert any("verify.tool-call" in line and "failed" in line for line in shown.splitlines())
+    assert any("verify.chat-answer" in line and "passed" in line for line in shown.splitlines())
     server.cli("rm", "tiny-verified", "--wait")
 
 

@@ -187,6 +187,18 @@ def _print_diagnoses(deployments: list[dict[str, Any]]) -> None:
                 )
 
 
+def _print_verification(deployment: dict[str, Any]) -> None:
+    """The verification suite's results of each instance (run before it took traffic)."""
+    rows = [
+        [instance["id"], result.get("check_id", ""), result.get("status", ""), result.get("message", "")]
+        for instance in deployment["instances"]
+        for result in instance.get("verification") or []
+    ]
+    if rows:
+        stdout.print()
+        print_table(["INSTANCE", "CHECK", "STATUS", "MESSAGE"], rows, title="verification")
+
+
 def ps(
     ctx: typer.Context,
     name: str | None = typer.Argument(None, help="One deployment (default: all)."),
@@ -218,6 +230,8 @@ def ps(
         return
     print_table(PS_COLUMNS, _instance_rows(deployments))
     _print_diagnoses(deployments)
+    if name:
+        _print_verification(deployments[0])
     for deployment in deployments:
         _print_warnings(deployment)
     if events:
