@@ -164,3 +164,25 @@ def test_engine_errors_reach_the_client_in_openai_shape(
     assert error["code"] == 400
     rows = gateway.usage_rows(deployment)
     assert [(row.status_code, row.usage_reported) for row in rows] == [(400, False)]
+
+
+def test_models_names_the_engine_of_ready_deployments(gateway: GatewayHarness, api_key: str) -> None:
+    ready, waiting = unique_name("ready"), unique_name("waiting")
+    gateway.publish_endpoints(
+        ready,
+        [
+            Endpoint(
+                deployment_name=ready,
+                instance_id=10_001,
+                base_url="http://127.0.0.1:9",
+                served_model_name=ready,
+                engine="vllm",
+                engine_version="0.25.0",
+            )
+        ],
+    )
+    gateway.publish_endpoints(waiting, [])
+    response = httpx.get(gateway.base_url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+    models = {model["id"]: model for model in response.json()["data"]}
+    assert models[ready]["modelyard"] == {"ready_replicas": 1, "engine": "vllm", "engine_version": "0.25.0"}
+    assert models[waiting]["modelyard"] == {"ready_replicas": 0}

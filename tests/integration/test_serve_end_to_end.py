@@ -197,6 +197,24 @@ def test_demo_answers_through_the_openai_client(server: Server, api_key: str) ->
     assert "".join(pieces).strip()
 
 
+def test_bench_through_the_gateway_records_the_engine(server: Server, api_key: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    server.cli(
+        "bench", "run", "--base-url", server.url, "--api-key", api_key, "--model", "demo",
+        "--concurrency", "2", "--num-requests", "4", "--input-tokens", "16", "--output-tokens", "4",
+        "--no-ignore-eos", "--out", str(out),
+    )  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    assert result["engine"]["engine"] == "transformers"
+    assert result["engine"]["engine_version"]
+    [point] = result["points"]
+    assert (point["requests_sent"], point["requests_succeeded"], point["missing_usage_count"]) == (4, 4, 0)
+    requests = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    measured = [request for request in requests if not request.get("warmup")]
+    assert len(measured) == 4 and all(request.get("error") in (None, "") for request in measured)
+    assert all(request["usage_completion_tokens"] == 4 for request in measured)
+
+
 def test_a_wrong_key_gets_an_openai_shaped_401(server: Server, api_key: str) -> None:
     response = httpx.post(
         f"{server.url}/v1/chat/completions",

@@ -185,6 +185,12 @@ async def detect_engine(config: RunConfig, api_key: str | None) -> EngineInfo:
             if isinstance(entry, dict) and entry.get("id") == config.model:
                 owner = str(entry.get("owned_by", "")).lower()
                 info.engine = {"vllm": "vllm", "sglang": "sglang", "huggingface": "transformers"}.get(owner)
+                # Behind a modelyard gateway: the gateway names the engine and its version.
+                extension = entry.get("modelyard")
+                if isinstance(extension, dict) and extension.get("engine"):
+                    info.engine = str(extension["engine"])
+                    info.engine_version = str(extension.get("engine_version") or "") or None
+                    return info
     if info.engine == "vllm":
         version = await probe(base + "/version", api_key=api_key)
         if version is not None and isinstance(version[1], dict):

@@ -527,6 +527,8 @@ class Controller:
                     base_url=f"http://{self._options.worker_ip}:{instance.port}",
                     served_model_name=self._served_name(deployment),
                     reasoning_field=self._reasoning_field(deployment),
+                    engine=self._engine_family(deployment) or "custom",
+                    engine_version=deployment.backend_version,
                 )
             )
         self._endpoints.publish(deployment.name, endpoints)

@@ -24,6 +24,10 @@ class Endpoint:
     served_model_name: str
     # Where the engine puts reasoning text in its deltas/messages: "reasoning" or "reasoning_content".
     reasoning_field: str = "reasoning_content"
+    # Which engine serves it (the backend's family: vllm, sglang, transformers, custom) and its
+    # version, shown to clients in /v1/models so that benchmarks can record what they measured.
+    engine: str = "custom"
+    engine_version: str = ""
 
 
 @dataclass

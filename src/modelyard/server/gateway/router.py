@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from modelyard.control.endpoints import Endpoint
 from modelyard.errors import ModelyardError
 from modelyard.server.gateway.access import authenticate, visible_deployments
 from modelyard.server.gateway.errors import ModelNotFound, gateway_error_response
@@ -19,9 +20,17 @@ from modelyard.server.gateway.runtime import gateway_runtime
 gateway_router = APIRouter(tags=["gateway"])
 
 
-def _model_object(name: str) -> dict[str, object]:
+def _model_object(name: str, endpoints: tuple[Endpoint, ...]) -> dict[str, object]:
     # "created" is not tracked per deployment by the gateway; 0 keeps OpenAI's integer type.
-    return {"id": name, "object": "model", "created": 0, "owned_by": "modelyard"}
+    model: dict[str, object] = {"id": name, "object": "model", "created": 0, "owned_by": "modelyard"}
+    # modelyard's own extension: which engine serves the model and how many replicas are ready
+    # (clients that do not know it ignore it; `modelyard bench` records the engine from it).
+    extension: dict[str, object] = {"ready_replicas": len(endpoints)}
+    if endpoints:
+        extension["engine"] = endpoints[0].engine
+        extension["engine_version"] = endpoints[0].engine_version
+    model["modelyard"] = extension
+    return model
 
 
 @gateway_router.get("/v1/models")
@@ -33,7 +42,9 @@ async def list_models(request: Request) -> Response:
     except ModelyardError as error:
         return gateway_error_response(error)
     names = visible_deployments(runtime, facts)
-    return JSONResponse({"object": "list", "data": [_model_object(name) for name in names]})
+    registry = runtime.context.endpoints
+    data = [_model_object(name, registry.endpoints_for(name)) for name in names]
+    return JSONResponse({"object": "list", "data": data})
 
 
 @gateway_router.get("/v1/models/{model:path}")
@@ -47,7 +58,7 @@ async def retrieve_model(request: Request, model: str) -> Response:
             raise ModelNotFound(f"model {model!r} does not exist", hint=hint)
     except ModelyardError as error:
         return gateway_error_response(error)
-    return JSONResponse(_model_object(model))
+    return JSONResponse(_model_object(model, runtime.context.endpoints.endpoints_for(model)))
 
 
 @gateway_router.post("/v1/chat/completions")
