@@ -37,6 +37,15 @@ def fake_gpu(index: int, memory_total_bytes: int = 48 * 2**30) -> GpuInfo:
     )
 
 
+def fake_inventory(gpu_count: int, driver_version: str = "580.95.05") -> GpuInventory:
+    """A host with ``gpu_count`` GPU doubles and a driver recent enough for every built-in engine."""
+    return GpuInventory(
+        gpus=[fake_gpu(index) for index in range(gpu_count)],
+        driver_version=driver_version,
+        cuda_driver_version="13.0",
+    )
+
+
 @dataclass
 class ControllerDouble:
     """Stands in for the controller: records pokes, reports the inventory it was given."""

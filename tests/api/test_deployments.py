@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from modelyard.hardware.gpus import GpuInventory
 from modelyard.store.tables import Deployment
 
-from .conftest import ApiHarness, add_model, assert_error, fake_gpu
+from .conftest import ApiHarness, add_model, assert_error, fake_inventory
 
 
 @pytest.fixture
@@ -89,7 +88,7 @@ def test_unknown_backend_is_refused(with_model: ApiHarness) -> None:
 
 def test_more_gpus_than_exist_is_refused(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    api.controller.inventory = fake_inventory(1)
     response = api.client.post(
         "/api/v1/deployments", json={"model": "tiny", "backend": "vllm", "gpus_per_replica": 2}
     )
@@ -100,7 +99,7 @@ def test_more_gpus_than_exist_is_refused(with_model: ApiHarness) -> None:
 
 def test_gpu_ids_that_do_not_exist_are_refused(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0), fake_gpu(1)])
+    api.controller.inventory = fake_inventory(2)
     response = api.client.post(
         "/api/v1/deployments", json={"model": "tiny", "backend": "vllm", "gpu_ids": [1, 3]}
     )
@@ -118,7 +117,7 @@ def test_gpu_backend_on_a_host_without_gpus_is_refused(with_model: ApiHarness) -
 
 def test_gpu_count_defaults_to_one_on_a_gpu_host(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    api.controller.inventory = fake_inventory(1)
     response = api.client.post("/api/v1/deployments", json={"model": "tiny", "backend": "vllm"})
     assert response.status_code == 201, response.text
     assert response.json()["gpus_per_replica"] == 1
@@ -198,7 +197,7 @@ def test_scale_stop_start_and_remove(with_model: ApiHarness) -> None:
 
 def test_scaling_past_the_gpus_is_refused_and_keeps_replicas(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0), fake_gpu(1)])
+    api.controller.inventory = fake_inventory(2)
     api.client.post("/api/v1/deployments", json={"model": "tiny", "backend": "vllm", "gpus_per_replica": 1})
     response = api.client.patch("/api/v1/deployments/tiny", json={"replicas": 3})
     assert response.status_code == 409
@@ -223,7 +222,7 @@ def test_unknown_deployment_is_404_listing_known_ones(with_model: ApiHarness) ->
 
 def test_doctor_error_refuses_the_deployment_with_findings(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    api.controller.inventory = fake_inventory(1)
     response = api.client.post(
         "/api/v1/deployments",
         json={"model": "tiny", "backend": "vllm", "backend_parameters": "--mem-fraction-static 0.8"},
@@ -238,7 +237,7 @@ def test_doctor_error_refuses_the_deployment_with_findings(with_model: ApiHarnes
 
 def test_doctor_warnings_are_kept_on_the_deployment(with_model: ApiHarness) -> None:
     api = with_model
-    api.controller.inventory = GpuInventory(gpus=[fake_gpu(0)])
+    api.controller.inventory = fake_inventory(1)
     response = api.client.post(
         "/api/v1/deployments",
         json={
@@ -251,3 +250,17 @@ def test_doctor_warnings_are_kept_on_the_deployment(with_model: ApiHarness) -> N
     assert response.status_code == 201, response.text
     warnings = api.client.get("/api/v1/deployments/tiny").json()["warnings"]
     assert [warning["check_id"] for warning in warnings] == ["param.tool-call-parser-mismatch"]
+
+
+def test_a_driver_too_old_for_the_engine_refuses_the_deployment(with_model: ApiHarness) -> None:
+    api = with_model
+    # vLLM 0.25.0 is a CUDA 13.0 build; driver 550 only runs CUDA 12.4.
+    api.controller.inventory = fake_inventory(1, driver_version="550.163.01")
+    response = api.client.post(
+        "/api/v1/deployments", json={"model": "tiny", "backend": "vllm", "backend_version": "0.25.0"}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "preflight_failed", "550.163.01")
+    findings = {finding["check_id"] for finding in response.json()["error"]["details"]["findings"]}
+    assert "host.driver-too-old" in findings
+    assert _deployment_rows(api) == []

@@ -7,12 +7,16 @@ on the deployment to show in ``ps`` and the console.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.store.tables import ModelFile
+
+if TYPE_CHECKING:
+    from modelyard.doctor.findings import Finding
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,38 @@ def _replica_gpus(inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[
     if gpu_ids:
         return [gpu for gpu in inventory.gpus if gpu.index in gpu_ids]
     return inventory.gpus[:gpus_per_replica] if gpus_per_replica else []
+
+
+def _host_findings(
+    model: ModelFile,
+    spec: BackendSpec,
+    version: BackendVersion,
+    raw_backend_parameters: str | list[str],
+    replica_gpus: list[GpuInfo],
+    inventory: GpuInventory,
+) -> list[Finding]:
+    """This host against what the engine needs: driver, GPU links, Docker, RAM for the loader."""
+    from modelyard.doctor.host import HostCheckRequest, check_host
+    from modelyard.doctor.host_sources import NvmlGpuSource
+
+    text = (
+        raw_backend_parameters
+        if isinstance(raw_backend_parameters, str)
+        else " ".join(raw_backend_parameters)
+    )
+    request = HostCheckRequest(
+        backend_family=spec.family,
+        backend_version=version.version,
+        needs_gpu=bool(replica_gpus),
+        gpu_indices=tuple(gpu.index for gpu in replica_gpus) or None,
+        tensor_parallel_size=max(1, len(replica_gpus)),
+        speculative_decoding="--speculative" in text,
+        runs_in_container=version.runs_in_container,
+        model_path=Path(model.path),
+        model_size_bytes=model.size_bytes,
+    )
+    # The inventory the server already holds (read by the controller), not a second NVML read.
+    return check_host(request, gpus=NvmlGpuSource(read=lambda: inventory))
 
 
 def run_preflight(
@@ -57,6 +93,7 @@ def run_preflight(
         return []
     from modelyard.doctor.findings import Severity
 
+    replica_gpus = _replica_gpus(inventory, gpus_per_replica, gpu_ids)
     findings = preflight_deployment(
         deployment_name=deployment_name,
         model_dir=model.path,
@@ -64,9 +101,10 @@ def run_preflight(
         version=version,
         backend_parameters=raw_backend_parameters,
         env=raw_env,
-        gpus=_replica_gpus(inventory, gpus_per_replica, gpu_ids),
+        gpus=replica_gpus,
         gpu_count=gpus_per_replica,
     )
+    findings += _host_findings(model, spec, version, raw_backend_parameters, replica_gpus, inventory)
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:
         first = errors[0]
