@@ -103,3 +103,14 @@ def test_a_base_url_with_a_path_prefix_keeps_it() -> None:
 
     client = BenchClient("https://gateway.example:8443/tenant-a/v1/", api_key=None, endpoint="completions")
     assert client.request_path == "/tenant-a/v1/completions"
+
+
+def test_each_load_point_sends_prompts_of_its_own(server: ReferenceServer) -> None:
+    outcome = _run(server, load_values=[1, 2], repeats=2)
+    used = [{record.prompt_id for record in records} for records in outcome.records]
+    assert len(used) == 4 and all(len(ids) == 4 for ids in used)
+    # No prompt is sent at two points, so a prefix cache cannot serve a later point.
+    assert len(set().union(*used)) == 16
+    # The same seed draws the same prompts again: two engines get identical work.
+    again = _run(server, load_values=[1, 2], repeats=2)
+    assert [{record.prompt_id for record in records} for records in again.records] == used

@@ -162,11 +162,10 @@ def test_per_gpu_throughput_divides_by_the_gpus_nvml_sampled_when_none_were_reco
 
 def test_report_checks_each_input_length_against_the_engines_usage(run_directory: Path) -> None:
     run = load_run(run_directory)
-    assert len(run.prompts) == REQUESTS_PER_POINT
+    # Two load points, each with prompts of its own.
+    prompt_count = 2 * REQUESTS_PER_POINT
+    assert len(run.prompts) == prompt_count
     section = render_report(run).split("<h2>Input lengths</h2>", 1)[1].split("<h2>", 1)[0]
-    assert (
-        f"{REQUESTS_PER_POINT} of {REQUESTS_PER_POINT} prompts were built at exactly their requested length"
-        in section
-    )
+    assert f"{prompt_count} of {prompt_count} prompts were built at exactly their requested length" in section
     assert "24 to 24 tokens" in section
     assert section.count(f"<td>{REQUESTS_PER_POINT} / {REQUESTS_PER_POINT}</td>") == 2

@@ -431,10 +431,21 @@ async def run_benchmark_async(
         detected.engine = engine.engine or detected.engine
         detected.engine_version = engine.engine_version or detected.engine_version
         detected.label = engine.label
+    per_point = _prompt_count(config)
     if prompts is None:
-        prompts = await asyncio.to_thread(prepare_prompts, config, _prompt_count(config), api_key=api_key)
+        # Every load point gets prompts of its own: were they shared, an engine's prefix cache
+        # would serve the later points from the earlier points' work.
+        prompts = await asyncio.to_thread(prepare_prompts, config, per_point * len(points), api_key=api_key)
     if not prompts:
         raise InvalidInput("the dataset gave no prompts", hint="check --dataset and --dataset-path")
+    if len(prompts) < per_point * len(points) and len(points) > 1:
+        logger.warning(
+            "%d prompts for %d points of %d requests: later points reuse earlier points' prompts, "
+            "so an engine's prefix cache can make them look faster (use a larger prompt set)",
+            len(prompts),
+            len(points),
+            per_point,
+        )
     if counter is None and config.tokenizer_path:
         from modelyard.bench.datasets import LocalTokenizer
 
@@ -450,13 +461,14 @@ async def run_benchmark_async(
         ),
         prompts=prompts,
     )
-    for point in points:
+    for position, point in enumerate(points):
         observers = [factory() for factory in observer_factories]
+        start = (position * per_point) % len(prompts)
         result, records = await run_point(
             config,
             point,
-            bodies=bodies,
-            prompts=prompts,
+            bodies=bodies[start:] + bodies[:start],
+            prompts=prompts[start:] + prompts[:start],
             api_key=api_key,
             progress=progress,
             observers=observers,
