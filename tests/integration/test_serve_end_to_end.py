@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from modelyard.testing.tiny_model import build_tiny_qwen3
+from modelyard.testing.trained_tiny_model import WEATHER_TOOL, build_trained_tiny_qwen3
 
 pytestmark = pytest.mark.slow
 
@@ -265,6 +266,40 @@ def test_failed_verification_keeps_an_instance_out_of_rotation(
     assert any("verify.tool-call" in line and "failed" in line for line in shown.splitlines())
     assert any("verify.chat-answer" in line and "passed" in line for line in shown.splitlines())
     server.cli("rm", "tiny-verified", "--wait")
+
+
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_trained_tiny_qwen3(tmp_path_factory.mktemp("models") / "thinker")
+
+
+def test_a_model_that_thinks_and_calls_tools_passes_verification_end_to_end(
+    server: Server, api_key: str, trained_model: Path
+) -> None:
+    server.cli("models", "add", str(trained_model), "--name", "thinker")
+    server.cli("deploy", "thinker", "--backend", "transformers")  # verification on
+    shown = server.cli("ps", "thinker").stdout
+    for check in ("verify.chat-answer", "verify.reasoning-separated", "verify.tool-call", "verify.streaming"):
+        assert any(check in line and "passed" in line for line in shown.splitlines()), shown
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
+    answer = client.chat.completions.create(
+        model="thinker",
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        max_tokens=64,
+    )
+    [call] = answer.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    # transformers serve puts reasoning in reasoning_content; clients get it under both names.
+    body = {"model": "thinker", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}
+    headers = {"Authorization": f"Bearer {api_key}"}
+    message = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=headers).json()["choices"][
+        0
+    ]["message"]
+    assert message["reasoning_content"].strip() == message["reasoning"].strip() != ""
+    assert message["content"].strip()
+    server.cli("rm", "thinker", "--wait")
 
 
 def test_killed_engine_comes_back_with_the_reason(server: Server, api_key: str, tiny_model: Path) -> None:
