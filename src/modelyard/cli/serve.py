@@ -52,6 +52,15 @@ def _print_banner(settings: Settings, password: str | None) -> None:
             f"{settings.admin_password_file}, which the CLI on this host reads; "
             "change it with `modelyard password`)"
         )
+    elif not settings.admin_password_file.is_file():
+        # The database already has its admin (e.g. a shared PostgreSQL) but this data directory
+        # never received the password: the CLI here cannot log in by itself.
+        stderr.print(
+            f"  [yellow]admin password   not in {settings.admin_password_file}[/yellow]: the database "
+            "already had an admin; give the CLI its password with MODELYARD_PASSWORD, or copy the "
+            "admin-password file from the data directory that created it",
+            highlight=False,
+        )
 
 
 async def _watch_demo(context: ServerContext, started_at: float) -> None:
