@@ -26,8 +26,6 @@ from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.routing import ReplicaBalancer
 from modelyard.server.gateway.usage import UsageRecorder
 
-_CONTEXT_ATTRIBUTE = "gateway"
-
 # Anything that can go wrong between the gateway and an engine once a request is on its way.
 ENGINE_CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
@@ -94,13 +92,12 @@ class GatewayRuntime:
 
 
 async def start_gateway(
-    context: ServerContext, app: FastAPI | None = None, settings: GatewaySettings | None = None
+    context: ServerContext, app: FastAPI, settings: GatewaySettings | None = None
 ) -> GatewayRuntime:
     """Create the gateway's parts inside the running event loop and attach them.
 
     Sets ``context.key_cache`` (invalidated by the REST API when keys change) and makes the
-    runtime reachable by the routes (``gateway_runtime``): on ``context`` and, when given, on
-    ``app.state.gateway``.
+    runtime reachable by the routes (``gateway_runtime``) as ``app.state.gateway``.
     """
     settings = settings or GatewaySettings()
     key_cache = KeyCache(
@@ -120,19 +117,13 @@ async def start_gateway(
     key_cache.start()
     usage.start()
     context.key_cache = key_cache
-    # ServerContext has no typed slot for the gateway yet; the routes read this attribute.
-    setattr(context, _CONTEXT_ATTRIBUTE, runtime)
-    if app is not None:
-        app.state.gateway = runtime
+    app.state.gateway = runtime
     return runtime
 
 
 def gateway_runtime(request: Request) -> GatewayRuntime:
     """The running gateway of the app that received ``request``."""
-    state = request.app.state
-    runtime = getattr(state, "gateway", None)
-    if runtime is None:
-        runtime = getattr(getattr(state, "context", None), _CONTEXT_ATTRIBUTE, None)
+    runtime = getattr(request.app.state, "gateway", None)
     if not isinstance(runtime, GatewayRuntime):
         raise RuntimeError(
             "the gateway is not started: call start_gateway(context, app) in the app's lifespan"
