@@ -456,7 +456,11 @@ class Controller:
         )
 
     async def _schedule_restart(self, instance_id: int, reason: str) -> None:
-        deployments = await asyncio.to_thread(self._store.load_deployments)
+        # The last snapshot's view is current enough (a bring-up does not change restart_count);
+        # an engine re-adopted before the first reconcile is not in it yet.
+        deployments = list(self._deployment_of.values())
+        if instance_id not in self._deployment_of:
+            deployments = await asyncio.to_thread(self._store.load_deployments)
         for deployment in deployments:
             for instance in deployment.instances:
                 if instance.id == instance_id:

@@ -76,21 +76,4 @@ async def run_verification(
         model_supports_thinking=bool(model_details.get("chat_template_supports_thinking", False)),
         client=client,
     )
-    return [_as_json(result) for result in results]
-
-
-def _as_json(result: Any) -> dict[str, Any]:
-    if hasattr(result, "to_json"):
-        data: dict[str, Any] = result.to_json()
-        return data
-    if hasattr(result, "model_dump"):
-        dumped: dict[str, Any] = result.model_dump(mode="json")
-        return dumped
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(result) and not isinstance(result, type):
-        return {
-            key: str(value) if not isinstance(value, int | float | bool | None) else value
-            for key, value in asdict(result).items()
-        }
-    return {"check_id": "verify.unknown", "status": "failed", "message": repr(result)}
+    return [result.to_json() for result in results]
