@@ -191,3 +191,22 @@ def test_the_capacity_benchmark_script_runs() -> None:
     )
     assert completed.returncode == 0
     assert "--peer-venv" in completed.stdout
+
+
+def test_metrics_url_polls_another_server_than_the_one_benchmarked(
+    server: ReferenceServer, tmp_path: Path
+) -> None:
+    # The gateway case: requests go to one address, the engine's /metrics is at another.
+    engine_config = ReferenceConfig(
+        served_model_names=["behind"], model_path="behind", flavor="sglang", ttft_ms=1, itl_ms=1
+    )
+    with ReferenceServer(engine_config) as engine:
+        out = tmp_path / "run"
+        arguments = ["bench", "run", "--base-url", server.base_url, "--model", MODEL, "--concurrency", "2"]
+        arguments += ["--num-requests", "6", "--input-tokens", "8", "--output-tokens", "40", "--no-gpus"]
+        arguments += ["--metrics-interval-s", "0.05", "--metrics-url", f"{engine.base_url}/metrics"]
+        result = CliRunner().invoke(app, [*arguments, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = RunResult.from_json((out / "result.json").read_text())
+    sources = {series.source for point in run.points for series in point.timelines}
+    assert sources == {"sglang:/metrics"}, sources

@@ -133,6 +133,12 @@ def run_command(
     label: str | None = typer.Option(None, "--label", help="A name for this configuration."),
     engine: str | None = typer.Option(None, "--engine", help="vllm, sglang, transformers (else detected)."),
     server_metrics: bool = typer.Option(True, "--server-metrics/--no-server-metrics", help="Poll /metrics."),
+    metrics_url: str | None = typer.Option(
+        None,
+        "--metrics-url",
+        help="The engine's /metrics to poll (default: the --base-url's); give the engine's own "
+        "when --base-url is a gateway.",
+    ),
     gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="Sample this host's GPUs (NVML)."),
     metrics_interval_s: float = typer.Option(1.0, "--metrics-interval-s", help="Polling interval."),
     out: Path | None = typer.Option(None, "--out", help="Directory for the output files."),
@@ -185,8 +191,8 @@ def run_command(
         from modelyard.bench.server_metrics import metrics_url_for
         from modelyard.bench.server_poller import ServerMetricsObserver
 
-        metrics_url = metrics_url_for(base_url)
-        observer_factories.append(lambda: ServerMetricsObserver(metrics_url, interval_s=metrics_interval_s))
+        polled_url = metrics_url or metrics_url_for(base_url)
+        observer_factories.append(lambda: ServerMetricsObserver(polled_url, interval_s=metrics_interval_s))
     if gpus:
         from modelyard.bench.gpu_sampler import GpuObserver
 
