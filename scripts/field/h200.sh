@@ -1,0 +1,160 @@
+#!/bin/bash
+# The H200 field run, one phase per call: real vLLM 0.25.0, real SGLang 0.5.17 and transformers
+# serve, deployed, verified, benchmarked and broken on purpose by modelyard itself.
+# docs/field-tests/README.md says how to rerun it; docs/field-tests/h200-2026-11-30.md is a run.
+#
+#   bash scripts/field/h200.sh PHASE
+#
+# Phases, in order (each fits a 10-minute window; what a phase leaves running, modelyard serve
+# and its engines, is there for the next one while the machine stays up):
+#   stage-vllm     keep the first part of the vLLM bundle (.gpu/p1) on the machine
+#   stage-sglang   unpack the SGLang bundle (.sglx/p1) to /tmp/sgl
+#   setup          unpack vLLM (.gpu/p2), install modelyard's wheels (.whl/field), build the model,
+#                  start `modelyard serve`, deploy vLLM (GPU 0) and SGLang (GPU 1, if there is one)
+#   bench          benchmark each running deployment through the gateway and directly
+#   faults-kv      SIGKILL vLLM mid-benchmark; the KV-cache estimate against the engines' logs
+#   sglang-single  (one GPU only) SGLang deployed, benchmarked and measured once vLLM is gone
+#   transformers   transformers serve --continuous-batching: deploy, benchmark; refused deployments
+#   tp2            (two GPUs) tensor parallelism 2 on vLLM and SGLang, benchmarked
+#   collect        only copy the results
+# Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz.
+#
+# On another machine: have vLLM (a `vllm` program) and SGLang (importable from SGLANG_PYTHONPATH)
+# installed, point MODEL_SOURCE at the field model's core and tokenizer, and run the phases
+# from setup on; the stage phases only exist to bring the offline bundles onto the H200.
+set -u
+PHASE=${1:?usage: h200.sh PHASE}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/field-out}
+mkdir -p "$OUT" /tmp/field/results
+export FIELD_RESULTS=/tmp/field/results FIELD_DATA=/tmp/field/data FIELD_PORT=8080
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 NO_COLOR=1
+export PATH=/tmp/field/bin:$PATH
+export PYTHONPATH=/tmp/field/site:$ROOT/src
+MODEL=/tmp/field/qwen3-field
+SGLANG_PYTHONPATH=${SGLANG_PYTHONPATH:-/tmp/sgl}
+MODEL_SOURCE=${MODEL_SOURCE:-.whl/field/model-source}
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+MARK=/tmp/field/phase-$PHASE.start
+touch "$MARK"
+run() { python3 scripts/field/field_run.py "$@"; }
+
+collect() {
+  # What this phase wrote, packed for the trip back (requests.jsonl files included).
+  (cd /tmp/field && find results -newer "$MARK" -type f -print0 | tar --null -czf "$OUT/results-$PHASE.tar.gz" -T -)
+  ls -la "$OUT"
+}
+trap collect EXIT
+
+# Engine arguments: the Qwen3 parsers (hermes-style tool calls), half the GPU, 8k context.
+VLLM_ARGS="--gpu-memory-utilization 0.5 --max-model-len 8192 --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3"
+SGLANG_ARGS="--mem-fraction-static 0.5 --context-length 8192 --tool-call-parser qwen25 --reasoning-parser qwen3 --attention-backend triton --sampling-backend pytorch"
+
+sglang_kv_variants() {  # GPU index: the SGLang KV-cache settings other than the benchmarked one
+  run kv-truth sglang-kv-mem08 --backend sglang --version 0.5.17 --gpu-ids "$1" --skip-verification --remove \
+    --args "${SGLANG_ARGS/--mem-fraction-static 0.5/--mem-fraction-static 0.8}" --env PYTHONPATH=$SGLANG_PYTHONPATH
+  run kv-truth sglang-kv-ctx32k --backend sglang --version 0.5.17 --gpu-ids "$1" --skip-verification --remove \
+    --args "${SGLANG_ARGS/--context-length 8192/--context-length 32768}" --env PYTHONPATH=$SGLANG_PYTHONPATH
+}
+
+refusals() {  # deliberately wrong deployments on GPU 0; each must be refused or diagnosed, fix named
+  # Another tenant holds most of GPU 0, and a vLLM asks for 90% of it.
+  python3 -c 'import torch, time, pathlib
+x = torch.empty(110 * 2**30, dtype=torch.uint8, device="cuda:0")
+pathlib.Path("/tmp/field/hog.ready").touch(); time.sleep(300)' &
+  local hog=$!
+  for _ in $(seq 1 60); do [ -f /tmp/field/hog.ready ] && break; sleep 1; done
+  run expect-refusal vllm-too-big --backend vllm --version 0.25.0 --gpu-ids 0 \
+    --args "${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.9}"
+  kill $hog; wait $hog 2>/dev/null
+  # A tool-call parser for another format than this model's.
+  run expect-refusal vllm-wrong-parser --backend vllm --version 0.25.0 --gpu-ids 0 --timeout 300 \
+    --args "${VLLM_ARGS/--tool-call-parser hermes/--tool-call-parser qwen3_coder}"
+}
+
+case $PHASE in
+stage-vllm)
+  nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())'
+  bash .gpu/kit/device-unpack.sh || echo "(the second part comes with the setup phase)"
+  ;;
+stage-sglang)
+  mkdir -p "$SGLANG_PYTHONPATH"
+  (cd .sglx/p1 && sha256sum -c ../kit/SHA256SUMS.base) || exit 3
+  tar -xJf .sglx/p1/sgl-base.tar.xz -C "$SGLANG_PYTHONPATH" && touch "$SGLANG_PYTHONPATH/.ok"
+  PYTHONPATH=$SGLANG_PYTHONPATH python3 -c 'import sglang; print("sglang", sglang.__version__)'
+  ;;
+setup)
+  bash .gpu/kit/device-unpack.sh || exit 3
+  mkdir -p /tmp/field/site /tmp/field/bin
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/field/site .whl/field/*.whl || exit 3
+  # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
+  cat > /tmp/field/bin/vllm <<EOF
+#!/bin/sh
+export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0
+exec $(command -v python3) -m vllm.entrypoints.cli.main "\$@"
+EOF
+  chmod +x /tmp/field/bin/vllm
+  started=$(date +%s.%N)
+  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer "$MODEL_SOURCE/tokenizer" \
+    --out "$MODEL" --device cuda || exit 4
+  echo "model built in $(echo "$(date +%s.%N) - $started" | bc) s"; du -sh "$MODEL"
+  run serve --model-dir "$MODEL" || exit 5
+  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args "$VLLM_ARGS" &
+  if [ "$GPUS" -ge 2 ]; then
+    run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args "$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
+  fi
+  wait
+  python3 -m modelyard.cli.main ps
+  ;;
+bench)
+  run bench vllm
+  [ "$GPUS" -ge 2 ] && run bench sglang
+  run kv-truth vllm --backend vllm --version 0.25.0 --args "$VLLM_ARGS" --reuse
+  [ "$GPUS" -ge 2 ] && run kv-truth sglang --backend sglang --version 0.5.17 --args "$SGLANG_ARGS" --reuse
+  ;;
+sglang-single)
+  # One GPU: SGLang once vLLM is gone (faults-kv removes it).
+  run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 0 --args "$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH
+  run bench sglang
+  run kv-truth sglang --backend sglang --version 0.5.17 --args "$SGLANG_ARGS" --reuse
+  run remove sglang
+  sglang_kv_variants 0
+  ;;
+faults-kv)
+  run kill-during-bench vllm --bench-s 100 --kill-after-s 15 &
+  [ "$GPUS" -ge 2 ] && (run remove sglang; sglang_kv_variants 1) &
+  wait
+  run remove vllm
+  run kv-truth vllm-kv-mem08 --backend vllm --version 0.25.0 --gpu-ids 0 --skip-verification --remove \
+    --args "${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.8}"
+  run kv-truth vllm-kv-ctx32k --backend vllm --version 0.25.0 --gpu-ids 0 --skip-verification --remove \
+    --args "${VLLM_ARGS/--max-model-len 8192/--max-model-len 32768}"
+  ;;
+transformers)
+  if [ "$GPUS" -ge 2 ]; then
+    run deploy transformers --backend transformers --gpu-ids 1 --args "--continuous-batching" &
+    refusals
+    wait
+    run bench transformers
+  else
+    run deploy transformers --backend transformers --gpu-ids 0 --args "--continuous-batching"
+    run bench transformers
+    run remove transformers
+    refusals
+  fi
+  ;;
+tp2)
+  run remove transformers
+  run deploy vllm-tp2 --backend vllm --version 0.25.0 --gpus 2 --args "$VLLM_ARGS --tensor-parallel-size 2"
+  FIELD_CONCURRENCY=1,64,256 run bench vllm-tp2 --paths gateway
+  run remove vllm-tp2
+  run deploy sglang-tp2 --backend sglang --version 0.5.17 --gpus 2 --args "$SGLANG_ARGS --tp-size 2" \
+    --env PYTHONPATH=$SGLANG_PYTHONPATH
+  FIELD_CONCURRENCY=1,64,256 run bench sglang-tp2 --paths gateway
+  run remove sglang-tp2
+  ;;
+collect) ;;
+*) echo "unknown phase $PHASE"; exit 2 ;;
+esac
