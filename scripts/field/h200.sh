@@ -53,9 +53,9 @@ SGLANG_ARGS="--mem-fraction-static 0.5 --context-length 8192 --tool-call-parser 
 
 sglang_kv_variants() {  # GPU index: the SGLang KV-cache settings other than the benchmarked one
   run kv-truth sglang-kv-mem08 --backend sglang --version 0.5.17 --gpu-ids "$1" --skip-verification --remove \
-    --args "${SGLANG_ARGS/--mem-fraction-static 0.5/--mem-fraction-static 0.8}" --env PYTHONPATH=$SGLANG_PYTHONPATH
+    --args="${SGLANG_ARGS/--mem-fraction-static 0.5/--mem-fraction-static 0.8}" --env PYTHONPATH=$SGLANG_PYTHONPATH
   run kv-truth sglang-kv-ctx32k --backend sglang --version 0.5.17 --gpu-ids "$1" --skip-verification --remove \
-    --args "${SGLANG_ARGS/--context-length 8192/--context-length 32768}" --env PYTHONPATH=$SGLANG_PYTHONPATH
+    --args="${SGLANG_ARGS/--context-length 8192/--context-length 32768}" --env PYTHONPATH=$SGLANG_PYTHONPATH
 }
 
 refusals() {  # deliberately wrong deployments on GPU 0; each must be refused or diagnosed, fix named
@@ -66,11 +66,11 @@ pathlib.Path("/tmp/field/hog.ready").touch(); time.sleep(300)' &
   local hog=$!
   for _ in $(seq 1 60); do [ -f /tmp/field/hog.ready ] && break; sleep 1; done
   run expect-refusal vllm-too-big --backend vllm --version 0.25.0 --gpu-ids 0 \
-    --args "${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.9}"
+    --args="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.9}"
   kill $hog; wait $hog 2>/dev/null
   # A tool-call parser for another format than this model's.
   run expect-refusal vllm-wrong-parser --backend vllm --version 0.25.0 --gpu-ids 0 --timeout 300 \
-    --args "${VLLM_ARGS/--tool-call-parser hermes/--tool-call-parser qwen3_coder}"
+    --args="${VLLM_ARGS/--tool-call-parser hermes/--tool-call-parser qwen3_coder}"
 }
 
 case $PHASE in
@@ -101,9 +101,9 @@ EOF
     --out "$MODEL" --device cuda || exit 4
   echo "model built in $(echo "$(date +%s.%N) - $started" | bc) s"; du -sh "$MODEL"
   run serve --model-dir "$MODEL" || exit 5
-  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args "$VLLM_ARGS" &
+  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
   if [ "$GPUS" -ge 2 ]; then
-    run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args "$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
+    run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
   fi
   wait
   python3 -m modelyard.cli.main ps
@@ -111,14 +111,14 @@ EOF
 bench)
   run bench vllm
   [ "$GPUS" -ge 2 ] && run bench sglang
-  run kv-truth vllm --backend vllm --version 0.25.0 --args "$VLLM_ARGS" --reuse
-  [ "$GPUS" -ge 2 ] && run kv-truth sglang --backend sglang --version 0.5.17 --args "$SGLANG_ARGS" --reuse
+  run kv-truth vllm --backend vllm --version 0.25.0 --args="$VLLM_ARGS" --reuse
+  [ "$GPUS" -ge 2 ] && run kv-truth sglang --backend sglang --version 0.5.17 --args="$SGLANG_ARGS" --reuse
   ;;
 sglang-single)
   # One GPU: SGLang once vLLM is gone (faults-kv removes it).
-  run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 0 --args "$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH
+  run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 0 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH
   run bench sglang
-  run kv-truth sglang --backend sglang --version 0.5.17 --args "$SGLANG_ARGS" --reuse
+  run kv-truth sglang --backend sglang --version 0.5.17 --args="$SGLANG_ARGS" --reuse
   run remove sglang
   sglang_kv_variants 0
   ;;
@@ -128,18 +128,18 @@ faults-kv)
   wait
   run remove vllm
   run kv-truth vllm-kv-mem08 --backend vllm --version 0.25.0 --gpu-ids 0 --skip-verification --remove \
-    --args "${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.8}"
+    --args="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.8}"
   run kv-truth vllm-kv-ctx32k --backend vllm --version 0.25.0 --gpu-ids 0 --skip-verification --remove \
-    --args "${VLLM_ARGS/--max-model-len 8192/--max-model-len 32768}"
+    --args="${VLLM_ARGS/--max-model-len 8192/--max-model-len 32768}"
   ;;
 transformers)
   if [ "$GPUS" -ge 2 ]; then
-    run deploy transformers --backend transformers --gpu-ids 1 --args "--continuous-batching" &
+    run deploy transformers --backend transformers --gpu-ids 1 --args="--continuous-batching" &
     refusals
     wait
     run bench transformers
   else
-    run deploy transformers --backend transformers --gpu-ids 0 --args "--continuous-batching"
+    run deploy transformers --backend transformers --gpu-ids 0 --args="--continuous-batching"
     run bench transformers
     run remove transformers
     refusals
@@ -147,10 +147,10 @@ transformers)
   ;;
 tp2)
   run remove transformers
-  run deploy vllm-tp2 --backend vllm --version 0.25.0 --gpus 2 --args "$VLLM_ARGS --tensor-parallel-size 2"
+  run deploy vllm-tp2 --backend vllm --version 0.25.0 --gpus 2 --args="$VLLM_ARGS --tensor-parallel-size 2"
   FIELD_CONCURRENCY=1,64,256 run bench vllm-tp2 --paths gateway
   run remove vllm-tp2
-  run deploy sglang-tp2 --backend sglang --version 0.5.17 --gpus 2 --args "$SGLANG_ARGS --tp-size 2" \
+  run deploy sglang-tp2 --backend sglang --version 0.5.17 --gpus 2 --args="$SGLANG_ARGS --tp-size 2" \
     --env PYTHONPATH=$SGLANG_PYTHONPATH
   FIELD_CONCURRENCY=1,64,256 run bench sglang-tp2 --paths gateway
   run remove sglang-tp2

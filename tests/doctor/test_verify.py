@@ -90,6 +90,22 @@ async def test_model_not_listed_under_the_expected_name(reference: Callable[...,
     assert results["verify.chat-answer"].passed
 
 
+async def test_an_engine_listing_its_cache_skips_the_listing_check(
+    reference: Callable[..., ReferenceServer],
+) -> None:
+    # transformers serve 5.17 lists the Hugging Face cache in /v1/models, not the path it serves.
+    server = reference(flavor="transformers")
+    results = await _verify(
+        server.base_url, expected_model_id="/models/local-dir", listing_names_the_model=False
+    )
+    listing = results["verify.models-listed"]
+    assert listing.status == "skipped"
+    assert "lists models from its cache" in listing.message
+    # A listing that does name the model still passes under the same setting.
+    results = await _verify(server.base_url, listing_names_the_model=False)
+    assert results["verify.models-listed"].passed
+
+
 async def test_wrong_served_name_fails_the_chat(reference: Callable[..., ReferenceServer]) -> None:
     server = reference(flavor="vllm", reasoning_tokens=4)
     results = await _verify(server.base_url, served_model_name="other")

@@ -75,5 +75,7 @@ async def run_verification(
         model_supports_tools=bool(model_details.get("chat_template_supports_tools", False)),
         model_supports_thinking=bool(model_details.get("chat_template_supports_thinking", False)),
         client=client,
+        # Engines pinned to the model path (transformers serve) list their cache in /v1/models.
+        listing_names_the_model=version.served_model_name == "model_name",
     )
     return [result.to_json() for result in results]

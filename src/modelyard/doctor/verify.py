@@ -6,7 +6,8 @@ tool calls come back as text because no tool-call parser is active, streaming br
 off. Each check sends one small request (a few tokens, bounded by a timeout) and says what it
 saw:
 
-- ``verify.models-listed``: ``/v1/models`` lists the expected model id;
+- ``verify.models-listed``: ``/v1/models`` lists the expected model id (skipped for engines
+  that list their cache instead, as transformers serve 5.17 does);
 - ``verify.chat-answer``: a chat request gets a non-empty answer;
 - ``verify.reasoning-separated``: reasoning comes back in the reasoning field, not in the content
   (only for models whose chat template supports thinking);
@@ -88,6 +89,10 @@ class VerificationResult:
         }
 
 
+class _NotApplicable(Exception):
+    """A check that cannot judge this engine (raised inside a check): reported as skipped, with why."""
+
+
 class _CheckFailed(Exception):
     """A check's verdict "failed", with the message that says why (raised inside a check)."""
 
@@ -107,6 +112,7 @@ class _Verifier:
     timeout_seconds: float
     max_tokens: int
     headers: dict[str, str]
+    listing_names_the_model: bool = True
 
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + "/" + path.lstrip("/")
@@ -145,6 +151,12 @@ class _Verifier:
         body = response.json()
         data = body.get("data") if isinstance(body, dict) else None
         ids = [str(entry.get("id")) for entry in data or [] if isinstance(entry, dict)]
+        if self.expected_model_id not in ids and not self.listing_names_the_model:
+            raise _NotApplicable(
+                f"/v1/models lists {ids or 'no model'}: this engine lists models from its cache, not the "
+                f"one it serves; requests naming {self.expected_model_id!r} are checked by "
+                "verify.chat-answer, and modelyard's gateway lists the deployment itself"
+            )
         if self.expected_model_id not in ids:
             raise _CheckFailed(
                 f"/v1/models lists {ids or 'no model'}, not {self.expected_model_id!r}: clients asking for "
@@ -338,6 +350,8 @@ async def _run(check_id: str, check: Callable[[], Awaitable[str]]) -> Verificati
     started = time.perf_counter()
     try:
         message = await check()
+    except _NotApplicable as reason:
+        return VerificationResult(check_id, "skipped", str(reason), (time.perf_counter() - started) * 1000)
     except _CheckFailed as failure:
         return VerificationResult(
             check_id, "failed", failure.message, (time.perf_counter() - started) * 1000, failure.details
@@ -378,13 +392,16 @@ async def verify_instance(
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     api_key: str | None = None,
+    listing_names_the_model: bool = True,
 ) -> list[VerificationResult]:
     """Run every verification check against one instance, in order; never raises for what it finds.
 
     ``base_url`` is the engine's root (``http://host:port``, no ``/v1``); ``served_model_name`` is
     what requests send as ``"model"``; ``expected_model_id`` is what ``/v1/models`` must list.
     Each request is bounded by ``timeout_seconds`` and asks at most ``max_tokens`` tokens (128 for
-    the reasoning and tool checks).
+    the reasoning and tool checks). ``listing_names_the_model=False`` is for engines whose
+    ``/v1/models`` lists something else than what they serve (transformers serve 5.17 lists the
+    Hugging Face cache): a missing id is then reported as skipped, not failed.
     """
     verifier = _Verifier(
         base_url=base_url,
@@ -395,6 +412,7 @@ async def verify_instance(
         timeout_seconds=timeout_seconds,
         max_tokens=max_tokens,
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        listing_names_the_model=listing_names_the_model,
     )
     results = [
         await _run("verify.models-listed", verifier.models_listed),
