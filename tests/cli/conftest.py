@@ -41,9 +41,11 @@ class InstantControllerDouble:
     def __init__(self, database: Database, logs_dir: Path) -> None:
         self.database = database
         self.logs_dir = logs_dir
+        # What the double reports as NVML's reading; a test may set GPUs here.
+        self.inventory = GpuInventory(unavailable_reason="no GPUs (controller double)")
 
     def gpu_inventory(self) -> GpuInventory:
-        return GpuInventory(unavailable_reason="no GPUs (controller double)")
+        return self.inventory
 
     def poke(self) -> None:
         with self.database.session() as session:
@@ -113,6 +115,7 @@ class LiveServer:
     password: str
     database: Database
     runner: CliRunner
+    controller: InstantControllerDouble
 
     def cli(self, *args: str, password: str | None = None, stdin: str | None = None) -> Result:
         """Run ``modelyard ARGS`` against this server, as a user on the server's host would."""
@@ -140,9 +143,8 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     database = Database.open(settings.database_url)
     password = ensure_admin(database, settings.admin_password_file)
     assert password is not None
-    context = ServerContext(
-        settings=settings, database=database, controller=InstantControllerDouble(database, settings.logs_dir)
-    )
+    controller = InstantControllerDouble(database, settings.logs_dir)
+    context = ServerContext(settings=settings, database=database, controller=controller)
     app = FastAPI()
     app.state.context = context
     app.include_router(api_router)
@@ -158,7 +160,7 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
         started.wait(0.01)
     assert server.started, "the test server did not start within 5 s"
     try:
-        yield LiveServer(f"http://127.0.0.1:{port}", data_dir, password, database, CliRunner())
+        yield LiveServer(f"http://127.0.0.1:{port}", data_dir, password, database, CliRunner(), controller)
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.store.tables import Instance
 
 from .conftest import FAIL_VARIABLE, LiveServer
@@ -103,3 +104,45 @@ def test_logs_follow_streams_appended_lines_and_ends_with_the_instance(with_mode
             session.execute(delete(Instance))
             session.commit()
         assert list(chunks) == []  # the stream ends once the instance is gone
+
+
+def test_gpus_shows_what_nvml_read(live_server: LiveServer) -> None:
+    live_server.controller.inventory = GpuInventory(
+        gpus=[
+            GpuInfo(
+                index=0,
+                uuid="GPU-0",
+                name="NVIDIA H200",
+                memory_total_bytes=143771 * 2**20,
+                memory_free_bytes=143771 * 2**20 - 600 * 2**20,
+                memory_used_bytes=600 * 2**20,
+                utilization_percent=3,
+                temperature_celsius=31,
+                power_watts=76.4,
+                power_limit_watts=700.0,
+                pcie_generation=1,
+                pcie_width=16,
+                pcie_max_generation=5,
+                pcie_max_width=16,
+            )
+        ],
+        driver_version="580.159.03",
+        cuda_driver_version="13.0",
+    )
+    result = live_server.cli("gpus")
+    assert result.exit_code == 0, result.output
+    [row] = [line.split() for line in result.stdout.splitlines() if line.startswith("0 ")]
+    assert row[1:3] == ["NVIDIA", "H200"]
+    assert row[3:6] == ["0.6", "139.8", "140.4"]  # used, free, total GiB
+    assert row[6:9] == ["3%", "31", "C"]
+    assert "76/700 W" in result.stdout
+    assert "Gen1 x16 (max Gen5 x16)" in result.stdout  # an idle link shows what it can do
+    assert "driver 580.159.03, CUDA 13.0" in result.stdout
+    as_json = json.loads(live_server.cli("gpus", "--json").stdout)
+    assert as_json["gpus"][0]["temperature_celsius"] == 31
+
+
+def test_gpus_on_a_host_without_them_says_why(live_server: LiveServer) -> None:
+    result = live_server.cli("gpus")
+    assert result.exit_code == 0
+    assert "no GPUs: no GPUs (controller double)" in result.stdout
