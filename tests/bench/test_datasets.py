@@ -270,12 +270,16 @@ def test_a_tokenizer_directory_without_tokenizer_json_is_not_found(tmp_path: Pat
         LocalTokenizer.from_directory(tmp_path)
 
 
-def test_ignore_eos_is_sent_to_vllm_and_sglang_only() -> None:
+def test_each_engine_gets_its_own_way_of_fixing_the_output_length() -> None:
     assert output_length_fields("vllm", 64) == {"max_tokens": 64, "ignore_eos": True}
     assert output_length_fields("SGLang", 64) == {"max_tokens": 64, "ignore_eos": True}
-    assert output_length_fields("transformers", 64) == {"max_tokens": 64}
+    # transformers serve: a per-request generation config with the stop token turned off.
+    transformers = output_length_fields("transformers", 64)
+    assert json.loads(transformers.pop("generation_config")) == {"eos_token_id": -1, "max_new_tokens": 64}
+    assert transformers == {"max_tokens": 64}
     assert output_length_fields(None, 64) == {"max_tokens": 64}
     assert output_length_fields("vllm", 64, ignore_eos=False) == {"max_tokens": 64}
+    assert output_length_fields("transformers", 64, ignore_eos=False) == {"max_tokens": 64}
 
 
 @pytest.fixture(scope="module")

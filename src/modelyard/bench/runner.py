@@ -36,6 +36,7 @@ import orjson
 
 from modelyard import __version__
 from modelyard.bench.client import BenchClient, normalize_base_url, probe
+from modelyard.bench.datasets.output_length import output_length_fields
 from modelyard.bench.metrics import spread_of_repeats, summarize_point
 from modelyard.bench.records import (
     BenchPrompt,
@@ -162,9 +163,7 @@ def request_body(prompt: BenchPrompt, config: RunConfig, engine: str | None) -> 
         body["messages"] = prompt.messages or [{"role": "user", "content": prompt.text()}]
     else:
         body["prompt"] = prompt.text()
-    body["max_tokens"] = prompt.max_output_tokens
-    if config.ignore_eos and engine in ("vllm", "sglang"):
-        body["ignore_eos"] = True
+    body.update(output_length_fields(engine, prompt.max_output_tokens, ignore_eos=config.ignore_eos))
     body["stream"] = True
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     for key, value in config.extra_body.items():
