@@ -135,8 +135,13 @@ def _train_tokenizer(vocabulary_size: int) -> Any:
     return tokenizer
 
 
-def _write_tokenizer(path: Path, vocabulary_size: int) -> dict[str, int]:
-    """Write tokenizer.json, tokenizer_config.json and chat_template.jinja; return special ids."""
+def write_test_tokenizer(path: Path, vocabulary_size: int = 640) -> dict[str, int]:
+    """Write tokenizer.json, tokenizer_config.json and chat_template.jinja into ``path``; return special ids.
+
+    A small Qwen-style TEST tokenizer (byte-level BPE trained here, Qwen's special tokens, a
+    ChatML template with tools and thinking): tests that need a tokenizer directory but not the
+    real Qwen3 vocabulary use it, offline and in well under a second. ``path`` must exist.
+    """
     tokenizer = _train_tokenizer(vocabulary_size)
     tokenizer.save(str(path / "tokenizer.json"))
     ids = {token: int(tokenizer.token_to_id(token)) for token in SPECIAL_TOKENS}
@@ -208,7 +213,7 @@ def build_tiny_qwen3(
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
-    special_ids = _write_tokenizer(path, vocabulary_size)
+    special_ids = write_test_tokenizer(path, vocabulary_size)
     trained_size = 1 + max(special_ids.values(), default=0)
     trained_size = max(trained_size, len(json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]))
     heads = max(2, hidden_size // 16)

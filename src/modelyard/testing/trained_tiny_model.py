@@ -56,8 +56,12 @@ _USER_MESSAGES = (
 _TARGET_LOSS = 0.005
 
 
-def _examples(tokenizer: Any) -> list[tuple[str, str]]:
-    """(prompt, wanted answer) pairs: every user message with thinking on/off, with and without tools."""
+def training_examples(tokenizer: Any) -> list[tuple[str, str]]:
+    """(prompt, wanted answer) pairs: every user message with thinking on/off, with and without tools.
+
+    Rendered with ``tokenizer``'s own chat template, so any Qwen-style tokenizer works (the tiny
+    test tokenizer here, the real Qwen3 one in ``field_model``).
+    """
     examples = []
     for text in _USER_MESSAGES:
         messages = [{"role": "user", "content": text}]
@@ -98,7 +102,7 @@ def build_trained_tiny_qwen3(
         # Undo the untrained model's "never stop" bias: this one must learn to end its turn.
         model.lm_head.weight[end_ids, 0] = 0.0
     sequences = []
-    for prompt, answer in _examples(tokenizer):
+    for prompt, answer in training_examples(tokenizer):
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
         sequences.append((prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids))
