@@ -220,6 +220,9 @@ def step_bench(arguments: argparse.Namespace) -> None:
     found = deployment(arguments.name) or {}
     served = model_dir() if found.get("backend") == "transformers" else arguments.name
     metrics_url = None if found.get("backend") == "transformers" else f"http://127.0.0.1:{port}/metrics"
+    # transformers serve 5.17 lists no model in /v1/models, so the bench could not tell its
+    # engine (nor fix its output lengths) directly: name the engine for both paths.
+    engine = ["--engine", str(found.get("backend"))] if found.get("backend") else []
     for path in arguments.paths.split(","):
         out = RESULTS / arguments.name / f"bench-{path}"
         if path == "gateway":
@@ -230,7 +233,7 @@ def step_bench(arguments: argparse.Namespace) -> None:
         else:
             command = bench_arguments(direct, served, f"{arguments.name} direct", out, metrics_url)
         started = time.monotonic()
-        result = modelyard(*command, timeout=900)
+        result = modelyard(*command, *engine, timeout=900)
         (out / "bench.stderr").parent.mkdir(parents=True, exist_ok=True)
         (out / "bench.stderr").write_text(result.stderr)
         record(

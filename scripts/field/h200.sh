@@ -16,12 +16,13 @@
 #   sglang-single  (one GPU only) SGLang deployed, benchmarked and measured once vLLM is gone
 #   transformers   transformers serve --continuous-batching: deploy, benchmark; refused deployments
 #   tp2            (two GPUs) tensor parallelism 2 on vLLM and SGLang, benchmarked
-#   collect        only copy the results
+#   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz.
 #
-# On another machine: have vLLM (a `vllm` program) and SGLang (importable from SGLANG_PYTHONPATH)
-# installed, point MODEL_SOURCE at the field model's core and tokenizer, and run the phases
-# from setup on; the stage phases only exist to bring the offline bundles onto the H200.
+# scripts/field/prepare.sh makes what the phases carry (wheels, the model's core and tokenizer,
+# the engines' bundles). On another machine: have vLLM (a `vllm` program) and SGLang (importable
+# from SGLANG_PYTHONPATH) installed, point MODEL_SOURCE at the field model's core and tokenizer,
+# and run the phases from setup on; the stage phases only bring the offline bundles onto the H200.
 set -u
 PHASE=${1:?usage: h200.sh PHASE}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,6 +30,7 @@ cd "$ROOT"
 OUT=${OUT:-$ROOT/field-out}
 mkdir -p "$OUT" /tmp/field/results
 export FIELD_RESULTS=/tmp/field/results FIELD_DATA=/tmp/field/data FIELD_PORT=8080
+export FIELD_POINT_S=${FIELD_POINT_S:-8}  # measured seconds per load point (plus 3 s of warm-up)
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 NO_COLOR=1
 export PATH=/tmp/field/bin:$PATH
 export PYTHONPATH=/tmp/field/site:$ROOT/src
@@ -36,8 +38,12 @@ MODEL=/tmp/field/qwen3-field
 SGLANG_PYTHONPATH=${SGLANG_PYTHONPATH:-/tmp/sgl}
 MODEL_SOURCE=${MODEL_SOURCE:-.whl/field/model-source}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
-MARK=/tmp/field/phase-$PHASE.start
-touch "$MARK"
+if [ "$PHASE" = collect ]; then
+  # `collect PHASE`: what PHASE wrote, after a window that ended before PHASE could pack it.
+  MARK=/tmp/field/phase-${2:-setup}.start; PHASE=${2:-setup}-late
+else
+  MARK=/tmp/field/phase-$PHASE.start; touch "$MARK"
+fi
 run() { python3 scripts/field/field_run.py "$@"; }
 
 collect() {
@@ -46,6 +52,8 @@ collect() {
   ls -la "$OUT"
 }
 trap collect EXIT
+trap 'exit 143' TERM
+[ "$1" = collect ] && exit 0
 
 # Engine arguments: the Qwen3 parsers (hermes-style tool calls), half the GPU, 8k context.
 VLLM_ARGS="--gpu-memory-utilization 0.5 --max-model-len 8192 --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3"
@@ -97,7 +105,9 @@ exec $(command -v python3) -m vllm.entrypoints.cli.main "\$@"
 EOF
   chmod +x /tmp/field/bin/vllm
   started=$(date +%s.%N)
-  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer "$MODEL_SOURCE/tokenizer" \
+  mkdir -p /tmp/field/tokenizer && cp "$MODEL_SOURCE/tokenizer/tokenizer_config.json" /tmp/field/tokenizer/
+  xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > /tmp/field/tokenizer/tokenizer.json
+  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer /tmp/field/tokenizer \
     --out "$MODEL" --device cuda || exit 4
   echo "model built in $(echo "$(date +%s.%N) - $started" | bc) s"; du -sh "$MODEL"
   run serve --model-dir "$MODEL" || exit 5
@@ -123,7 +133,7 @@ sglang-single)
   sglang_kv_variants 0
   ;;
 faults-kv)
-  run kill-during-bench vllm --bench-s 100 --kill-after-s 15 &
+  run kill-during-bench vllm --bench-s 60 --kill-after-s 12 &
   [ "$GPUS" -ge 2 ] && (run remove sglang; sglang_kv_variants 1) &
   wait
   run remove vllm
@@ -155,6 +165,5 @@ tp2)
   FIELD_CONCURRENCY=1,64,256 run bench sglang-tp2 --paths gateway
   run remove sglang-tp2
   ;;
-collect) ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac
