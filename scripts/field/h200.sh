@@ -85,7 +85,9 @@ case $PHASE in
 stage-vllm)
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())'
-  bash .gpu/kit/device-unpack.sh || echo "(the second part comes with the setup phase)"
+  # The bundle's first part travels in two pieces (.gpu/p1a now, .gpu/p1b with setup): with the
+  # working tree, one 55 MiB part would pass the 64 MiB a transfer may carry.
+  mkdir -p /root/vx && cp .gpu/p1a/* /root/vx/ && ls -la /root/vx
   ;;
 stage-sglang)
   mkdir -p "$SGLANG_PYTHONPATH"
@@ -94,6 +96,7 @@ stage-sglang)
   PYTHONPATH=$SGLANG_PYTHONPATH python3 -c 'import sglang; print("sglang", sglang.__version__)'
   ;;
 setup)
+  cat /root/vx/site.tar.xz.part-0.0 .gpu/p1b/site.tar.xz.part-0.1 > /root/vx/site.tar.xz.part-0 || exit 3
   bash .gpu/kit/device-unpack.sh || exit 3
   mkdir -p /tmp/field/site /tmp/field/bin
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/field/site .whl/field/*.whl || exit 3
