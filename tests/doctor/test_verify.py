@@ -333,3 +333,66 @@ async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str,
     assert by_id["verify.chat-answer"].passed, by_id["verify.chat-answer"].message
     assert by_id["verify.streaming"].passed, by_id["verify.streaming"].message
     assert by_id["verify.metrics"].status == "skipped"
+
+
+def _engine_double(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
+    """An in-process engine double (httpx.MockTransport): answers as ``handler`` says."""
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+def _chat_reply(content: str = "Hello there.") -> httpx.Response:
+    message = {"role": "assistant", "content": content}
+    return httpx.Response(200, json={"choices": [{"message": message, "finish_reason": "stop"}]})
+
+
+async def test_a_500_from_a_cache_listing_engine_is_skipped_and_the_next_check_still_runs() -> None:
+    # transformers serve 5.17 without a Hugging Face cache folder: /v1/models answers 500, and
+    # uvicorn then closes the keep-alive connection, so the next request reads nothing once.
+    closed_once: list[bool] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(500, text="Internal Server Error")
+        if not closed_once:
+            closed_once.append(True)
+            raise httpx.ReadError("connection closed by the engine", request=request)
+        return _chat_reply()
+
+    async with _engine_double(engine) as client:
+        results = await verify_instance(
+            base_url="http://engine",
+            served_model_name="/models/local-dir",
+            expected_model_id="/models/local-dir",
+            reasoning_field="reasoning_content",
+            metrics_path=None,
+            model_supports_tools=False,
+            model_supports_thinking=False,
+            client=client,
+            listing_names_the_model=False,
+        )
+    by_id = {result.check_id: result for result in results}
+    assert by_id["verify.models-listed"].status == "skipped"
+    assert "HTTP 500" in by_id["verify.models-listed"].message
+    assert by_id["verify.chat-answer"].passed, by_id["verify.chat-answer"].message
+
+
+async def test_a_500_from_an_engine_that_lists_what_it_serves_fails() -> None:
+    def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(500, text="boom")
+        return _chat_reply()
+
+    async with _engine_double(engine) as client:
+        results = await verify_instance(
+            base_url="http://engine",
+            served_model_name="qwen",
+            expected_model_id="qwen",
+            reasoning_field="reasoning",
+            metrics_path=None,
+            model_supports_tools=False,
+            model_supports_thinking=False,
+            client=client,
+        )
+    listing = next(result for result in results if result.check_id == "verify.models-listed")
+    assert listing.status == "failed"
+    assert "HTTP 500" in listing.message

@@ -147,6 +147,13 @@ class _Verifier:
         response = await self.client.get(
             self.url("/v1/models"), headers=self.headers, timeout=self.timeout_seconds
         )
+        if response.status_code >= 500 and not self.listing_names_the_model:
+            # transformers serve 5.17 answers 500 when the Hugging Face cache folder is missing.
+            raise _NotApplicable(
+                f"GET /v1/models answered HTTP {response.status_code} ({_short(response.text, 80)}): this "
+                "engine lists models from its cache, which it could not read; modelyard's gateway lists "
+                "the deployment itself"
+            )
         _raise_for_status(response, "GET /v1/models")
         body = response.json()
         data = body.get("data") if isinstance(body, dict) else None
@@ -349,7 +356,13 @@ def _short(text: str, limit: int = 200) -> str:
 async def _run(check_id: str, check: Callable[[], Awaitable[str]]) -> VerificationResult:
     started = time.perf_counter()
     try:
-        message = await check()
+        try:
+            message = await check()
+        except (httpx.ReadError, httpx.RemoteProtocolError) as error:
+            # A keep-alive connection the engine closed (uvicorn does after an error answer) is
+            # no verdict on this check: ask once more, on a new connection.
+            logger.info("%s: %s on a reused connection; asking again", check_id, type(error).__name__)
+            message = await check()
     except _NotApplicable as reason:
         return VerificationResult(check_id, "skipped", str(reason), (time.perf_counter() - started) * 1000)
     except _CheckFailed as failure:
