@@ -201,7 +201,11 @@ def step_deploy(arguments: argparse.Namespace) -> None:
 def bench_arguments(base_url: str, model: str, label: str, out: Path, metrics_url: str | None) -> list[str]:
     command = ["bench", "run", "--base-url", base_url, "--model", model, "--label", label]
     command += ["--concurrency", os.environ.get("FIELD_CONCURRENCY", "1,16,64,256")]
-    command += ["--duration-s", os.environ.get("FIELD_POINT_S", "12"), "--warmup-s", "3"]
+    if os.environ.get("FIELD_NUM_REQUESTS"):  # a fixed amount of work per point, repeated
+        command += ["--num-requests", os.environ["FIELD_NUM_REQUESTS"], "--warmup-requests", "16"]
+        command += ["--repeats", os.environ.get("FIELD_REPEATS", "1")]
+    else:
+        command += ["--duration-s", os.environ.get("FIELD_POINT_S", "12"), "--warmup-s", "3"]
     command += ["--input-tokens", "256", "--output-tokens", "128", "--tokenizer", model_dir(), "--seed", "7"]
     command += ["--metrics-interval-s", "0.5", "--out", str(out), "--json"]
     if metrics_url:
@@ -224,7 +228,7 @@ def step_bench(arguments: argparse.Namespace) -> None:
     # engine (nor fix its output lengths) directly: name the engine for both paths.
     engine = ["--engine", str(found.get("backend"))] if found.get("backend") else []
     for path in arguments.paths.split(","):
-        out = RESULTS / arguments.name / f"bench-{path}"
+        out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}"
         if path == "gateway":
             command = bench_arguments(
                 f"{SERVER}/v1", arguments.name, f"{arguments.name} via gateway", out, metrics_url
@@ -288,6 +292,10 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         text=True,
         env=cli_environment(),
     )
+    # Building the prompt set takes a while: kill only once requests are in the engine.
+    metrics_url = f"http://127.0.0.1:{before['port']}/metrics"
+    traffic_s = wait_for("the benchmark's requests in the engine", lambda: engine_busy(metrics_url), 300)
+    print(f"requests reached the engine after {traffic_s:.1f} s", flush=True)
     time.sleep(arguments.kill_after_s)
     killed_at = time.monotonic()
     os.kill(int(before["pid"]), signal.SIGKILL)
@@ -332,6 +340,16 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         client_errors=errors,
         table=summarize(out / "result.json"),
     )
+
+
+def engine_busy(metrics_url: str) -> bool:
+    """True once vLLM's or SGLang's /metrics counts a running request."""
+    try:
+        text = httpx.get(metrics_url, timeout=2).text
+    except httpx.HTTPError:
+        return False
+    names = ("vllm:num_requests_running", "sglang:num_running_reqs")
+    return any(line.startswith(names) and float(line.rsplit(" ", 1)[-1]) > 0 for line in text.splitlines())
 
 
 def step_kv_truth(arguments: argparse.Namespace) -> None:
@@ -445,10 +463,11 @@ def main() -> None:
     bench = steps.add_parser("bench")
     bench.add_argument("name")
     bench.add_argument("--paths", default="gateway,direct")
+    bench.add_argument("--suffix", default="", help="appended to the output folders' names")
     bench.set_defaults(run=step_bench)
     kill = steps.add_parser("kill-during-bench")
     kill.add_argument("name")
-    kill.add_argument("--bench-s", type=float, default=150.0)
+    kill.add_argument("--bench-s", type=float, default=180.0)
     kill.add_argument("--kill-after-s", type=float, default=15.0)
     kill.set_defaults(run=step_kill_during_bench)
     remove = steps.add_parser("remove")

@@ -98,7 +98,7 @@ stage-sglang)
 setup)
   cat /root/vx/site.tar.xz.part-0.0 .gpu/p1b/site.tar.xz.part-0.1 > /root/vx/site.tar.xz.part-0 || exit 3
   bash .gpu/kit/device-unpack.sh || exit 3
-  mkdir -p /tmp/field/site /tmp/field/bin
+  mkdir -p /tmp/field/site /tmp/field/bin ~/.cache/huggingface/hub  # transformers serve 5.17's /v1/models needs the cache folder
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/field/site .whl/field/*.whl || exit 3
   # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
   cat > /tmp/field/bin/vllm <<EOF
@@ -136,7 +136,7 @@ sglang-single)
   sglang_kv_variants 0
   ;;
 faults-kv)
-  run kill-during-bench vllm --bench-s 60 --kill-after-s 12 &
+  run kill-during-bench vllm --bench-s 180 --kill-after-s 15 &
   [ "$GPUS" -ge 2 ] && (run remove sglang; sglang_kv_variants 1) &
   wait
   run remove vllm
@@ -157,6 +157,18 @@ transformers)
     run remove transformers
     refusals
   fi
+  ;;
+transformers-again)
+  # The first try failed: transformers serve 5.17 answers /v1/models with HTTP 500 when the
+  # Hugging Face cache folder does not exist (setup makes it now). Meanwhile vLLM on GPU 0
+  # for the gateway's cost, with a fixed amount of work per point, twice.
+  mkdir -p ~/.cache/huggingface/hub
+  run remove transformers
+  run deploy transformers --backend transformers --gpu-ids 1 --args=--continuous-batching &
+  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
+  wait
+  run bench transformers
+  FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=768 FIELD_REPEATS=2 run bench vllm --suffix -fixed
   ;;
 tp2)
   run remove transformers
