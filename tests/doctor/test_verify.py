@@ -246,11 +246,17 @@ async def test_parsed_tool_call_passes() -> None:
     assert "get_weather" in results["verify.tool-call"].message
 
 
-async def test_tool_call_left_in_the_content_names_the_parser() -> None:
+async def test_tool_call_left_in_the_content_names_the_parser_for_its_format() -> None:
+    # JSON inside <tool_call> (Qwen3): what vLLM left in the content with qwen3_coder on the H200.
     content = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     results = await _verify_double({"role": "assistant", "content": content})
     assert results["verify.tool-call"].status == "failed"
-    assert "--tool-call-parser" in results["verify.tool-call"].message
+    assert "--tool-call-parser hermes on vLLM" in results["verify.tool-call"].message
+    assert "qwen25 on SGLang" in results["verify.tool-call"].message
+    # XML (Qwen3.5/3.6): qwen3_coder reads it.
+    xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
+    results = await _verify_double({"role": "assistant", "content": xml})
+    assert "--tool-call-parser qwen3_coder" in results["verify.tool-call"].message
 
 
 async def test_reasoning_left_in_the_content_names_the_parser() -> None:

@@ -258,9 +258,8 @@ class _Verifier:
         content = str(message.get("content") or "")
         if "<tool_call>" in content or '"arguments"' in content or "<function=" in content:
             raise _CheckFailed(
-                "the tool call came back as text in 'content': no tool-call parser is active; start the "
-                "engine with --tool-call-parser (qwen3_coder for Qwen3.5/3.6; vLLM also needs "
-                "--enable-auto-tool-choice)",
+                "the tool call came back as text in 'content': no active tool-call parser read it "
+                f"(none is set, or it expects another format); {_parser_for(content)}",
                 content=_short(content),
             )
         raise _CheckFailed(
@@ -330,6 +329,19 @@ class _Verifier:
             )
         families = response.text.count("# TYPE")
         return f"{metrics_path} answers with {families} metric families"
+
+
+def _parser_for(content: str) -> str:
+    """Which parser reads the tool-call format the model wrote (the Qwen families' two formats)."""
+    if "<function=" in content:
+        return (
+            "the model writes XML tool calls (<function=...>): use --tool-call-parser qwen3_coder "
+            "(vLLM also needs --enable-auto-tool-choice)"
+        )
+    return (
+        "the model writes JSON inside <tool_call>: use --tool-call-parser hermes on vLLM (with "
+        "--enable-auto-tool-choice) or qwen25 on SGLang"
+    )
 
 
 def _raise_for_status(response: httpx.Response, what: str) -> None:
