@@ -185,6 +185,8 @@ def kv_truth_table(results: Path) -> str:
 
 def memory_lines(results: Path, name: str) -> str:
     log = results / name / "engine.log"
+    if not log.exists():  # a published report keeps only excerpts of the engines' logs
+        log = results / name / "engine-excerpt.log"
     if not log.exists():
         return ""
     return "\n".join(
