@@ -151,6 +151,13 @@ def test_a_busy_gpu_refuses_vllm_with_the_free_memory_named() -> None:
     ids = {finding.check_id: finding for finding in memory_findings(estimate)}
     assert ids["memory.free-memory-too-low"].severity == "error"
     assert "40.0 GiB is free" in ids["memory.free-memory-too-low"].message
+    # The fix names the most it may ask for on this busy GPU (largest KV cache), with 1 GiB spare.
+    assert estimate.recommended_memory_fraction == 0.48
+    assert "--gpu-memory-utilization 0.48" in ids["memory.free-memory-too-low"].fix
+    again = estimate_memory(
+        read_model_facts(LLAMA), "vllm", [gpu], ["--max-model-len 8192 --gpu-memory-utilization 0.48"]
+    )
+    assert again.plan_on_free is not None and again.plan_on_free.fits
 
 
 def test_context_that_does_not_fit_names_the_knob_value_that_does() -> None:

@@ -60,6 +60,8 @@ SGLANG_MAMBA_MEMORY_RATIO = 0.9
 SAFE_MAX_FRACTION = {"vllm": 0.95, "sglang": 0.95}
 # vLLM's KV block size (tokens); SGLang's default page size is 1.
 VLLM_BLOCK_TOKENS = 16
+# What a busy GPU must keep free beyond what vLLM asks for: its CUDA context and allocator.
+BUSY_GPU_MARGIN_BYTES = GIB
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,13 @@ def estimate_memory(
             math.ceil(needed * 100) / 100, inputs.fraction if (on_free or on_total).fits else 0.0
         )
         recommended = min(recommended, safe)
+        if engine == "vllm" and on_free is not None and not on_free.fits and gpu.memory_free_bytes:
+            # A GPU others use: name the most vLLM may ask for and still start (the largest KV
+            # cache), not the least that fits; the margin is for its CUDA context.
+            usable = gpu.memory_free_bytes - BUSY_GPU_MARGIN_BYTES
+            largest = math.floor(usable / gpu.memory_total_bytes * 100) / 100
+            if largest >= needed:
+                recommended = min(largest, safe)
     source = "safetensors headers" if inputs.parts.source == "headers" else "config.json (computed)"
     notes = [f"weights from {source}"]
     if inputs.cache.state_bytes_per_sequence:
