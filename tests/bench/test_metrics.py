@@ -138,3 +138,24 @@ def test_result_round_trips_through_json_and_refuses_other_versions() -> None:
     assert RunResult.from_json(result.to_json()) == result
     with pytest.raises(InvalidInput, match="schema_version 99"):
         RunResult.from_json(result.to_json().replace('"schema_version": 1', '"schema_version": 99'))
+
+
+def test_a_duration_point_with_too_few_requests_per_stream_is_invalid() -> None:
+    # 4 streams, 8 measured requests: each stream finished 2, so one more or one fewer per stream
+    # would move the rate by a third or more.
+    records = [
+        _record(index, send_ms=index * 10, chunks_ms=[index * 10 + 50], tokens=1) for index in range(8)
+    ]
+    short = summarize_point(
+        LoadPoint("concurrency", 4), records, slo=SloTargets(), max_send_lag_ms=10, min_requests_per_stream=3
+    )
+    assert not short.valid
+    assert short.invalid_reason is not None
+    assert "2.0 requests per stream" in short.invalid_reason and "--duration-s" in short.invalid_reason
+    enough = summarize_point(
+        LoadPoint("concurrency", 2), records, slo=SloTargets(), max_send_lag_ms=10, min_requests_per_stream=3
+    )
+    assert enough.valid, enough.invalid_reason
+    # A fixed number of requests is the user's choice of work: no such rule.
+    fixed = summarize_point(LoadPoint("concurrency", 4), records, slo=SloTargets(), max_send_lag_ms=10)
+    assert fixed.valid

@@ -133,11 +133,15 @@ def summarize_point(
     slo: SloTargets,
     max_send_lag_ms: float,
     started_at: datetime | None = None,
+    min_requests_per_stream: float | None = None,
 ) -> LoadPointResult:
     """The figures of one load point from its records (warm-up records are counted, then left out).
 
-    The point is invalid when no measured request succeeded, or when the p99 send lag exceeds
-    ``max_send_lag_ms``: the client, not the server, set the pace.
+    The point is invalid when no measured request succeeded, when the p99 send lag exceeds
+    ``max_send_lag_ms`` (the client, not the server, set the pace), or, for a closed loop measured
+    for a duration, when fewer than ``min_requests_per_stream`` requests per stream were measured:
+    requests then outlive a good part of the window, and whether each stream fits one more in
+    swings the count (512 or 768 at 256 streams, seen on an H200).
     """
     measured = [record for record in records if not record.warmup]
     succeeded = [record for record in measured if record.succeeded]
@@ -200,6 +204,17 @@ def summarize_point(
         if record.retokenized_completion_tokens is not None and record.usage_completion_tokens
     ]
     valid, reason = _validity(point, measured, succeeded, metrics["send_lag_ms"], max_send_lag_ms)
+    if valid and min_requests_per_stream and point.kind == "concurrency" and point.value > 0:
+        per_stream = len(measured) / point.value
+        if per_stream < min_requests_per_stream:
+            valid, reason = (
+                False,
+                (
+                    f"only {per_stream:.1f} requests per stream were measured at concurrency {point.value:g} "
+                    f"(at least {min_requests_per_stream:g} are needed for a stable rate): lengthen "
+                    "--duration-s, or give --num-requests"
+                ),
+            )
     return LoadPointResult(
         point=point,
         started_at=(started_at or datetime.now(UTC)).isoformat(),

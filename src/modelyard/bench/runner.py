@@ -54,6 +54,9 @@ from modelyard.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
 
+# A closed-loop point measured for a duration needs this many requests per stream (metrics.py).
+MIN_REQUESTS_PER_STREAM = 3.0
+
 DURATION_MODE_PROMPTS = 1000
 
 
@@ -387,7 +390,12 @@ async def run_point(
     for observer in observers:
         timelines.extend(await observer.stop())
     result = summarize_point(
-        point, run.records, slo=config.slo, max_send_lag_ms=config.max_send_lag_ms, started_at=started_at
+        point,
+        run.records,
+        slo=config.slo,
+        max_send_lag_ms=config.max_send_lag_ms,
+        started_at=started_at,
+        min_requests_per_stream=MIN_REQUESTS_PER_STREAM if config.duration_s is not None else None,
     )
     result.timelines = timelines
     if progress is not None:
