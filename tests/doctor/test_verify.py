@@ -341,9 +341,23 @@ async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str,
     assert by_id["verify.metrics"].status == "skipped"
 
 
-def _engine_double(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
-    """An in-process engine double (httpx.MockTransport): answers as ``handler`` says."""
-    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+async def _verify_engine_double(
+    handler: Callable[[httpx.Request], httpx.Response], *, served_model_name: str, **overrides: Any
+) -> dict[str, VerificationResult]:
+    """The suite against an in-process engine double (httpx.MockTransport) answering as ``handler``."""
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        results = await verify_instance(
+            base_url="http://engine",
+            served_model_name=served_model_name,
+            expected_model_id=served_model_name,
+            reasoning_field="reasoning_content",
+            metrics_path=None,
+            model_supports_tools=False,
+            model_supports_thinking=False,
+            client=client,
+            **overrides,
+        )
+    return {result.check_id: result for result in results}
 
 
 def _chat_reply(content: str = "Hello there.") -> httpx.Response:
@@ -364,19 +378,9 @@ async def test_a_500_from_a_cache_listing_engine_is_skipped_and_the_next_check_s
             raise httpx.ReadError("connection closed by the engine", request=request)
         return _chat_reply()
 
-    async with _engine_double(engine) as client:
-        results = await verify_instance(
-            base_url="http://engine",
-            served_model_name="/models/local-dir",
-            expected_model_id="/models/local-dir",
-            reasoning_field="reasoning_content",
-            metrics_path=None,
-            model_supports_tools=False,
-            model_supports_thinking=False,
-            client=client,
-            listing_names_the_model=False,
-        )
-    by_id = {result.check_id: result for result in results}
+    by_id = await _verify_engine_double(
+        engine, served_model_name="/models/local-dir", listing_names_the_model=False
+    )
     assert by_id["verify.models-listed"].status == "skipped"
     assert "HTTP 500" in by_id["verify.models-listed"].message
     assert by_id["verify.chat-answer"].passed, by_id["verify.chat-answer"].message
@@ -388,17 +392,6 @@ async def test_a_500_from_an_engine_that_lists_what_it_serves_fails() -> None:
             return httpx.Response(500, text="boom")
         return _chat_reply()
 
-    async with _engine_double(engine) as client:
-        results = await verify_instance(
-            base_url="http://engine",
-            served_model_name="qwen",
-            expected_model_id="qwen",
-            reasoning_field="reasoning",
-            metrics_path=None,
-            model_supports_tools=False,
-            model_supports_thinking=False,
-            client=client,
-        )
-    listing = next(result for result in results if result.check_id == "verify.models-listed")
+    listing = (await _verify_engine_double(engine, served_model_name="qwen"))["verify.models-listed"]
     assert listing.status == "failed"
     assert "HTTP 500" in listing.message
