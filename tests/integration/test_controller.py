@@ -152,12 +152,13 @@ def _alive(pid: int | None) -> bool:
 
 async def test_deployment_reaches_running_and_is_published(harness: Harness) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    # The moment the store says running, the gateway can route to it (no "no ready replica
+    # (1 running)" window until the next reconcile).
+    [endpoint] = harness.endpoints.endpoints_for("chat")
     [instance] = harness.instances()
     assert instance.reason.startswith("ready in")
     assert _alive(instance.pid)
     assert instance.log_path is not None and instance.log_path.endswith("replica-0/start-1.log")
-    await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 1, "endpoint published")
-    [endpoint] = harness.endpoints.endpoints_for("chat")
     assert endpoint.base_url == f"http://127.0.0.1:{instance.port}"
     assert endpoint.served_model_name == "chat"
     assert endpoint.reasoning_field == "reasoning"

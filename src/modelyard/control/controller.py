@@ -395,6 +395,13 @@ class Controller:
             return
         elapsed = loop.time() - started
         self._failures.pop(instance_id, None)
+        # Into rotation before the store says running: published only by the next reconcile, a
+        # request in between was told "no ready replica (1 running)" (seen during a restart).
+        if self._endpoints.is_known(deployment.name):
+            others = [
+                e for e in self._endpoints.endpoints_for(deployment.name) if e.instance_id != instance_id
+            ]
+            self._endpoints.publish(deployment.name, [*others, self._endpoint(deployment, instance_id, port)])
         await self._transition(
             instance_id,
             InstanceState.RUNNING,
@@ -524,18 +531,19 @@ class Controller:
                 continue
             if instance.id not in self._processes or instance.id in self._tasks:
                 continue
-            endpoints.append(
-                Endpoint(
-                    deployment_name=deployment.name,
-                    instance_id=instance.id,
-                    base_url=f"http://{self._options.worker_ip}:{instance.port}",
-                    served_model_name=self._served_name(deployment),
-                    reasoning_field=self._reasoning_field(deployment),
-                    engine=self._engine_family(deployment) or "custom",
-                    engine_version=deployment.backend_version,
-                )
-            )
+            endpoints.append(self._endpoint(deployment, instance.id, instance.port))
         self._endpoints.publish(deployment.name, endpoints)
+
+    def _endpoint(self, deployment: DeploymentView, instance_id: int, port: int) -> Endpoint:
+        return Endpoint(
+            deployment_name=deployment.name,
+            instance_id=instance_id,
+            base_url=f"http://{self._options.worker_ip}:{port}",
+            served_model_name=self._served_name(deployment),
+            reasoning_field=self._reasoning_field(deployment),
+            engine=self._engine_family(deployment) or "custom",
+            engine_version=deployment.backend_version,
+        )
 
     def _served_name(self, deployment: DeploymentView) -> str:
         version = self._version_or_none(deployment)
