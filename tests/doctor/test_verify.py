@@ -219,16 +219,33 @@ def _chat_engine_double(message: dict[str, Any]) -> httpx.MockTransport:
 
 
 async def _verify_double(message: dict[str, Any]) -> dict[str, VerificationResult]:
-    async with httpx.AsyncClient(transport=_chat_engine_double(message)) as client:
+    return await _verify_transport(
+        _chat_engine_double(message),
+        served_model_name=MODEL,
+        reasoning_field="reasoning",
+        model_supports_tools=True,
+        model_supports_thinking=True,
+    )
+
+
+async def _verify_transport(
+    transport: httpx.MockTransport, *, served_model_name: str, **overrides: Any
+) -> dict[str, VerificationResult]:
+    """The suite against an in-process engine double (an httpx.MockTransport)."""
+    arguments: dict[str, Any] = {
+        "reasoning_field": "reasoning_content",
+        "metrics_path": None,
+        "model_supports_tools": False,
+        "model_supports_thinking": False,
+        **overrides,
+    }
+    async with httpx.AsyncClient(transport=transport) as client:
         results = await verify_instance(
             base_url="http://engine-double",
-            served_model_name=MODEL,
-            expected_model_id=MODEL,
-            reasoning_field="reasoning",
-            metrics_path=None,
-            model_supports_tools=True,
-            model_supports_thinking=True,
+            served_model_name=served_model_name,
+            expected_model_id=served_model_name,
             client=client,
+            **arguments,
         )
     return {result.check_id: result for result in results}
 
@@ -344,20 +361,10 @@ async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str,
 async def _verify_engine_double(
     handler: Callable[[httpx.Request], httpx.Response], *, served_model_name: str, **overrides: Any
 ) -> dict[str, VerificationResult]:
-    """The suite against an in-process engine double (httpx.MockTransport) answering as ``handler``."""
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        results = await verify_instance(
-            base_url="http://engine",
-            served_model_name=served_model_name,
-            expected_model_id=served_model_name,
-            reasoning_field="reasoning_content",
-            metrics_path=None,
-            model_supports_tools=False,
-            model_supports_thinking=False,
-            client=client,
-            **overrides,
-        )
-    return {result.check_id: result for result in results}
+    """The suite against an engine double that answers as ``handler`` says."""
+    return await _verify_transport(
+        httpx.MockTransport(handler), served_model_name=served_model_name, **overrides
+    )
 
 
 def _chat_reply(content: str = "Hello there.") -> httpx.Response:
