@@ -17,15 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from modelyard.testing.field_model import (  # noqa: E402
-    FIELD_MODEL_NAME,
+from modelyard.testing.field_core import (  # noqa: E402
     SMALL_SHAPE,
     FieldModelError,
-    expand_field_model,
     load_field_core,
-    main,
     train_field_core,
 )
+from modelyard.testing.field_model import FIELD_MODEL_NAME, expand_field_model, main  # noqa: E402
 from modelyard.testing.tiny_model import write_test_tokenizer  # noqa: E402
 from modelyard.testing.trained_tiny_model import TOOL_CALL_TEXT, training_examples  # noqa: E402
 
