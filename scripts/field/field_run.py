@@ -199,7 +199,13 @@ def step_deploy(arguments: argparse.Namespace) -> None:
 
 
 def bench_arguments(
-    base_url: str, model: str, label: str, out: Path, metrics_url: str | None, seed: int = 7
+    base_url: str,
+    model: str,
+    label: str,
+    out: Path,
+    metrics_url: str | None,
+    seed: int = 7,
+    gpu_ids: list[int] | None = None,
 ) -> list[str]:
     command = ["bench", "run", "--base-url", base_url, "--model", model, "--label", label]
     command += ["--concurrency", os.environ.get("FIELD_CONCURRENCY", "1,16,64,256")]
@@ -221,6 +227,8 @@ def bench_arguments(
     command += ["--metrics-interval-s", "0.5", "--out", str(out), "--json"]
     if metrics_url:
         command += ["--metrics-url", metrics_url]
+    if gpu_ids:  # the engine's GPUs only: an idle neighbour would dilute its utilization
+        command += ["--gpu-ids", ",".join(str(index) for index in gpu_ids)]
     return command
 
 
@@ -231,6 +239,7 @@ def step_bench(arguments: argparse.Namespace) -> None:
         record("bench", name=arguments.name, error="no running instance")
         return
     port = instance["port"]
+    gpus = list(instance.get("gpu_ids") or [])
     direct = f"http://127.0.0.1:{port}/v1"
     found = deployment(arguments.name) or {}
     served = model_dir() if found.get("backend") == "transformers" else arguments.name
@@ -242,13 +251,20 @@ def step_bench(arguments: argparse.Namespace) -> None:
         out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}"
         if path == "gateway":
             command = bench_arguments(
-                f"{SERVER}/v1", arguments.name, f"{arguments.name} via gateway", out, metrics_url
+                f"{SERVER}/v1",
+                arguments.name,
+                f"{arguments.name} via gateway",
+                out,
+                metrics_url,
+                gpu_ids=gpus,
             )
             command += ["--api-key", api_key()]
         else:
             # Its own prompts: the same ones would hit the prefix cache the gateway run filled
             # (the H200 run of 2026-11-30 did that). Every engine still gets the same set per path.
-            command = bench_arguments(direct, served, f"{arguments.name} direct", out, metrics_url, seed=8)
+            command = bench_arguments(
+                direct, served, f"{arguments.name} direct", out, metrics_url, seed=8, gpu_ids=gpus
+            )
         started = time.monotonic()
         result = modelyard(*command, *engine, timeout=900)
         (out / "bench.stderr").parent.mkdir(parents=True, exist_ok=True)

@@ -210,3 +210,11 @@ def test_metrics_url_polls_another_server_than_the_one_benchmarked(
     run = RunResult.from_json((out / "result.json").read_text())
     sources = {series.source for point in run.points for series in point.timelines}
     assert sources == {"sglang:/metrics"}, sources
+
+
+def test_gpu_ids_that_are_not_indices_are_refused(server: ReferenceServer) -> None:
+    arguments = ["bench", "run", "--base-url", server.base_url, "--model", MODEL, "--concurrency", "1"]
+    result = CliRunner().invoke(app, [*arguments, "--num-requests", "1", "--gpu-ids", "0,first"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, InvalidInput)
+    assert "--gpu-ids takes comma-separated GPU indices, got '0,first'" in str(result.exception)

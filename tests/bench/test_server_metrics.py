@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelyard.bench.gpu_sampler import GpuObserver, GpuSampler
+from modelyard.bench import gpu_sampler
+from modelyard.bench.gpu_sampler import GpuObserver, GpuSample, GpuSampler
 from modelyard.bench.records import RunConfig
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.bench.runner import run_benchmark_async
@@ -309,3 +310,33 @@ def test_real_vllm_0_25_metrics_captured_on_an_h200_map_into_the_sample() -> Non
     assert sample.ttft_histogram is not None
     assert sample.ttft_histogram.count == 268.0
     assert sample.ttft_histogram.sum_s == pytest.approx(12.3583, abs=1e-3)
+
+
+class _NvmlDouble:
+    """Stands in for NVML on this GPU-less machine: two GPUs, each always 40 % busy."""
+
+    def __init__(self) -> None:
+        self.handles = [object(), object()]
+
+    def name(self, index: int) -> str:
+        return f"Test GPU {index}"
+
+    def read(self, index: int, elapsed_s: float) -> GpuSample:
+        return GpuSample(elapsed_s, index, 40.0, 1 << 30, 80 << 30, 100.0)
+
+    def close(self) -> None:
+        self.handles = []
+
+
+async def test_gpu_sampler_samples_only_the_gpus_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine uses GPU 1 of two: the idle GPU 0 must not dilute its utilization.
+    monkeypatch.setattr(gpu_sampler, "open_nvml", lambda: (_NvmlDouble(), None))
+    async with GpuSampler(interval_s=0.01, gpu_indices=[1]) as sampler:
+        await asyncio.sleep(0.05)
+    timeline = sampler.timeline()
+    assert timeline.gpu_names == {1: "Test GPU 1"}
+    assert timeline.samples and {sample.gpu_index for sample in timeline.samples} == {1}
+    async with GpuSampler(interval_s=0.01, gpu_indices=[5]) as missing:
+        pass
+    assert missing.timeline().samples == []
+    assert "GPU(s) [5] asked for, but this host has 2" in (missing.timeline().unavailable_reason or "")

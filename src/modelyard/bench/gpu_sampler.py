@@ -200,6 +200,11 @@ class GpuSampler:
             return
         available = range(len(self._nvml.handles))
         self._indices = [i for i in available if self._wanted is None or i in self._wanted]
+        if self._wanted is not None and not self._indices:
+            self._timeline.unavailable_reason = (
+                f"GPU(s) {self._wanted} asked for, but this host has {len(available)} (indices from 0)"
+            )
+            return
         self._timeline.gpu_names = {index: self._nvml.name(index) for index in self._indices}
         self._start_ns = self._clock_ns()
         self._stop.clear()

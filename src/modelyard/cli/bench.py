@@ -59,6 +59,16 @@ def _numbers(text: str | None, *, option: str) -> list[float]:
     return values
 
 
+def _gpu_indices(text: str) -> list[int]:
+    parts = [part for part in text.replace(" ", "").split(",") if part]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise InvalidInput(
+            f"--gpu-ids takes comma-separated GPU indices, got {text!r}",
+            hint="--gpu-ids 0,1 (the indices `modelyard gpus` or nvidia-smi shows)",
+        )
+    return [int(part) for part in parts]
+
+
 class _RichProgress:
     """The ``ProgressListener`` of the CLI: one bar per load point, on stderr.
 
@@ -140,6 +150,9 @@ def run_command(
         "when --base-url is a gateway.",
     ),
     gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="Sample this host's GPUs (NVML)."),
+    gpu_ids: str | None = typer.Option(
+        None, "--gpu-ids", help="Only these GPUs, e.g. 0,1: the engine's (default: every GPU of this host)."
+    ),
     metrics_interval_s: float = typer.Option(1.0, "--metrics-interval-s", help="Polling interval."),
     out: Path | None = typer.Option(None, "--out", help="Directory for the output files."),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
@@ -196,7 +209,8 @@ def run_command(
     if gpus:
         from modelyard.bench.gpu_sampler import GpuObserver
 
-        observer_factories.append(lambda: GpuObserver(interval_s=metrics_interval_s))
+        indices = _gpu_indices(gpu_ids) if gpu_ids else None
+        observer_factories.append(lambda: GpuObserver(interval_s=metrics_interval_s, gpu_indices=indices))
     engine_hint = EngineInfo(base_url=base_url, served_model=model, engine=engine, label=label)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=stderr, transient=False) as progress:
