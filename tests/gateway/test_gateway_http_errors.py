@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from sqlalchemy import select
 
 from modelyard.control.endpoints import Endpoint
 from modelyard.store.tables import Deployment, Instance, ModelFile
@@ -123,10 +125,35 @@ def test_no_ready_replica_is_503_saying_what_the_replicas_do(gateway: GatewayHar
         session.add(Instance(deployment_id=record.id, replica_index=0, state="starting"))
         session.commit()
     gateway.publish_endpoints(deployment, [])
-    error = error_of(post(gateway, api_key, chat(deployment)), 503, "no_ready_replica")
+    response = post(gateway, api_key, chat(deployment))
+    error = error_of(response, 503, "no_ready_replica")
     assert error["message"] == f"deployment {deployment!r} has no ready replica (1 starting)" + (
         f" (see why with `modelyard ps` and `modelyard logs {deployment}`)"
     )
+    # A replica is on its way: clients are told when to try again.
+    assert response.headers["retry-after"] == "5"
+    with gateway.database.session() as session:
+        stopped = session.get(Deployment, record.id)
+        assert stopped is not None
+        stopped.desired_state = "stopped"
+        session.commit()
+    response = post(gateway, api_key, chat(deployment))
+    assert "stopped: start it with" in error_of(response, 503, "no_ready_replica")["message"]
+    assert "retry-after" not in response.headers  # nothing is coming back by itself
+    # Kept out of rotation by failed verification: it waits for the user, not for a restart.
+    with gateway.database.session() as session:
+        running = session.get(Deployment, record.id)
+        assert running is not None
+        running.desired_state = "running"
+        [instance] = running.instances
+        instance.state = "error"
+        session.commit()
+    assert "retry-after" not in post(gateway, api_key, chat(deployment)).headers
+    with gateway.database.session() as session:
+        [instance] = session.scalars(select(Instance).where(Instance.deployment_id == record.id))
+        instance.next_start_at = datetime.now(UTC)  # a crash: the controller restarts it
+        session.commit()
+    assert post(gateway, api_key, chat(deployment)).headers["retry-after"] == "5"
 
 
 def test_unreachable_replicas_are_502(

@@ -32,6 +32,10 @@ from modelyard.services.key_hashing import display_prefix
 
 logger = logging.getLogger(__name__)
 
+# What a 503 tells clients to wait while a replica starts or restarts (vLLM took 95 s on an H200
+# after a SIGKILL; clients retrying at once only add load).
+RETRY_AFTER_WHILE_STARTING_SECONDS = 5
+
 _KEY_HINT = "an admin creates keys with `modelyard keys create NAME`"
 
 
@@ -108,12 +112,13 @@ async def ready_endpoints(runtime: GatewayRuntime, facts: KeyFacts, model: str) 
     if endpoints:
         return endpoints
     try:
-        state = await asyncio.to_thread(describe_unready, runtime.context.database, model)
+        state, coming = await asyncio.to_thread(describe_unready, runtime.context.database, model)
     except SQLAlchemyError:
         logger.exception("could not read the instances of deployment %r", model)
-        state = ""
+        state, coming = "", False
     message = f"deployment {model!r} has no ready replica"
     raise NoReadyReplica(
         f"{message} {state}" if state else message,
         hint=f"see why with `modelyard ps` and `modelyard logs {model}`",
+        retry_after_seconds=RETRY_AFTER_WHILE_STARTING_SECONDS if coming else None,
     )

@@ -73,6 +73,14 @@ class NoReadyReplica(ModelyardError):
     code = "no_ready_replica"
     param = "model"
 
+    def __init__(
+        self, message: str, *, hint: str | None = None, retry_after_seconds: int | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        # Sent as Retry-After when a replica is on its way (starting, or restarting after an
+        # error): the OpenAI clients wait that long before their automatic retries.
+        self.retry_after_seconds = retry_after_seconds
+
 
 class KeyCheckUnavailable(ModelyardError):
     http_status = 503
@@ -99,7 +107,10 @@ def gateway_error_response(error: ModelyardError) -> Response:
     """The HTTP response for a gateway error (``WWW-Authenticate: Bearer`` on 401)."""
     param = getattr(error, "param", None)
     body = error_json_bytes(str(error), status=error.http_status, code=error.code, param=param)
-    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else {}
+    retry_after = getattr(error, "retry_after_seconds", None)
+    if retry_after:
+        headers["Retry-After"] = str(retry_after)
     return Response(body, status_code=error.http_status, media_type="application/json", headers=headers)
 
 

@@ -69,17 +69,23 @@ class ReplicaBalancer:
         return self._outstanding.get(endpoint.base_url, 0)
 
 
-def describe_unready(database: Database, deployment_name: str) -> str:
-    """Why a known deployment has no ready replica, e.g. ``(1 starting, 1 error)`` or ``(stopped)``.
+# Instance states from which a replica comes by itself (an "error" only with a restart scheduled:
+# one kept out of rotation by failed verification waits for the user).
+_ON_ITS_WAY = frozenset({"pending", "starting"})
+
+
+def describe_unready(database: Database, deployment_name: str) -> tuple[str, bool]:
+    """Why a known deployment has no ready replica, e.g. ``(1 starting, 1 error)`` or ``(stopped)``,
+    and whether one is on its way (an instance pending, starting, or in error awaiting its restart).
 
     Blocking (a database read): call it in a worker thread, and only on the 503 path.
     """
     with database.session() as session:
         desired = session.scalar(select(Deployment.desired_state).where(Deployment.name == deployment_name))
         if desired is None:
-            return ""
+            return "", False
         if desired == "stopped":
-            return f"(stopped: start it with `modelyard start {deployment_name}`)"
+            return f"(stopped: start it with `modelyard start {deployment_name}`)", False
         rows = session.execute(
             select(Instance.state, func.count())
             .join(Deployment, Instance.deployment_id == Deployment.id)
@@ -87,6 +93,13 @@ def describe_unready(database: Database, deployment_name: str) -> str:
             .group_by(Instance.state)
             .order_by(Instance.state)
         ).all()
+        restarting = session.scalar(
+            select(func.count())
+            .select_from(Instance)
+            .join(Deployment, Instance.deployment_id == Deployment.id)
+            .where(Deployment.name == deployment_name, Instance.next_start_at.is_not(None))
+        )
     if not rows:
-        return "(no instance yet)"
-    return "(" + ", ".join(f"{count} {state}" for state, count in rows) + ")"
+        return "(no instance yet)", True
+    text = "(" + ", ".join(f"{count} {state}" for state, count in rows) + ")"
+    return text, bool(restarting) or any(state in _ON_ITS_WAY for state, _ in rows)
