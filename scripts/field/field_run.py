@@ -247,8 +247,20 @@ def step_bench(arguments: argparse.Namespace) -> None:
     # transformers serve 5.17 lists no model in /v1/models, so the bench could not tell its
     # engine (nor fix its output lengths) directly: name the engine for both paths.
     engine = ["--engine", str(found.get("backend"))] if found.get("backend") else []
-    for path in arguments.paths.split(","):
-        out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}"
+    paths = arguments.paths.split(",")
+    if not set(paths) <= {"gateway", "direct"}:
+        raise SystemExit(
+            f"--paths takes gateway and direct (repeat them to alternate), got {arguments.paths!r}"
+        )
+    passes: dict[str, int] = {}
+    for path in paths:
+        passes[path] = passes.get(path, 0) + 1
+        repeat = passes[path]
+        out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}{f'-{repeat}' if repeat > 1 else ''}"
+        # Every pass has prompts of its own: the same ones would hit the prefix cache an earlier
+        # pass filled (the H200 run of 2026-11-30 did that). Every engine gets the same set for
+        # the same path and pass, so engines still compare on identical prompts.
+        seed = (7 if path == "gateway" else 8) + 2 * (repeat - 1)
         if path == "gateway":
             command = bench_arguments(
                 f"{SERVER}/v1",
@@ -256,14 +268,13 @@ def step_bench(arguments: argparse.Namespace) -> None:
                 f"{arguments.name} via gateway",
                 out,
                 metrics_url,
+                seed=seed,
                 gpu_ids=gpus,
             )
             command += ["--api-key", api_key()]
         else:
-            # Its own prompts: the same ones would hit the prefix cache the gateway run filled
-            # (the H200 run of 2026-11-30 did that). Every engine still gets the same set per path.
             command = bench_arguments(
-                direct, served, f"{arguments.name} direct", out, metrics_url, seed=8, gpu_ids=gpus
+                direct, served, f"{arguments.name} direct", out, metrics_url, seed=seed, gpu_ids=gpus
             )
         started = time.monotonic()
         result = modelyard(*command, *engine, timeout=900)
@@ -273,6 +284,7 @@ def step_bench(arguments: argparse.Namespace) -> None:
             "bench",
             name=arguments.name,
             path=path,
+            repeat=repeat,
             exit_code=result.returncode,
             seconds=round(time.monotonic() - started, 1),
             table=summarize(out / "result.json"),
@@ -491,7 +503,11 @@ def main() -> None:
         sub.set_defaults(run=function)
     bench = steps.add_parser("bench")
     bench.add_argument("name")
-    bench.add_argument("--paths", default="gateway,direct")
+    bench.add_argument(
+        "--paths",
+        default="gateway,direct",
+        help="in this order; repeat to alternate, e.g. gateway,direct,direct,gateway",
+    )
     bench.add_argument("--suffix", default="", help="appended to the output folders' names")
     bench.set_defaults(run=step_bench)
     kill = steps.add_parser("kill-during-bench")

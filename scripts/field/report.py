@@ -89,31 +89,21 @@ def deployments_table(results: Path) -> str:
 
 
 def gateway_against_direct(results: Path, name: str, suffix: str = "") -> str:
-    gateway = load_run(results / name / f"bench-gateway{suffix}")
-    direct = load_run(results / name / f"bench-direct{suffix}")
-    if gateway is None or direct is None:
-        return f"(no pair of runs for {name}{suffix})"
+    """Each pass through the gateway against the direct pass of the same number (``bench
+    --paths gateway,direct,direct,gateway`` writes ``bench-gateway``, ``bench-gateway-2``, ...)."""
     rows = []
-    for through, straight in zip(gateway["points"], direct["points"], strict=False):
-        g, d = point_figures(through), point_figures(straight)
-        ratio = g["tok_s"] / d["tok_s"] if g["tok_s"] and d["tok_s"] else None
-        added = g["ttft"] - d["ttft"] if g["ttft"] is not None and d["ttft"] is not None else None
-        rows.append(
-            [
-                number(g["load"], 0),
-                f"{g['ok']} / {d['ok']}",
-                number(g["tok_s"]),
-                number(d["tok_s"]),
-                number(ratio, 2),
-                number(g["ttft"]),
-                number(d["ttft"]),
-                number(added, 1),
-                f"{number(g['tpot'], 2)} / {number(d['tpot'], 2)}",
-                f"{number(g['itl'], 2)} / {number(d['itl'], 2)}",
-            ]
-        )
+    for repeat in range(1, 100):
+        tag = f"{suffix}-{repeat}" if repeat > 1 else suffix
+        gateway = load_run(results / name / f"bench-gateway{tag}")
+        direct = load_run(results / name / f"bench-direct{tag}")
+        if gateway is None or direct is None:
+            break
+        rows += _paired_rows(gateway, direct, repeat)
+    if not rows:
+        return f"(no pair of runs for {name}{suffix})"
     return table(
         [
+            "pass",
             "concurrency",
             "requests gw / direct",
             "out tok/s gateway",
@@ -127,6 +117,30 @@ def gateway_against_direct(results: Path, name: str, suffix: str = "") -> str:
         ],
         rows,
     )
+
+
+def _paired_rows(gateway: dict[str, Any], direct: dict[str, Any], repeat: int) -> list[list[str]]:
+    rows = []
+    for through, straight in zip(gateway["points"], direct["points"], strict=False):
+        g, d = point_figures(through), point_figures(straight)
+        ratio = g["tok_s"] / d["tok_s"] if g["tok_s"] and d["tok_s"] else None
+        added = g["ttft"] - d["ttft"] if g["ttft"] is not None and d["ttft"] is not None else None
+        rows.append(
+            [
+                str(repeat),
+                number(g["load"], 0),
+                f"{g['ok']} / {d['ok']}",
+                number(g["tok_s"]),
+                number(d["tok_s"]),
+                number(ratio, 2),
+                number(g["ttft"]),
+                number(d["ttft"]),
+                number(added, 1),
+                f"{number(g['tpot'], 2)} / {number(d['tpot'], 2)}",
+                f"{number(g['itl'], 2)} / {number(d['itl'], 2)}",
+            ]
+        )
+    return rows
 
 
 def engines_at(results: Path, names: list[str], path: str = "gateway") -> str:
