@@ -86,20 +86,15 @@ def describe_unready(database: Database, deployment_name: str) -> tuple[str, boo
             return "", False
         if desired == "stopped":
             return f"(stopped: start it with `modelyard start {deployment_name}`)", False
+        # Per state: how many instances, and how many of them have a restart scheduled.
         rows = session.execute(
-            select(Instance.state, func.count())
+            select(Instance.state, func.count(), func.count(Instance.next_start_at))
             .join(Deployment, Instance.deployment_id == Deployment.id)
             .where(Deployment.name == deployment_name)
             .group_by(Instance.state)
             .order_by(Instance.state)
         ).all()
-        restarting = session.scalar(
-            select(func.count())
-            .select_from(Instance)
-            .join(Deployment, Instance.deployment_id == Deployment.id)
-            .where(Deployment.name == deployment_name, Instance.next_start_at.is_not(None))
-        )
     if not rows:
         return "(no instance yet)", True
-    text = "(" + ", ".join(f"{count} {state}" for state, count in rows) + ")"
-    return text, bool(restarting) or any(state in _ON_ITS_WAY for state, _ in rows)
+    text = "(" + ", ".join(f"{count} {state}" for state, count, _ in rows) + ")"
+    return text, any(state in _ON_ITS_WAY or restarting for state, _, restarting in rows)
