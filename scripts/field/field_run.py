@@ -51,12 +51,19 @@ def cli_environment() -> dict[str, str]:
     return {**os.environ, "MODELYARD_URL": SERVER, "MODELYARD_DATA_DIR": str(DATA), "NO_COLOR": "1"}
 
 
-def modelyard(*arguments: str, timeout: float = 900.0) -> subprocess.CompletedProcess[str]:
+def bench_environment() -> dict[str, str]:
+    """The CLI's environment with the gateway key, which never goes on a command line (logged)."""
+    return {**cli_environment(), "MODELYARD_BENCH_API_KEY": api_key()}
+
+
+def modelyard(
+    *arguments: str, timeout: float = 900.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``modelyard ARGUMENTS`` as a user would; never raises for a non-zero exit."""
     command = [sys.executable, "-m", "modelyard.cli.main", *arguments]
     print(f"$ modelyard {shlex.join(arguments)}", flush=True)
     result = subprocess.run(
-        command, capture_output=True, text=True, env=cli_environment(), timeout=timeout, check=False
+        command, capture_output=True, text=True, env=env or cli_environment(), timeout=timeout, check=False
     )
     if result.returncode != 0:
         print(f"  exit {result.returncode}: {result.stderr.strip()[-2000:]}", flush=True)
@@ -206,10 +213,16 @@ def bench_arguments(
     metrics_url: str | None,
     seed: int = 7,
     gpu_ids: list[int] | None = None,
+    concurrency: str | None = None,
+    duration_s: float | None = None,
 ) -> list[str]:
+    """``modelyard bench run`` for the field run; the load and its length come from FIELD_*
+    unless given."""
     command = ["bench", "run", "--base-url", base_url, "--model", model, "--label", label]
-    command += ["--concurrency", os.environ.get("FIELD_CONCURRENCY", "1,16,64,256")]
-    if os.environ.get("FIELD_NUM_REQUESTS"):  # a fixed amount of work per point, repeated
+    command += ["--concurrency", concurrency or os.environ.get("FIELD_CONCURRENCY", "1,16,64,256")]
+    if duration_s is not None:
+        command += ["--duration-s", f"{duration_s:g}", "--warmup-s", "3"]
+    elif os.environ.get("FIELD_NUM_REQUESTS"):  # a fixed amount of work per point, repeated
         command += ["--num-requests", os.environ["FIELD_NUM_REQUESTS"], "--warmup-requests", "16"]
         command += ["--repeats", os.environ.get("FIELD_REPEATS", "1")]
     else:
@@ -271,13 +284,13 @@ def step_bench(arguments: argparse.Namespace) -> None:
                 seed=seed,
                 gpu_ids=gpus,
             )
-            command += ["--api-key", api_key()]
         else:
             command = bench_arguments(
                 direct, served, f"{arguments.name} direct", out, metrics_url, seed=seed, gpu_ids=gpus
             )
         started = time.monotonic()
-        result = modelyard(*command, *engine, timeout=900)
+        environment = bench_environment() if path == "gateway" else cli_environment()
+        result = modelyard(*command, *engine, timeout=900, env=environment)
         (out / "bench.stderr").parent.mkdir(parents=True, exist_ok=True)
         (out / "bench.stderr").write_text(result.stderr)
         record(
@@ -288,6 +301,67 @@ def step_bench(arguments: argparse.Namespace) -> None:
             exit_code=result.returncode,
             seconds=round(time.monotonic() - started, 1),
             table=summarize(out / "result.json"),
+        )
+
+
+def step_gateway_cost(arguments: argparse.Namespace) -> None:
+    """The gateway's cost, side by side: two clients start together, one through the gateway and
+    one at the engine's port, each with half the streams, so the engine batches both halves
+    together and any difference between them is the gateway's (run one after the other, the two
+    paths also differ by whatever the engine did between the runs: 7 % on the H200 before)."""
+    instance = running_instance(arguments.name)
+    if instance is None:
+        record("gateway-cost", name=arguments.name, error="no running instance")
+        return
+    gpus = list(instance.get("gpu_ids") or [])
+    backend = str((deployment(arguments.name) or {}).get("backend") or "")
+    metrics_url = None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
+    duration_s = float(os.environ.get("FIELD_SIDE_S", "25"))
+    lead_s = float(os.environ.get("FIELD_SIDE_LEAD_S", "15"))  # time to build the prompts
+    per_path = [part for part in os.environ.get("FIELD_SIDE_CONCURRENCY", "1,8,32,128").split(",") if part]
+    for position, streams in enumerate(per_path):
+        start_at = time.time() + lead_s
+        clients: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+        for offset, path in enumerate(("gateway", "direct")):
+            out = RESULTS / arguments.name / f"side-c{streams}-{path}"
+            base_url = f"{SERVER}/v1" if path == "gateway" else f"http://127.0.0.1:{instance['port']}/v1"
+            served = model_dir() if backend == "transformers" and path == "direct" else arguments.name
+            command = bench_arguments(
+                base_url,
+                served,
+                f"{arguments.name} {path}, side by side",
+                out,
+                metrics_url,
+                seed=100 + 2 * position + offset,  # prompts of its own: no prefix-cache hits
+                gpu_ids=gpus,
+                concurrency=streams,
+                duration_s=duration_s,
+            )
+            command += ["--start-at", f"{start_at:.3f}", *(["--engine", backend] if backend else [])]
+            if path == "direct":  # one GPU sampler is enough for the pair
+                command += ["--no-gpus"]
+            out.mkdir(parents=True, exist_ok=True)
+            print(f"$ modelyard {shlex.join(command)}", flush=True)
+            client = subprocess.Popen(
+                [sys.executable, "-m", "modelyard.cli.main", *command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=bench_environment() if path == "gateway" else cli_environment(),
+            )
+            clients[path] = (client, out)
+        exits: dict[str, int] = {}
+        for path, (client, out) in clients.items():
+            _, errors = client.communicate(timeout=lead_s + duration_s + 600)
+            (out / "bench.stderr").write_text(errors)
+            exits[path] = client.returncode
+        record(
+            "gateway-cost",
+            name=arguments.name,
+            streams_per_path=int(streams),
+            start_at=round(start_at, 3),
+            exit_codes=exits,
+            tables={path: summarize(out / "result.json") for path, (_, out) in clients.items()},
         )
 
 
@@ -323,7 +397,6 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         return
     out = RESULTS / arguments.name / "bench-kill"
     command = bench_arguments(f"{SERVER}/v1", arguments.name, f"{arguments.name} killed mid-run", out, None)
-    command = [*command, "--api-key", api_key()]
     command[command.index("--concurrency") + 1] = "32"
     command[command.index("--duration-s") + 1] = str(arguments.bench_s)
     bench = subprocess.Popen(
@@ -331,7 +404,7 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=cli_environment(),
+        env=bench_environment(),
     )
     # Building the prompt set takes a while: kill only once requests are in the engine.
     metrics_url = f"http://127.0.0.1:{before['port']}/metrics"
@@ -510,6 +583,9 @@ def main() -> None:
     )
     bench.add_argument("--suffix", default="", help="appended to the output folders' names")
     bench.set_defaults(run=step_bench)
+    side = steps.add_parser("gateway-cost", help="gateway and direct side by side (FIELD_SIDE_*)")
+    side.add_argument("name")
+    side.set_defaults(run=step_gateway_cost)
     kill = steps.add_parser("kill-during-bench")
     kill.add_argument("name")
     kill.add_argument("--bench-s", type=float, default=180.0)

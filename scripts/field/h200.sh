@@ -16,6 +16,8 @@
 #   sglang-single  (one GPU only) SGLang deployed, benchmarked and measured once vLLM is gone
 #   transformers   transformers serve --continuous-batching: deploy, benchmark; refused deployments
 #   tp2            (two GPUs) tensor parallelism 2 on vLLM and SGLang, benchmarked
+#   gateway-cost   gateway and direct side by side against vLLM (the gateway's cost, precisely)
+#   kill-abba      SIGKILL of vLLM mid-answer; then gateway/direct alternated, fixed work per point
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz.
 #
@@ -32,6 +34,8 @@ mkdir -p "$OUT" /tmp/field/results
 export FIELD_RESULTS=/tmp/field/results FIELD_DATA=/tmp/field/data FIELD_PORT=8080
 export FIELD_POINT_S=${FIELD_POINT_S:-8}  # measured seconds per load point (plus 3 s of warm-up)
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 NO_COLOR=1
+# NVLink multicast stays off (the machine's rules; engines inherit the environment).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH=/tmp/field/bin:$PATH
 export PYTHONPATH=/tmp/field/site:$ROOT/src
 MODEL=/tmp/field/qwen3-field
@@ -114,8 +118,9 @@ EOF
     --out "$MODEL" --device cuda || exit 4
   echo "model built in $(echo "$(date +%s.%N) - $started" | bc) s"; du -sh "$MODEL"
   run serve --model-dir "$MODEL" || exit 5
+  # FIELD_ENGINES=vllm deploys vLLM alone (the second window's setup: gateway cost, SIGKILL, TP 2).
   run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
-  if [ "$GPUS" -ge 2 ]; then
+  if [ "$GPUS" -ge 2 ] && [[ " ${FIELD_ENGINES:-vllm sglang} " == *" sglang "* ]]; then
     run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
   fi
   wait
@@ -170,14 +175,26 @@ transformers-again)
   run bench transformers
   FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=768 FIELD_REPEATS=2 run bench vllm --suffix -fixed
   ;;
+gateway-cost)
+  # The gateway's cost at the precision its targets need (ratio >= 0.98, <= 1 ms added TTFT):
+  # both paths at once against one vLLM, half the streams each (FIELD_SIDE_CONCURRENCY per path).
+  run gateway-cost vllm
+  ;;
+kill-abba)
+  # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one
+  # after the other, alternated, with a fixed amount of work per point.
+  run kill-during-bench vllm --bench-s 140 --kill-after-s 15
+  FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=1536 run bench vllm --paths gateway,direct,direct,gateway --suffix -abba
+  ;;
 tp2)
   run remove transformers
+  run remove vllm
   run deploy vllm-tp2 --backend vllm --version 0.25.0 --gpus 2 --args="$VLLM_ARGS --tensor-parallel-size 2"
-  FIELD_CONCURRENCY=1,64,256 run bench vllm-tp2 --paths gateway
+  FIELD_POINT_S=15 FIELD_CONCURRENCY=1,64,256 run bench vllm-tp2 --paths gateway
   run remove vllm-tp2
   run deploy sglang-tp2 --backend sglang --version 0.5.17 --gpus 2 --args="$SGLANG_ARGS --tp-size 2" \
     --env PYTHONPATH=$SGLANG_PYTHONPATH
-  FIELD_CONCURRENCY=1,64,256 run bench sglang-tp2 --paths gateway
+  FIELD_POINT_S=15 FIELD_CONCURRENCY=1,64,256 run bench sglang-tp2 --paths gateway
   run remove sglang-tp2
   ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;

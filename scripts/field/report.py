@@ -9,11 +9,15 @@ Every number printed comes from a file under RESULTS_DIR (``steps.jsonl``, each 
 from __future__ import annotations
 
 import json
+import lzma
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ENGINE_MEMORY_LINES = re.compile(
     r"Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|"
@@ -143,6 +147,94 @@ def _paired_rows(gateway: dict[str, Any], direct: dict[str, Any], repeat: int) -
     return rows
 
 
+def measured_requests(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's measured, successful requests (``requests.jsonl``, or its ``.xz`` as published)."""
+    plain, packed = run_dir / "requests.jsonl", run_dir / "requests.jsonl.xz"
+    if plain.exists():
+        text = plain.read_text()
+    elif packed.exists():
+        text = lzma.decompress(packed.read_bytes()).decode()
+    else:
+        return []
+    records = [json.loads(line) for line in text.splitlines() if line]
+    return [r for r in records if not r.get("warmup") and r.get("error") is None and r.get("e2el_ms")]
+
+
+def bootstrap_interval(
+    gateway: list[float], direct: list[float], statistic: Callable[[Any, Any], float], rounds: int = 2000
+) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of ``statistic(gateway, direct)``, requests resampled
+    within each side. It treats requests as independent, which concurrent ones are not quite."""
+    rng = np.random.default_rng(0)
+    g, d = np.asarray(gateway), np.asarray(direct)
+    values = [statistic(rng.choice(g, size=g.size), rng.choice(d, size=d.size)) for _ in range(rounds)]
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def side_by_side_table(results: Path, name: str) -> str:
+    """``field_run.py gateway-cost``: both paths at once, half the streams each."""
+    rows = []
+    folders = sorted(
+        (results / name).glob("side-c*-gateway"), key=lambda path: int(path.name.split("-")[1][1:])
+    )
+    for gateway_dir in folders:
+        direct_dir = gateway_dir.with_name(gateway_dir.name.replace("-gateway", "-direct"))
+        gateway, direct = load_run(gateway_dir), load_run(direct_dir)
+        if gateway is None or direct is None:
+            continue
+        g, d = point_figures(gateway["points"][0]), point_figures(direct["points"][0])
+        ratio = g["tok_s"] / d["tok_s"] if g["tok_s"] and d["tok_s"] else None
+        added = g["ttft"] - d["ttft"] if g["ttft"] is not None and d["ttft"] is not None else None
+        g_requests, d_requests = measured_requests(gateway_dir), measured_requests(direct_dir)
+        ratio_ci = added_ci = "-"
+        if g_requests and d_requests:
+            # Per stream, the closed loop's rate is one over the mean request latency.
+            low, high = bootstrap_interval(
+                [r["e2el_ms"] for r in g_requests],
+                [r["e2el_ms"] for r in d_requests],
+                lambda a, b: float(b.mean() / a.mean()),
+            )
+            ratio_ci = f"{low:.3f} to {high:.3f}"
+            low, high = bootstrap_interval(
+                [r["ttft_ms"] for r in g_requests],
+                [r["ttft_ms"] for r in d_requests],
+                lambda a, b: float(np.median(a) - np.median(b)),
+            )
+            added_ci = f"{low:+.2f} to {high:+.2f}"
+        rows.append(
+            [
+                f"{number(g['load'], 0)} + {number(d['load'], 0)}",
+                f"{g['ok']} / {d['ok']}",
+                number(g["tok_s"]),
+                number(d["tok_s"]),
+                number(ratio, 3),
+                ratio_ci,
+                f"{number(g['ttft'], 2)} / {number(d['ttft'], 2)}",
+                number(added, 2),
+                added_ci,
+                f"{number(g['tpot'], 2)} / {number(d['tpot'], 2)}",
+            ]
+        )
+    if not rows:
+        return f"(no side-by-side runs for {name})"
+    return table(
+        [
+            "streams gw + direct",
+            "requests gw / direct",
+            "out tok/s gateway",
+            "out tok/s direct",
+            "ratio",
+            "95 % interval (mean latency ratio)",
+            "TTFT p50 gw / direct ms",
+            "added TTFT p50 ms",
+            "95 % interval",
+            "TPOT p50 gw / direct ms",
+        ],
+        rows,
+    )
+
+
 def engines_at(results: Path, names: list[str], path: str = "gateway") -> str:
     runs = {name: load_run(results / name / f"bench-{path}") for name in names}
     loads = sorted({point_figures(p)["load"] or 0.0 for run in runs.values() if run for p in run["points"]})
@@ -269,30 +361,37 @@ def refusals(results: Path) -> str:
 
 
 def main() -> None:
+    """Every section the results folder has data for (a run need not have every step)."""
     results = Path(sys.argv[1])
-    print("## Deployments\n\n" + deployments_table(results) + "\n")
-    for name in ("vllm", "sglang", "transformers"):
-        print(
-            f"## {name}: through the gateway against direct\n\n"
-            + gateway_against_direct(results, name)
-            + "\n"
+    names = sorted({entry["name"] for entry in steps(results) if entry.get("name")})
+    sections: list[tuple[str, str]] = [("Deployments", deployments_table(results))]
+    for name in names:
+        sections.append(
+            (f"{name}: through the gateway against direct", gateway_against_direct(results, name))
         )
-    print("## vLLM, fixed work per point, two repeats\n\n" + repeats_table(results, "vllm", "-fixed") + "\n")
-    print(
-        "## Engines side by side (through the gateway)\n\n"
-        + engines_at(results, ["vllm", "sglang", "transformers"])
-        + "\n"
-    )
-    print(
-        "## Engines side by side (direct)\n\n"
-        + engines_at(results, ["vllm", "sglang", "transformers"], "direct")
-        + "\n"
-    )
-    print("## KV cache: estimate against the engines' logs\n\n" + kv_truth_table(results) + "\n")
-    for name in ("vllm", "vllm-kv-mem08", "sglang", "sglang-kv-mem08"):
-        print(f"### memory lines, {name}\n\n```\n{memory_lines(results, name)}\n```\n")
-    print("## SIGKILL of the vLLM engine\n\n" + kill_summary(results) + "\n")
-    print("## Deliberately wrong deployments\n\n" + refusals(results) + "\n")
+        for suffix in ("-fixed", "-abba"):
+            sections.append(
+                (
+                    f"{name}{suffix}: through the gateway against direct",
+                    gateway_against_direct(results, name, suffix),
+                )
+            )
+        sections.append((f"{name}: gateway and direct side by side", side_by_side_table(results, name)))
+    sections.append(("vLLM, fixed work per point, two repeats", repeats_table(results, "vllm", "-fixed")))
+    engines = [name for name in names if (results / name / "bench-gateway" / "result.json").exists()]
+    sections.append(("Engines side by side (through the gateway)", engines_at(results, engines)))
+    sections.append(("Engines side by side (direct)", engines_at(results, engines, "direct")))
+    sections.append(("KV cache: estimate against the engines' logs", kv_truth_table(results)))
+    for name in ("vllm", "vllm-kv-mem08", "sglang", "sglang-kv-mem08", "vllm-tp2", "sglang-tp2"):
+        lines = memory_lines(results, name)
+        if lines:
+            sections.append((f"memory lines, {name}", f"```\n{lines}\n```"))
+    sections.append(("SIGKILL of the vLLM engine", kill_summary(results)))
+    sections.append(("Deliberately wrong deployments", refusals(results)))
+    for title, body in sections:
+        empty_table = body.startswith("|") and body.count("\n") < 2
+        if body.strip() and not body.startswith("(no") and not empty_table:
+            print(f"## {title}\n\n{body}\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -218,3 +219,42 @@ def test_gpu_ids_that_are_not_indices_are_refused(server: ReferenceServer) -> No
     assert result.exit_code != 0
     assert isinstance(result.exception, InvalidInput)
     assert "--gpu-ids takes comma-separated GPU indices, got '0,first'" in str(result.exception)
+
+
+def _start_at_run(server: ReferenceServer) -> list[str]:
+    arguments = ["bench", "run", "--base-url", server.base_url, "--model", MODEL, "--concurrency", "1"]
+    return [*arguments, "--num-requests", "2", "--input-tokens", "4", "--output-tokens", "2", "--no-gpus"]
+
+
+def test_start_at_holds_the_first_request_until_the_agreed_time(server: ReferenceServer) -> None:
+    # Two clients given one start time load the server together (the field run's side-by-side
+    # gateway measurement); neither sends before it.
+    start_at = time.time() + 0.5
+    arguments = [*_start_at_run(server), "--start-at", f"{start_at:.3f}", "--json"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    started = RunResult.from_json(result.stdout).points[0].started_at
+    assert datetime.fromisoformat(started).timestamp() >= start_at
+
+
+def test_a_start_time_already_past_starts_at_once_and_says_so(
+    server: ReferenceServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    past = datetime.fromtimestamp(time.time() - 5, UTC).isoformat()
+    result = CliRunner().invoke(app, [*_start_at_run(server), "--start-at", past])
+    assert result.exit_code == 0, result.output
+    assert "this client starts late" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("start_at", "message"),
+    [
+        ("soon", "--start-at takes UNIX seconds or an ISO 8601 time, got 'soon'"),
+        ("2026-11-30T19:00:00", "has no UTC offset"),
+        (str(time.time() + 7200), "h away"),
+    ],
+)
+def test_bad_start_times_are_refused(server: ReferenceServer, start_at: str, message: str) -> None:
+    result = CliRunner().invoke(app, [*_start_at_run(server), "--start-at", start_at])
+    assert isinstance(result.exception, InvalidInput)
+    assert message in str(result.exception)

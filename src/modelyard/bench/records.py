@@ -194,6 +194,9 @@ class RunConfig:
     tokenizer_path: str | None = None
     api_key_given: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
+    start_at_unix_s: float | None = None
+    """Hold the first request until this wall-clock time (prompts are ready by then): several
+    clients given one start time load a server together."""
 
 
 @dataclass(slots=True)

@@ -403,6 +403,22 @@ async def run_point(
     return result, run.records
 
 
+async def wait_for_start(start_at_unix_s: float | None) -> None:
+    """Sleep until ``start_at_unix_s`` (wall clock); a start time already past starts at once."""
+    if start_at_unix_s is None:
+        return
+    delay_s = start_at_unix_s - time.time()
+    if delay_s > 0:
+        logger.info("holding the first request %.1f s, until the agreed start time", delay_s)
+        await asyncio.sleep(delay_s)
+    elif delay_s < -0.05:
+        logger.warning(
+            "the start time passed %.2f s ago while the prompts were prepared: this client starts "
+            "late, out of step with any other client given the same time (give a later --start-at)",
+            -delay_s,
+        )
+
+
 def load_points(config: RunConfig) -> list[LoadPoint]:
     """The sweep: every load value, each repeated ``repeats`` times (repeats of a value together)."""
     if not config.load_values:
@@ -458,6 +474,7 @@ async def run_benchmark_async(
 
         counter = await asyncio.to_thread(LocalTokenizer.from_directory, Path(config.tokenizer_path))
     bodies = [request_body(prompt, config, detected.engine) for prompt in prompts]
+    await wait_for_start(config.start_at_unix_s)
     outcome = BenchmarkOutcome(
         result=RunResult(
             config=config,

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import get_args
 
@@ -67,6 +68,44 @@ def _gpu_indices(text: str) -> list[int]:
             hint="--gpu-ids 0,1 (the indices `modelyard gpus` or nvidia-smi shows)",
         )
     return [int(part) for part in parts]
+
+
+# A start time further ahead than this is more likely a typo than a plan.
+START_AT_HORIZON_S = 3600.0
+
+
+def _unix_seconds(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _start_time(text: str) -> float:
+    """``--start-at``: UNIX seconds, or an ISO 8601 time with its UTC offset; within the hour."""
+    at = _unix_seconds(text)
+    if at is None:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError as error:
+            raise InvalidInput(
+                f"--start-at takes UNIX seconds or an ISO 8601 time, got {text!r}",
+                hint='--start-at "$(date -d +15sec +%s)" or --start-at 2026-11-30T19:00:00+00:00',
+            ) from error
+        if moment.tzinfo is None:
+            raise InvalidInput(
+                f"--start-at {text!r} has no UTC offset, so which clock it means is unclear",
+                hint=f"add the offset, e.g. {text}+00:00 for UTC",
+            )
+        at = moment.timestamp()
+    ahead_s = at - time.time()
+    if ahead_s > START_AT_HORIZON_S:
+        raise InvalidInput(
+            f"--start-at is {ahead_s / 3600:.1f} h away; it is meant to start several clients "
+            "together within the next hour",
+            hint="give a time a few seconds after every client will have built its prompts",
+        )
+    return at
 
 
 class _RichProgress:
@@ -154,6 +193,12 @@ def run_command(
         None, "--gpu-ids", help="Only these GPUs, e.g. 0,1: the engine's (default: every GPU of this host)."
     ),
     metrics_interval_s: float = typer.Option(1.0, "--metrics-interval-s", help="Polling interval."),
+    start_at: str | None = typer.Option(
+        None,
+        "--start-at",
+        help="Hold the first request until this time (UNIX seconds or ISO 8601 with offset), to "
+        "start several clients together; prompts are built before.",
+    ),
     out: Path | None = typer.Option(None, "--out", help="Directory for the output files."),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
 ) -> None:
@@ -198,6 +243,7 @@ def run_command(
         max_send_lag_ms=max_send_lag_ms,
         slo=SloTargets(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
         tokenizer_path=tokenizer,
+        start_at_unix_s=_start_time(start_at) if start_at is not None else None,
     )
     observer_factories: list[Callable[[], PointObserver]] = []
     if server_metrics:
