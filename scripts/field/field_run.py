@@ -319,11 +319,17 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
     duration_s = float(os.environ.get("FIELD_SIDE_S", "25"))
     lead_s = float(os.environ.get("FIELD_SIDE_LEAD_S", "15"))  # time to build the prompts
     per_path = [part for part in os.environ.get("FIELD_SIDE_CONCURRENCY", "1,8,32,128").split(",") if part]
+    # FIELD_SIDE_PATHS=direct,direct (or gateway,gateway) is the control: two identical clients,
+    # whose ratio shows how far the method itself is from 1.
+    paths = os.environ.get("FIELD_SIDE_PATHS", "gateway,direct").split(",")
+    if len(paths) != 2 or not set(paths) <= {"gateway", "direct"}:
+        raise SystemExit(f"FIELD_SIDE_PATHS takes two of gateway and direct, got {paths}")
     for position, streams in enumerate(per_path):
         start_at = time.time() + lead_s
         clients: dict[str, tuple[subprocess.Popen[str], Path]] = {}
-        for offset, path in enumerate(("gateway", "direct")):
-            out = RESULTS / arguments.name / f"side-c{streams}-{path}"
+        for offset, path in enumerate(paths):
+            tag = path if offset == 0 or paths[0] != paths[1] else f"{path}-2"
+            out = RESULTS / arguments.name / f"side-{paths[0]}-{paths[1]}-c{streams}-{tag}"
             base_url = f"{SERVER}/v1" if path == "gateway" else f"http://127.0.0.1:{instance['port']}/v1"
             served = model_dir() if backend == "transformers" and path == "direct" else arguments.name
             command = bench_arguments(
@@ -338,8 +344,6 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
                 duration_s=duration_s,
             )
             command += ["--start-at", f"{start_at:.3f}", *(["--engine", backend] if backend else [])]
-            if path == "direct":  # one GPU sampler is enough for the pair
-                command += ["--no-gpus"]
             out.mkdir(parents=True, exist_ok=True)
             print(f"$ modelyard {shlex.join(command)}", flush=True)
             client = subprocess.Popen(
@@ -349,19 +353,20 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
                 text=True,
                 env=bench_environment() if path == "gateway" else cli_environment(),
             )
-            clients[path] = (client, out)
+            clients[tag] = (client, out)
         exits: dict[str, int] = {}
-        for path, (client, out) in clients.items():
+        for tag, (client, out) in clients.items():
             _, errors = client.communicate(timeout=lead_s + duration_s + 600)
             (out / "bench.stderr").write_text(errors)
-            exits[path] = client.returncode
+            exits[tag] = client.returncode
         record(
             "gateway-cost",
             name=arguments.name,
             streams_per_path=int(streams),
+            folders=[out.name for _, out in clients.values()],
             start_at=round(start_at, 3),
             exit_codes=exits,
-            tables={path: summarize(out / "result.json") for path, (_, out) in clients.items()},
+            tables={tag: summarize(out / "result.json") for tag, (_, out) in clients.items()},
         )
 
 

@@ -184,7 +184,8 @@ kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one
   # after the other, alternated, with a fixed amount of work per point.
   run kill-during-bench vllm --bench-s 140 --kill-after-s 15
-  FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=1536 run bench vllm --paths gateway,direct,direct,gateway --suffix -abba
+  [ "${FIELD_ABBA:-1}" = 1 ] && FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=1536 \
+    run bench vllm --paths gateway,direct,direct,gateway --suffix -abba
   ;;
 tp2)
   run remove transformers

@@ -173,63 +173,65 @@ def bootstrap_interval(
 
 
 def side_by_side_table(results: Path, name: str) -> str:
-    """``field_run.py gateway-cost``: both paths at once, half the streams each."""
+    """``field_run.py gateway-cost``: two clients at once, half the streams each; A against B."""
     rows = []
-    folders = sorted(
-        (results / name).glob("side-c*-gateway"), key=lambda path: int(path.name.split("-")[1][1:])
-    )
-    for gateway_dir in folders:
-        direct_dir = gateway_dir.with_name(gateway_dir.name.replace("-gateway", "-direct"))
-        gateway, direct = load_run(gateway_dir), load_run(direct_dir)
-        if gateway is None or direct is None:
+    for entry in steps(results):
+        if entry["step"] != "gateway-cost" or entry.get("name") != name or "streams_per_path" not in entry:
             continue
-        g, d = point_figures(gateway["points"][0]), point_figures(direct["points"][0])
-        ratio = g["tok_s"] / d["tok_s"] if g["tok_s"] and d["tok_s"] else None
-        added = g["ttft"] - d["ttft"] if g["ttft"] is not None and d["ttft"] is not None else None
-        g_requests, d_requests = measured_requests(gateway_dir), measured_requests(direct_dir)
+        streams = entry["streams_per_path"]
+        folders = entry.get("folders") or [f"side-c{streams}-gateway", f"side-c{streams}-direct"]
+        first_dir, second_dir = (results / name / folder for folder in folders)
+        first, second = load_run(first_dir), load_run(second_dir)
+        if first is None or second is None:
+            continue
+        a, b = point_figures(first["points"][0]), point_figures(second["points"][0])
+        ratio = a["tok_s"] / b["tok_s"] if a["tok_s"] and b["tok_s"] else None
+        added = a["ttft"] - b["ttft"] if a["ttft"] is not None and b["ttft"] is not None else None
+        a_requests, b_requests = measured_requests(first_dir), measured_requests(second_dir)
         ratio_ci = added_ci = "-"
-        if g_requests and d_requests:
+        if a_requests and b_requests:
             # Per stream, the closed loop's rate is one over the mean request latency.
             low, high = bootstrap_interval(
-                [r["e2el_ms"] for r in g_requests],
-                [r["e2el_ms"] for r in d_requests],
-                lambda a, b: float(b.mean() / a.mean()),
+                [r["e2el_ms"] for r in a_requests],
+                [r["e2el_ms"] for r in b_requests],
+                lambda x, y: float(y.mean() / x.mean()),
             )
             ratio_ci = f"{low:.3f} to {high:.3f}"
             low, high = bootstrap_interval(
-                [r["ttft_ms"] for r in g_requests],
-                [r["ttft_ms"] for r in d_requests],
-                lambda a, b: float(np.median(a) - np.median(b)),
+                [r["ttft_ms"] for r in a_requests],
+                [r["ttft_ms"] for r in b_requests],
+                lambda x, y: float(np.median(x) - np.median(y)),
             )
             added_ci = f"{low:+.2f} to {high:+.2f}"
+        label = lambda folder: folder.rsplit("-c", 1)[1].split("-", 1)[1]  # noqa: E731 - …-c128-direct-2: direct-2
         rows.append(
             [
-                f"{number(g['load'], 0)} + {number(d['load'], 0)}",
-                f"{g['ok']} / {d['ok']}",
-                number(g["tok_s"]),
-                number(d["tok_s"]),
+                f"{label(first_dir.name)} / {label(second_dir.name)}",
+                number(a["load"], 0),
+                f"{a['ok']} / {b['ok']}",
+                f"{number(a['tok_s'])} / {number(b['tok_s'])}",
                 number(ratio, 3),
                 ratio_ci,
-                f"{number(g['ttft'], 2)} / {number(d['ttft'], 2)}",
+                f"{number(a['ttft'], 2)} / {number(b['ttft'], 2)}",
                 number(added, 2),
                 added_ci,
-                f"{number(g['tpot'], 2)} / {number(d['tpot'], 2)}",
+                f"{number(a['tpot'], 2)} / {number(b['tpot'], 2)}",
             ]
         )
     if not rows:
         return f"(no side-by-side runs for {name})"
     return table(
         [
-            "streams gw + direct",
-            "requests gw / direct",
-            "out tok/s gateway",
-            "out tok/s direct",
-            "ratio",
-            "95 % interval (mean latency ratio)",
-            "TTFT p50 gw / direct ms",
-            "added TTFT p50 ms",
+            "A / B",
+            "streams each",
+            "requests A / B",
+            "out tok/s A / B",
+            "ratio A/B",
+            "95 % interval (B/A mean latency)",
+            "TTFT p50 A / B ms",
+            "TTFT p50 A-B ms",
             "95 % interval",
-            "TPOT p50 gw / direct ms",
+            "TPOT p50 A / B ms",
         ],
         rows,
     )
