@@ -17,6 +17,7 @@
 #   transformers   transformers serve --continuous-batching: deploy, benchmark; refused deployments
 #   tp2            (two GPUs) tensor parallelism 2 on vLLM and SGLang, benchmarked
 #   gateway-cost   gateway and direct side by side against vLLM (the gateway's cost, precisely)
+#   gateway-control the side-by-side pair at 128 streams each, with its A/A controls
 #   kill-abba      SIGKILL of vLLM mid-answer; then gateway/direct alternated, fixed work per point
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz.
@@ -124,7 +125,7 @@ EOF
     run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
   fi
   wait
-  python3 -m modelyard.cli.main ps
+  MODELYARD_URL=http://127.0.0.1:$FIELD_PORT MODELYARD_DATA_DIR=$FIELD_DATA python3 -m modelyard.cli.main ps
   ;;
 bench)
   run bench vllm
@@ -179,6 +180,14 @@ gateway-cost)
   # The gateway's cost at the precision its targets need (ratio >= 0.98, <= 1 ms added TTFT):
   # both paths at once against one vLLM, half the streams each (FIELD_SIDE_CONCURRENCY per path).
   run gateway-cost vllm
+  ;;
+gateway-control)
+  # At 128 + 128 streams the gateway's half lost a quarter of its throughput (vLLM's API server
+  # was the bottleneck: GPU 46 % busy, nothing waiting). The same pair again, and the controls:
+  # two identical clients, direct and through the gateway.
+  for pair in gateway,direct direct,direct gateway,gateway; do
+    FIELD_SIDE_PATHS=$pair FIELD_SIDE_CONCURRENCY=${FIELD_SIDE_CONCURRENCY:-128} run gateway-cost vllm
+  done
   ;;
 kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one
