@@ -148,12 +148,12 @@ def _paired_rows(gateway: dict[str, Any], direct: dict[str, Any], repeat: int) -
 
 
 def measured_requests(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's measured, successful requests (``requests.jsonl``, or its ``.xz`` as published)."""
-    plain, packed = run_dir / "requests.jsonl", run_dir / "requests.jsonl.xz"
+    """The run's measured, successful requests (``requests.jsonl``, or the brief form published)."""
+    plain, brief = run_dir / "requests.jsonl", run_dir / "requests-brief.jsonl.xz"
     if plain.exists():
         text = plain.read_text()
-    elif packed.exists():
-        text = lzma.decompress(packed.read_bytes()).decode()
+    elif brief.exists():  # a published report keeps only the fields used here
+        text = lzma.decompress(brief.read_bytes()).decode()
     else:
         return []
     records = [json.loads(line) for line in text.splitlines() if line]
