@@ -117,7 +117,7 @@ EOF
   xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > /tmp/field/tokenizer/tokenizer.json
   python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer /tmp/field/tokenizer \
     --out "$MODEL" --device cuda || exit 4
-  echo "model built in $(echo "$(date +%s.%N) - $started" | bc) s"; du -sh "$MODEL"
+  echo "model built in $(python3 -c "import time; print(round(time.time() - $started, 1))") s"; du -sh "$MODEL"
   run serve --model-dir "$MODEL" || exit 5
   # FIELD_ENGINES=vllm deploys vLLM alone (the second window's setup: gateway cost, SIGKILL, TP 2).
   run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
