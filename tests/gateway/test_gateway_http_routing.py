@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -10,6 +11,7 @@ import openai
 import pytest
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.gateway.responses import CLIENT_CLOSED_REQUEST
 
 from .conftest import (
@@ -88,6 +90,52 @@ def test_an_unreachable_replica_is_skipped_before_anything_was_sent(
         )
         assert streamed
     assert all(row.status_code == 200 for row in gateway.usage_rows(deployment))
+
+
+class PokeCounter:
+    """Stands in for the controller: counts the gateway's calls to look now."""
+
+    def __init__(self) -> None:
+        self.pokes = 0
+
+    def poke(self) -> None:
+        self.pokes += 1
+
+    def gpu_inventory(self) -> GpuInventory:
+        return GpuInventory(unavailable_reason="test")
+
+
+def test_a_refused_replica_is_tried_once_and_the_controller_told(
+    gateway: GatewayHarness,
+    api_key: str,
+    engines: ReferenceServers,
+    closed_port: int,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An engine that just died answers nothing and has nothing outstanding: without a hold, every
+    # request would try it first and pay a refused connection until the controller noticed.
+    controller = PokeCounter()
+    monkeypatch.setattr(gateway.context, "controller", controller)
+    server = engines.get("vllm", served_model_names=["vllm-model"])
+    deployment = unique_name("one-dead")
+    gateway.publish_endpoints(
+        deployment,
+        [
+            Endpoint(deployment, 1, f"http://127.0.0.1:{closed_port}", "vllm-model"),
+            Endpoint(deployment, 2, server.base_url, "vllm-model"),
+        ],
+    )
+    openai_client = client(gateway, api_key)
+    with caplog.at_level(logging.WARNING, logger="modelyard.server.gateway.proxy"):
+        for _ in range(6):
+            answer = openai_client.chat.completions.create(
+                model=deployment, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert answer.choices[0].message.content
+    retries = [record for record in caplog.records if "could not take a request" in record.getMessage()]
+    assert len(retries) == 1
+    assert controller.pokes == 1
 
 
 def test_outstanding_counts_return_to_zero_after_answers_and_errors(

@@ -105,6 +105,9 @@ async def _send(
             return response, endpoint
         except _UNREACHABLE as error:
             balancer.release(endpoint)
+            balancer.refused(endpoint)
+            # The engine may have died: the controller looks now, not at its next tick.
+            runtime.context.controller.poke()
             excluded.append(endpoint.base_url)
             failure = f"{endpoint.base_url}: {type(error).__name__}"
         except _DROPPED as error:

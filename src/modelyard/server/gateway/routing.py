@@ -2,19 +2,26 @@
 
 The balancer counts the requests each endpoint is serving right now (from the moment one is
 sent until its response, streamed or not, is finished). Ties go round-robin, so an idle
-deployment still spreads sequential requests across replicas. Everything runs in the server's
-event loop: no locks.
+deployment still spreads sequential requests across replicas. A replica that refused a
+connection is passed over for ``REFUSED_HOLD_S`` while another one is there: an engine that just
+died has no requests outstanding, so least-outstanding would otherwise pick it first for every
+request until the controller notices (3.9 s after a SIGKILL on the H200). Everything runs in the
+server's event loop: no locks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 
 from sqlalchemy import func, select
 
 from modelyard.control.endpoints import Endpoint
 from modelyard.store.database import Database
 from modelyard.store.tables import Deployment, Instance
+
+# How long a replica that refused a connection is passed over (when another one is ready).
+REFUSED_HOLD_S = 5.0
 
 
 class ReplicaBalancer:
@@ -30,29 +37,43 @@ class ReplicaBalancer:
             balancer.release(endpoint)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._outstanding: dict[str, int] = {}
+        self._refused_until: dict[str, float] = {}
+        self._clock = clock
         self._turn = 0
 
     def choose(self, endpoints: Sequence[Endpoint], exclude: Collection[str] = ()) -> Endpoint | None:
-        """The endpoint with the fewest outstanding requests, skipping base URLs in ``exclude``."""
+        """The endpoint with the fewest outstanding requests, skipping base URLs in ``exclude``,
+        and those that refused a connection lately while another one is left."""
         count = len(endpoints)
         if count == 1:
             only = endpoints[0]
             return None if only.base_url in exclude else only
         self._turn += 1
+        held = self._held() if self._refused_until else frozenset()
         best: Endpoint | None = None
-        best_outstanding = 0
+        best_key = (True, 0)
         for offset in range(count):
             endpoint = endpoints[(self._turn + offset) % count]
             if endpoint.base_url in exclude:
                 continue
-            outstanding = self._outstanding.get(endpoint.base_url, 0)
-            if best is None or outstanding < best_outstanding:
-                best, best_outstanding = endpoint, outstanding
-                if outstanding == 0:
+            key = (endpoint.base_url in held, self._outstanding.get(endpoint.base_url, 0))
+            if best is None or key < best_key:
+                best, best_key = endpoint, key
+                if key == (False, 0):
                     break
         return best
+
+    def refused(self, endpoint: Endpoint) -> None:
+        """``endpoint`` refused a connection: pass it over for a while when another is ready."""
+        self._refused_until[endpoint.base_url] = self._clock() + REFUSED_HOLD_S
+
+    def _held(self) -> frozenset[str]:
+        now = self._clock()
+        for base_url in [url for url, until in self._refused_until.items() if until <= now]:
+            del self._refused_until[base_url]
+        return frozenset(self._refused_until)
 
     def acquire(self, endpoint: Endpoint) -> None:
         self._outstanding[endpoint.base_url] = self._outstanding.get(endpoint.base_url, 0) + 1
