@@ -46,7 +46,8 @@ DEFAULT_MAX_TOKENS = 32
 # Thinking models think before they answer; give the reasoning and tool checks more room.
 REASONING_MAX_TOKENS = 128
 
-_WEATHER_TOOL = {
+# The tool the tool-call check offers (the test models are trained to call it: testing/).
+WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -235,7 +236,7 @@ class _Verifier:
             "messages": [
                 {"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}
             ],
-            "tools": [_WEATHER_TOOL],
+            "tools": [WEATHER_TOOL],
             "tool_choice": "auto",
             "max_tokens": REASONING_MAX_TOKENS,
         }

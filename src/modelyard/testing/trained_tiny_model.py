@@ -21,22 +21,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from modelyard.doctor.verify import WEATHER_TOOL
 from modelyard.testing.tiny_model import build_tiny_qwen3
 
 logger = logging.getLogger(__name__)
 
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"}},
-            "required": ["city"],
-        },
-    },
-}
 REASONING_TEXT = "A short answer."
 ANSWER_TEXT = "Hello there."
 TOOL_CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
