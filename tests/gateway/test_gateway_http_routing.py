@@ -36,6 +36,22 @@ def closed_port() -> Iterator[int]:
     sock.close()
 
 
+def publish_with_a_dead_replica(
+    gateway: GatewayHarness, engines: ReferenceServers, closed_port: int, prefix: str
+) -> str:
+    """A deployment of two replicas, the first refusing connections; returns its name."""
+    server = engines.get("vllm", served_model_names=["vllm-model"])
+    deployment = unique_name(prefix)
+    gateway.publish_endpoints(
+        deployment,
+        [
+            Endpoint(deployment, 1, f"http://127.0.0.1:{closed_port}", "vllm-model"),
+            Endpoint(deployment, 2, server.base_url, "vllm-model"),
+        ],
+    )
+    return deployment
+
+
 def test_requests_go_to_the_replica_with_fewer_outstanding(
     gateway: GatewayHarness, api_key: str, engines: ReferenceServers
 ) -> None:
@@ -68,15 +84,7 @@ def test_requests_go_to_the_replica_with_fewer_outstanding(
 def test_an_unreachable_replica_is_skipped_before_anything_was_sent(
     gateway: GatewayHarness, api_key: str, engines: ReferenceServers, closed_port: int
 ) -> None:
-    server = engines.get("vllm", served_model_names=["vllm-model"])
-    deployment = unique_name("half-gone")
-    gateway.publish_endpoints(
-        deployment,
-        [
-            Endpoint(deployment, 1, f"http://127.0.0.1:{closed_port}", "vllm-model"),
-            Endpoint(deployment, 2, server.base_url, "vllm-model"),
-        ],
-    )
+    deployment = publish_with_a_dead_replica(gateway, engines, closed_port, "half-gone")
     openai_client = client(gateway, api_key)
     for _ in range(4):
         answer = openai_client.chat.completions.create(
@@ -117,15 +125,7 @@ def test_a_refused_replica_is_tried_once_and_the_controller_told(
     # request would try it first and pay a refused connection until the controller noticed.
     controller = PokeCounter()
     monkeypatch.setattr(gateway.context, "controller", controller)
-    server = engines.get("vllm", served_model_names=["vllm-model"])
-    deployment = unique_name("one-dead")
-    gateway.publish_endpoints(
-        deployment,
-        [
-            Endpoint(deployment, 1, f"http://127.0.0.1:{closed_port}", "vllm-model"),
-            Endpoint(deployment, 2, server.base_url, "vllm-model"),
-        ],
-    )
+    deployment = publish_with_a_dead_replica(gateway, engines, closed_port, "one-dead")
     openai_client = client(gateway, api_key)
     with caplog.at_level(logging.WARNING, logger="modelyard.server.gateway.proxy"):
         for _ in range(6):
