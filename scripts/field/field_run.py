@@ -245,21 +245,34 @@ def bench_arguments(
     return command
 
 
+def bench_target(
+    name: str, instance: dict[str, Any], backend: str, path: str
+) -> tuple[str, str, dict[str, str]]:
+    """Where a bench on ``path`` sends (base URL), the model name it sends, and its environment
+    (the gateway's key only for the gateway). transformers serve answers to its model path."""
+    if path == "gateway":
+        return f"{SERVER}/v1", name, bench_environment()
+    served = model_dir() if backend == "transformers" else name
+    return f"http://127.0.0.1:{instance['port']}/v1", served, cli_environment()
+
+
+def engine_metrics_url(instance: dict[str, Any], backend: str) -> str | None:
+    """The engine's own /metrics (transformers serve has none)."""
+    return None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
+
+
 def step_bench(arguments: argparse.Namespace) -> None:
     """The same sweep through the gateway and directly at the engine's port."""
     instance = running_instance(arguments.name)
     if instance is None:
         record("bench", name=arguments.name, error="no running instance")
         return
-    port = instance["port"]
     gpus = list(instance.get("gpu_ids") or [])
-    direct = f"http://127.0.0.1:{port}/v1"
-    found = deployment(arguments.name) or {}
-    served = model_dir() if found.get("backend") == "transformers" else arguments.name
-    metrics_url = None if found.get("backend") == "transformers" else f"http://127.0.0.1:{port}/metrics"
+    backend = str((deployment(arguments.name) or {}).get("backend") or "")
+    metrics_url = engine_metrics_url(instance, backend)
     # transformers serve 5.17 lists no model in /v1/models, so the bench could not tell its
     # engine (nor fix its output lengths) directly: name the engine for both paths.
-    engine = ["--engine", str(found.get("backend"))] if found.get("backend") else []
+    engine = ["--engine", backend] if backend else []
     paths = arguments.paths.split(",")
     if not set(paths) <= {"gateway", "direct"}:
         raise SystemExit(
@@ -274,22 +287,10 @@ def step_bench(arguments: argparse.Namespace) -> None:
         # pass filled (the H200 run of 2026-11-30 did that). Every engine gets the same set for
         # the same path and pass, so engines still compare on identical prompts.
         seed = (7 if path == "gateway" else 8) + 2 * (repeat - 1)
-        if path == "gateway":
-            command = bench_arguments(
-                f"{SERVER}/v1",
-                arguments.name,
-                f"{arguments.name} via gateway",
-                out,
-                metrics_url,
-                seed=seed,
-                gpu_ids=gpus,
-            )
-        else:
-            command = bench_arguments(
-                direct, served, f"{arguments.name} direct", out, metrics_url, seed=seed, gpu_ids=gpus
-            )
+        base_url, served, environment = bench_target(arguments.name, instance, backend, path)
+        label = f"{arguments.name} {'via gateway' if path == 'gateway' else 'direct'}"
+        command = bench_arguments(base_url, served, label, out, metrics_url, seed=seed, gpu_ids=gpus)
         started = time.monotonic()
-        environment = bench_environment() if path == "gateway" else cli_environment()
         result = modelyard(*command, *engine, timeout=900, env=environment)
         (out / "bench.stderr").parent.mkdir(parents=True, exist_ok=True)
         (out / "bench.stderr").write_text(result.stderr)
@@ -315,7 +316,7 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
         return
     gpus = list(instance.get("gpu_ids") or [])
     backend = str((deployment(arguments.name) or {}).get("backend") or "")
-    metrics_url = None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
+    metrics_url = engine_metrics_url(instance, backend)
     duration_s = float(os.environ.get("FIELD_SIDE_S", "25"))
     lead_s = float(os.environ.get("FIELD_SIDE_LEAD_S", "15"))  # time to build the prompts
     per_path = [part for part in os.environ.get("FIELD_SIDE_CONCURRENCY", "1,8,32,128").split(",") if part]
@@ -330,8 +331,7 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
         for offset, path in enumerate(paths):
             tag = path if offset == 0 or paths[0] != paths[1] else f"{path}-2"
             out = RESULTS / arguments.name / f"side-{paths[0]}-{paths[1]}-c{streams}-{tag}"
-            base_url = f"{SERVER}/v1" if path == "gateway" else f"http://127.0.0.1:{instance['port']}/v1"
-            served = model_dir() if backend == "transformers" and path == "direct" else arguments.name
+            base_url, served, environment = bench_target(arguments.name, instance, backend, path)
             command = bench_arguments(
                 base_url,
                 served,
@@ -351,7 +351,7 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=bench_environment() if path == "gateway" else cli_environment(),
+                env=environment,
             )
             clients[tag] = (client, out)
         exits: dict[str, int] = {}

@@ -172,6 +172,11 @@ def bootstrap_interval(
     return float(low), float(high)
 
 
+def client_label(folder: str) -> str:
+    """``side-direct-direct-c128-direct-2`` -> ``direct-2``."""
+    return folder.rsplit("-c", 1)[1].split("-", 1)[1]
+
+
 def side_by_side_table(results: Path, name: str) -> str:
     """``field_run.py gateway-cost``: two clients at once, half the streams each; A against B."""
     rows = []
@@ -203,10 +208,9 @@ def side_by_side_table(results: Path, name: str) -> str:
                 lambda x, y: float(np.median(x) - np.median(y)),
             )
             added_ci = f"{low:+.2f} to {high:+.2f}"
-        label = lambda folder: folder.rsplit("-c", 1)[1].split("-", 1)[1]  # noqa: E731 - …-c128-direct-2: direct-2
         rows.append(
             [
-                f"{label(first_dir.name)} / {label(second_dir.name)}",
+                f"{client_label(first_dir.name)} / {client_label(second_dir.name)}",
                 number(a["load"], 0),
                 f"{a['ok']} / {b['ok']}",
                 f"{number(a['tok_s'])} / {number(b['tok_s'])}",
