@@ -27,8 +27,9 @@ import openai
 import psutil
 import pytest
 
+from modelyard.doctor.verify import WEATHER_TOOL
 from modelyard.testing.tiny_model import build_tiny_qwen3
-from modelyard.testing.trained_tiny_model import WEATHER_TOOL, build_trained_tiny_qwen3
+from modelyard.testing.trained_tiny_model import build_trained_tiny_qwen3
 
 pytestmark = pytest.mark.slow
 
