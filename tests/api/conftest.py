@@ -156,14 +156,6 @@ def assert_error(response_json: object, code: str, *fragments: str) -> None:
         assert fragment in error["message"], error
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real (tiny, random-weight) Qwen3-format model directory, built once per test session."""
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")
-
-
 def add_model(api: ApiHarness, path: Path, name: str = "tiny") -> dict[str, object]:
     response = api.client.post("/api/v1/models", json={"name": name, "path": str(path)})
     assert response.status_code == 201, response.text

@@ -166,11 +166,3 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
         thread.join(timeout=10)
         listener.close()
         database.close()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real (tiny, random-weight) Qwen3-format model directory, built once per test session."""
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")

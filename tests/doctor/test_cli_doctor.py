@@ -19,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 from typer.testing import CliRunner
 
+from model_cache import ModelCache
 from modelyard.cli.main import app
 from modelyard.hardware.gpus import GpuInventory
 
@@ -27,16 +28,9 @@ FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def tiny_model_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("cli-models") / "tiny-qwen3")
-
-
 @pytest.fixture
-def model_dir(tiny_model_source: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(tiny_model_source, tmp_path / "model"))
+def model_dir(test_models: ModelCache, tmp_path: Path) -> Path:
+    return test_models.copy("tiny-qwen3", tmp_path / "model")
 
 
 def run_doctor(*arguments: str, data_dir: Path, url: str = "http://127.0.0.1:9") -> tuple[int, Any, str]:

@@ -8,22 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from model_cache import ModelCache
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.model_directory import check_model_directory, template_end_of_turn_token
 
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3", max_shard_bytes=40_000)
-
-
 @pytest.fixture
-def model_dir(tiny_model_source: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(tiny_model_source, tmp_path / "model"))
+def model_dir(test_models: ModelCache, tmp_path: Path) -> Path:
+    """A private copy of the tiny model in 40 kB shards (the tests break it in their own ways)."""
+    return test_models.copy("tiny-qwen3-small-shards", tmp_path / "model")
 
 
 def _ids(findings: list[Finding]) -> list[str]:

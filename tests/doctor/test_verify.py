@@ -5,14 +5,8 @@ reasoning left in the content), and (slow) against transformers serve on a tiny 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +14,7 @@ import pytest
 
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.doctor.verify import VerificationResult, verify_instance
+from tiny_engine import TinyEngine
 
 MODEL = "qwen-test"
 
@@ -291,53 +286,9 @@ async def test_tool_arguments_that_are_not_json_fail() -> None:
 # -- transformers serve on a tiny test model (slow) ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def transformers_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    pytest.importorskip("transformers")
-    if shutil.which("transformers") is None and not (Path(sys.executable).parent / "transformers").exists():
-        pytest.skip("the transformers CLI is not installed")
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    model_dir = build_tiny_qwen3(tmp_path_factory.mktemp("serve") / "tiny-qwen3")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    program = shutil.which("transformers") or str(Path(sys.executable).parent / "transformers")
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
-    log = (tmp_path_factory.mktemp("serve-log") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [program, "serve", str(model_dir), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=environment,
-        start_new_session=True,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline_s = time.monotonic() + 120
-        while time.monotonic() < deadline_s and process.poll() is None:
-            try:
-                if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("transformers serve did not become healthy in 120 s")
-        yield base_url, str(model_dir)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
-
-
 @pytest.mark.slow
-async def test_transformers_serve_on_a_tiny_model(transformers_serve: tuple[str, str]) -> None:
-    base_url, model_path = transformers_serve
+async def test_transformers_serve_on_a_tiny_model(tiny_engine: TinyEngine) -> None:
+    base_url, model_path = tiny_engine.base_url, tiny_engine.model_path
     async with httpx.AsyncClient() as client:
         results = await verify_instance(
             base_url=base_url,

@@ -28,8 +28,6 @@ import psutil
 import pytest
 
 from modelyard.doctor.verify import WEATHER_TOOL
-from modelyard.testing.tiny_model import build_tiny_qwen3
-from modelyard.testing.trained_tiny_model import build_trained_tiny_qwen3
 
 pytestmark = pytest.mark.slow
 
@@ -170,8 +168,8 @@ def api_key(server: Server) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")
+def tiny_model(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
 
 
 def test_serve_prints_where_to_go_and_the_admin_password_once(server: Server, api_key: str) -> None:
@@ -270,8 +268,8 @@ def test_failed_verification_keeps_an_instance_out_of_rotation(
 
 
 @pytest.fixture(scope="module")
-def trained_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_trained_tiny_qwen3(tmp_path_factory.mktemp("models") / "thinker")
+def trained_model(trained_tiny_model_dir: Path) -> Path:
+    return trained_tiny_model_dir
 
 
 def test_a_model_that_thinks_and_calls_tools_passes_verification_end_to_end(

@@ -24,7 +24,6 @@ from modelyard.testing.field_core import (  # noqa: E402
     train_field_core,
 )
 from modelyard.testing.field_model import FIELD_MODEL_NAME, expand_field_model, main  # noqa: E402
-from modelyard.testing.tiny_model import write_test_tokenizer  # noqa: E402
 from modelyard.testing.trained_tiny_model import TOOL_CALL_TEXT, training_examples  # noqa: E402
 
 # SMALL_SHAPE (hidden 512: the norm ratio 512/128 = 4 is exact in bf16), with a vocabulary that
@@ -33,17 +32,15 @@ TEST_SHAPE = {**SMALL_SHAPE, "vocab_size": 1024}
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tokenizer")
-    write_test_tokenizer(path)
-    return path
+def tokenizer_dir(field_core_dir: Path) -> Path:
+    """The small local TEST tokenizer (``write_test_tokenizer``) the core was trained with."""
+    return field_core_dir / "tokenizer"
 
 
 @pytest.fixture(scope="module")
-def core_dir(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("core")
-    train_field_core(tokenizer_dir, path, max_steps=150)
-    return path
+def core_dir(field_core_dir: Path) -> Path:
+    """``train_field_core(tokenizer_dir, path, max_steps=150)``, built once (``tests/model_cache.py``)."""
+    return field_core_dir / "core"
 
 
 @pytest.fixture(scope="module")

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from modelyard.modeldir import inspect_model_directory
+from tiny_engine import TinyEngine
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -23,13 +18,13 @@ from modelyard.testing.tiny_model import (
     SPECIAL_TOKENS,
     TEST_MODEL_NAME,
     build_sharded_model,
-    build_tiny_qwen3,
 )
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny") / "tiny-qwen3")
+def tiny_model(tiny_model_dir: Path) -> Path:
+    """What ``build_tiny_qwen3`` wrote (the session's cached build, see ``tests/model_cache.py``)."""
+    return tiny_model_dir
 
 
 def test_tiny_model_validates_as_a_qwen3_directory(tiny_model: Path) -> None:
@@ -76,66 +71,16 @@ def test_sharded_model_and_its_defects(tmp_path: Path) -> None:
     assert nested.suggestion == tmp_path / "nested" / TEST_MODEL_NAME
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def served_tiny_model(tiny_model: Path) -> Iterator[str]:
-    port = _free_port()
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
-    executable = Path(sys.executable).parent / "transformers"
-    process = subprocess.Popen(
-        [
-            str(executable),
-            "serve",
-            str(tiny_model),
-            "--device",
-            "cpu",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert process.poll() is None, "transformers serve exited during start-up"
-            try:
-                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("transformers serve did not answer /health within 60 s")
-        yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 @pytest.mark.slow
-def test_transformers_serve_answers_chat_streamed_and_not(tiny_model: Path, served_tiny_model: str) -> None:
-    request = {"model": str(tiny_model), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    answer = httpx.post(f"{served_tiny_model}/v1/chat/completions", json=request, timeout=60).json()
+def test_transformers_serve_answers_chat_streamed_and_not(tiny_engine: TinyEngine) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    request = {"model": tiny_engine.model_path, "messages": messages, "max_tokens": 8}
+    answer = httpx.post(f"{tiny_engine.base_url}/v1/chat/completions", json=request, timeout=60).json()
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["usage"]["completion_tokens"] == 8
     chunks = []
     with httpx.stream(
-        "POST", f"{served_tiny_model}/v1/chat/completions", json={**request, "stream": True}, timeout=60
+        "POST", f"{tiny_engine.base_url}/v1/chat/completions", json={**request, "stream": True}, timeout=60
     ) as response:
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
