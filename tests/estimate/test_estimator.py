@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from modelyard.backends.parameters import parse_arguments
+from modelyard.doctor.memory import memory_findings
 from modelyard.errors import InvalidInput
 from modelyard.estimate import (
     GpuSpec,
     estimate_memory,
-    memory_findings,
     parse_engine_arguments,
     parse_gpu_specs,
 )
@@ -58,14 +59,27 @@ def test_engine_arguments_read_both_spellings_and_aliases() -> None:
         parse_engine_arguments("vllm", ["--gpu-memory-utilization 1.5"])
 
 
-def test_json_values_survive_both_argument_forms() -> None:
-    split = parse_engine_arguments("vllm", ["--limit-mm-per-prompt", '{"image": 0, "video": 0}'])
+def test_json_values_survive_a_stored_argv_and_a_quoted_line() -> None:
+    stored = parse_engine_arguments(
+        "vllm", parse_arguments(["--limit-mm-per-prompt", '{"image": 0, "video": 0}'])
+    )
     line = parse_engine_arguments("vllm", ['--limit-mm-per-prompt \'{"image": 0, "video": 0}\' -tp 2'])
-    assert split.language_only and line.language_only and line.tensor_parallel == 2
+    assert stored.language_only and line.language_only and line.tensor_parallel == 2
     mtp = parse_engine_arguments(
-        "vllm", ['--speculative-config={"method": "mtp", "num_speculative_tokens": 2}']
+        "vllm", ["""--speculative-config='{"method": "mtp", "num_speculative_tokens": 2}'"""]
     )
     assert mtp.speculative_mtp
+
+
+def test_engine_arguments_read_vllm_spellings_human_numbers_and_no_switches() -> None:
+    arguments = parse_engine_arguments(
+        "vllm", ["--max_model_len 32k --tensor-parallel 2 --no-enable-prefix-caching --enforce-eager"]
+    )
+    assert arguments.context_tokens == 32000 and arguments.tensor_parallel == 2
+    assert not arguments.prefix_caching and arguments.enforce_eager
+    assert parse_engine_arguments("vllm", ["--max-model-len 32K"]).context_tokens == 32768
+    with pytest.raises(InvalidInput, match="--max-model-len needs a whole number, got 'lots'"):
+        parse_engine_arguments("vllm", ["--max-model-len lots"])
 
 
 def test_llama_kv_per_token_is_128_kib_and_halves_with_fp8_or_tp2() -> None:

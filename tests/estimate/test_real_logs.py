@@ -15,12 +15,12 @@ import re
 import pytest
 import yaml
 
+from modelyard.doctor.memory import memory_findings
 from modelyard.estimate import (
     GpuSpec,
     MemoryEstimate,
     estimate_memory,
     kv_tokens_from_bytes,
-    memory_findings,
     parse_gpu_specs,
 )
 from modelyard.modeldir import read_model_facts

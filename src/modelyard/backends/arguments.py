@@ -2,8 +2,8 @@
 
 Backend parameters are the extra engine flags of a deployment. They may come as one line
 (``--max-model-len 8192 --enable-prefix-caching``), as many lines, or as a list of strings,
-and are split with POSIX shell quoting rules, so ``--chat-template '{{ x }}'`` stays one
-argument. Nothing is ever handed to a shell.
+and are split with POSIX shell quoting rules (``backends.parameters``), so
+``--chat-template '{{ x }}'`` stays one argument. Nothing is ever handed to a shell.
 
 Environment variables are ``KEY=VALUE`` pairs, kept apart from the arguments::
 
@@ -16,9 +16,9 @@ Environment variables are ``KEY=VALUE`` pairs, kept apart from the arguments::
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterator
 
+from modelyard.backends.parameters import parse_backend_parameters
 from modelyard.errors import InvalidInput
 
 # The names POSIX shells accept for variables; engines read nothing else.
@@ -51,20 +51,11 @@ def split_backend_parameters(raw: str | list[str]) -> list[str]:
     """Split backend parameters given on one line or many into an argument list.
 
     Lines that are empty or start with ``#`` are skipped. Each line is split on its own with
-    POSIX shell rules (quotes group, backslashes escape); a quote left open is an
-    ``InvalidInput`` that names the line.
+    POSIX shell rules (quotes group, backslashes escape), in time linear in its length; a quote
+    left open is an ``InvalidInput`` that names the line. The parsed form with flags and values
+    is ``modelyard.backends.parameters.parse_backend_parameters``; this is its ``argv``.
     """
-    arguments: list[str] = []
-    for where, line in _numbered_lines(raw, "backend parameters"):
-        try:
-            arguments.extend(shlex.split(line, posix=True))
-        except ValueError as error:
-            raise InvalidInput(
-                f"backend parameters {where} cannot be split ({error}): {line.strip()!r}",
-                hint="close the quote, or escape a literal quote with a backslash; "
-                "each line is split with shell quoting rules and a quote cannot span lines",
-            ) from error
-    return arguments
+    return parse_backend_parameters(raw).require_split().argv
 
 
 def check_env_name(name: str, where: str = "") -> str:

@@ -13,9 +13,9 @@ import typer
 
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.output import print_fields, print_json, print_table
+from modelyard.doctor.memory import memory_findings
 from modelyard.errors import InvalidInput
 from modelyard.estimate import MemoryEstimate, estimate_memory, gpu_specs_from_inventory, parse_gpu_specs
-from modelyard.estimate.findings import memory_findings
 from modelyard.hardware.gpus import read_gpu_inventory
 from modelyard.modeldir import read_model_facts
 

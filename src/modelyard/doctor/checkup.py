@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.arguments import parse_env
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.host import (
@@ -148,20 +148,22 @@ def inventory_from_gpu_specs(gpu_specs: Sequence[Any]) -> GpuInventory:
     return GpuInventory(gpus=gpus)
 
 
-def _parallelism(family: str, parameters: Sequence[str]) -> tuple[int, int, bool]:
+def _parallelism(family: str, version: str, parameters: str | list[str]) -> tuple[int, int, bool]:
     """(tensor parallel, pipeline parallel, speculative decoding) as the arguments ask."""
     if family not in ("vllm", "sglang"):
         return 1, 1, False
-    from modelyard.estimate.engine_arguments import parse_engine_arguments
+    from modelyard.estimate.engine_arguments import parse_engine_arguments, parsed_parameters
 
     try:
-        arguments = parse_engine_arguments(family, parameters)
+        lines = [parameters] if isinstance(parameters, str) else parameters
+        parsed = parsed_parameters(family, lines, version)
+        arguments = parse_engine_arguments(family, parsed)
     except InvalidInput as error:
         logger.debug("engine arguments not readable for host checks: %s", error)
         return 1, 1, False
     speculative = any(
-        flag.startswith(("--speculative-config", "--speculative-algorithm", "--speculative-algo"))
-        for flag in parameters
+        option.name.startswith(("--speculative-config", "--speculative-algorithm", "--speculative-algo"))
+        for option in parsed.options
     )
     return arguments.tensor_parallel, arguments.pipeline_parallel, speculative or arguments.speculative_mtp
 
@@ -196,14 +198,12 @@ def deployment_checkup(
     """
     gpus = gpus or NvmlGpuSource()
     try:
-        arguments = split_backend_parameters(backend_parameters)
-    except InvalidInput:
-        arguments = []  # the parameter checks name the broken quoting
-    try:
         environment = parse_env(env)
     except InvalidInput:
         environment = {}
-    tensor_parallel, pipeline_parallel, speculative = _parallelism(spec.family, arguments)
+    tensor_parallel, pipeline_parallel, speculative = _parallelism(
+        spec.family, version.version, backend_parameters
+    )
     count = tensor_parallel * pipeline_parallel
     inventory = inventory_from_gpu_specs(gpu_specs) if gpu_specs else gpus.read_inventory()
     if gpu_ids:

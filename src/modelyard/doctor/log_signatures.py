@@ -21,7 +21,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from modelyard.backends.flag_tables import FlagTable, available_versions, load_flag_table
+from modelyard.backends.parameters import ParsedParameters, parse_arguments
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.errors import InvalidInput
 
 # What the fix builder receives: the first match, and what is known about the engine.
 FixBuilder = Callable[[re.Match[str], "LogContext"], tuple[str, str]]
@@ -32,30 +35,28 @@ _MAX_EXCERPT_CHARS = 400
 
 @dataclass(frozen=True)
 class LogContext:
-    """What ``diagnose_log`` knows besides the text: the engine family and its arguments."""
+    """What ``diagnose_log`` knows besides the text: the engine family and its parsed arguments."""
 
     engine: str | None
-    engine_args: tuple[str, ...]
+    parameters: ParsedParameters
 
     def flag_value(self, *names: str) -> str | None:
-        """The value of the last ``--flag VALUE`` or ``--flag=VALUE`` among ``names``."""
-        value: str | None = None
-        for index, argument in enumerate(self.engine_args):
-            for name in names:
-                if argument == name and index + 1 < len(self.engine_args):
-                    value = self.engine_args[index + 1]
-                elif argument.startswith(name + "="):
-                    value = argument.split("=", 1)[1]
-        return value
+        """The value of the flag ``names`` denote (aliases, ``--flag=VALUE``; the last one wins)."""
+        return self.parameters.value_of(*names)
 
     def float_flag(self, *names: str) -> float | None:
-        value = self.flag_value(*names)
-        if value is None:
-            return None
         try:
-            return float(value)
-        except ValueError:
+            return self.parameters.number(*names)
+        except InvalidInput:
             return None
+
+
+def _engine_table(engine: str | None) -> FlagTable | None:
+    """The newest flag table of ``engine``: the log does not say which version wrote it."""
+    if engine not in ("vllm", "sglang"):
+        return None
+    versions = available_versions(engine)
+    return load_flag_table(engine, versions[-1]) if versions else None
 
 
 @dataclass(frozen=True)
@@ -480,7 +481,8 @@ def diagnose_log(
     "sglang", ...) and ``engine_args`` make the fixes concrete ("lower --gpu-memory-utilization
     from 0.95 to 0.85"); the engine is guessed from the log when not given.
     """
-    context = LogContext(engine=engine or _guess_engine(text), engine_args=tuple(engine_args))
+    family = engine or _guess_engine(text)
+    context = LogContext(engine=family, parameters=parse_arguments(list(engine_args), _engine_table(family)))
     findings: list[Finding] = []
     for signature in SIGNATURES:
         matches = list(signature.pattern.finditer(text))

@@ -25,12 +25,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from modelyard.backends.arguments import split_backend_parameters
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.memory import memory_findings
 from modelyard.doctor.parameters import ParameterContext, run_parameter_checks
-from modelyard.errors import InvalidInput, ModelyardError
-from modelyard.estimate import GpuSpec, estimate_memory, memory_findings
+from modelyard.errors import ModelyardError
+from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts, read_model_facts
 
@@ -74,7 +75,7 @@ def preflight_deployment(
     )
     findings.extend(run_parameter_checks(context))
     if model is not None and engine in {"vllm", "sglang"} and gpus and len(gpus) >= (count or 1):
-        findings.extend(_memory_findings(model, engine, version_text, backend_parameters, gpus))
+        findings.extend(_memory_findings(model, engine, version_text, context.parameters, gpus))
     return findings
 
 
@@ -104,13 +105,11 @@ def _memory_findings(
     model: ModelFacts,
     engine: str,
     version: str | None,
-    backend_parameters: list[str] | str,
+    parameters: ParsedParameters,
     gpus: list[GpuInfo],
 ) -> list[Finding]:
     """The estimator's verdict on these GPUs (``memory.*`` findings, ``modelyard.estimate``)."""
-    try:
-        arguments = split_backend_parameters(backend_parameters)
-    except InvalidInput:
+    if parameters.split_errors:
         return []  # param.unbalanced-quote / param.split-flag name the broken line
     specs = [
         GpuSpec(
@@ -119,7 +118,7 @@ def _memory_findings(
         for gpu in gpus
     ]
     try:
-        estimate = estimate_memory(model, engine, specs, arguments, engine_version=version)
+        estimate = estimate_memory(model, engine, specs, parameters, engine_version=version)
     except ModelyardError as error:
         return [_estimate_failed(str(error), error.hint or "")]
     except (ArithmeticError, LookupError, TypeError, ValueError) as error:

@@ -3,15 +3,16 @@ safetensors headers only (no weights loaded, no model class needed).
 
 Usage::
 
-    from modelyard.estimate import estimate_memory, memory_findings, parse_gpu_specs
+    from modelyard.estimate import estimate_memory, parse_gpu_specs
     from modelyard.modeldir import read_model_facts
 
     facts = read_model_facts(Path("/models/Qwen3-32B"))
-    estimate = estimate_memory(facts, "vllm", parse_gpu_specs("2x48GB"), ["--tensor-parallel-size", "2"])
+    estimate = estimate_memory(facts, "vllm", parse_gpu_specs("2x48GB"), ["--tensor-parallel-size 2"])
+
+Its verdict as findings is ``modelyard.doctor.memory.memory_findings``.
 """
 
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
-from modelyard.estimate.findings import memory_findings
 from modelyard.estimate.gpus import GpuSpec, gpu_specs_from_inventory, parse_gpu_specs
 from modelyard.estimate.memory import MemoryEstimate, MemoryPlan, estimate_memory, kv_tokens_from_bytes
 
@@ -23,7 +24,6 @@ __all__ = [
     "estimate_memory",
     "gpu_specs_from_inventory",
     "kv_tokens_from_bytes",
-    "memory_findings",
     "parse_engine_arguments",
     "parse_gpu_specs",
 ]

@@ -1,24 +1,23 @@
 """The few engine flags that change memory, read from a deployment's backend parameters.
 
-Both spellings are read (``--flag value`` and ``--flag=value``), with each engine's aliases. Flags
-that do not matter for memory are ignored here; checking them is ``modelyard.doctor``'s job.
+The parameters are read in their one parsed form (``modelyard.backends.parameters``, on the
+engine version's flag table): both spellings (``--flag value``, ``--flag=value``), aliases,
+vLLM's underscores and human-readable numbers (``32k``), ``--no-`` switches. Flags that do not
+matter for memory are ignored here; checking them is ``modelyard.doctor``'s job.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from modelyard.backends.flag_tables import FlagTable, available_versions, load_flag_table
+from modelyard.backends.parameters import ParsedParameters, parse_arguments, parse_backend_parameters
 from modelyard.errors import InvalidInput
 
 Engine = Literal["vllm", "sglang"]
-
-# ``--flag={...}`` or ``--flag=[...]``: one token even with spaces inside.
-_JSON_ASSIGNMENT = re.compile(r"^--[\w-]+=[\[{]")
 
 # field name -> flags that set it, per engine.
 _VLLM_FLAGS: dict[str, tuple[str, ...]] = {
@@ -52,7 +51,6 @@ _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "speculative_algorithm": ("--speculative-algorithm", "--speculative-algo"),
 }
 _VLLM_SWITCHES = {"enforce_eager": ("--enforce-eager",), "language_only": ("--language-model-only",)}
-_NEGATIVE_SWITCHES = {"prefix_caching": ("--no-enable-prefix-caching", "--disable-radix-cache")}
 _SGLANG_SWITCHES = {"enforce_eager": ("--disable-cuda-graph",), "language_only": ("--language-only",)}
 
 
@@ -89,54 +87,6 @@ class EngineArguments:
         return self.tensor_parallel * self.pipeline_parallel
 
 
-def _split(parameters: Sequence[str]) -> list[str]:
-    """Tokens from parameters given either as a line of flags (``"--tp 2 --x y"``, split with
-    shell rules) or already split (a JSON value with spaces stays one token)."""
-    tokens: list[str] = []
-    for item in parameters:
-        text = item.strip()
-        is_line = text.startswith("-") and any(char.isspace() for char in text)
-        if is_line and not _JSON_ASSIGNMENT.match(text):
-            try:
-                tokens.extend(shlex.split(text))
-            except ValueError as error:
-                raise InvalidInput(f"cannot split backend parameters {item!r}: {error}") from error
-        elif text:
-            tokens.append(text)
-    return tokens
-
-
-def _values(tokens: list[str]) -> dict[str, str | None]:
-    """``{flag: value}`` for every ``--flag`` (the last one wins); switches map to ``None``."""
-    found: dict[str, str | None] = {}
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        if token.startswith("-"):
-            if "=" in token:
-                flag, value = token.split("=", 1)
-                found[flag.replace("_", "-")] = value
-            elif index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
-                found[token.replace("_", "-")] = tokens[index + 1]
-                index += 1
-            else:
-                found[token.replace("_", "-")] = None
-        index += 1
-    return found
-
-
-def _number(flag: str, value: str | None, kind: type[int] | type[float]) -> int | float:
-    try:
-        if value is None:
-            raise ValueError("no value")
-        return kind(value)
-    except ValueError as error:
-        raise InvalidInput(
-            f"{flag} needs a {'whole number' if kind is int else 'number'}, got {value!r}",
-            hint=f"write e.g. {flag} {'2' if kind is int else '0.9'}",
-        ) from error
-
-
 def _memory_bytes(flag: str, value: str | None) -> int:
     text = (value or "").strip().upper()
     scale = 1
@@ -144,38 +94,63 @@ def _memory_bytes(flag: str, value: str | None) -> int:
         if text.endswith(suffix):
             text, scale = text[: -len(suffix)], factor
             break
-    return int(_number(flag, text, float) * scale)
+    try:
+        return int(float(text) * scale)
+    except ValueError:
+        raise InvalidInput(f"{flag} needs a size, got {value!r}", hint=f"write e.g. {flag} 20G") from None
 
 
-def parse_engine_arguments(engine: str, parameters: Sequence[str]) -> EngineArguments:
-    """Read the memory-relevant flags of ``engine`` ("vllm" or "sglang") from ``parameters``."""
+def engine_flag_table(engine: str, version: str | None) -> FlagTable | None:
+    """The flag table the estimator reads ``engine``'s flags with: the version's (or the nearest),
+    the newest one when no version is given."""
+    versions = available_versions(engine)
+    if not versions:
+        return None
+    return load_flag_table(engine, version or versions[-1])
+
+
+def parsed_parameters(
+    engine: str, parameters: Sequence[str] | ParsedParameters, version: str | None = None
+) -> ParsedParameters:
+    """``parameters`` in parsed form: lines as typed are split by shell rules (``InvalidInput`` on
+    a quote left open); a parsed form is kept (parsed again on the engine's table if it had none)."""
+    if isinstance(parameters, ParsedParameters):
+        if parameters.table is not None or engine not in ("vllm", "sglang"):
+            return parameters
+        return parse_arguments(parameters.argv, engine_flag_table(engine, version))
+    return parse_backend_parameters(list(parameters), engine_flag_table(engine, version)).require_split()
+
+
+def parse_engine_arguments(
+    engine: str, parameters: Sequence[str] | ParsedParameters, version: str | None = None
+) -> EngineArguments:
+    """Read the memory-relevant flags of ``engine`` ("vllm" or "sglang") from ``parameters``:
+    lines as typed (each split by shell rules), or the parsed form (``backends.parameters``)."""
     if engine not in ("vllm", "sglang"):
         raise InvalidInput(
             f"the estimator models vllm and sglang, not {engine!r}", hint="use --backend vllm|sglang"
         )
+    parsed = parsed_parameters(engine, parameters, version)
     flags = _VLLM_FLAGS if engine == "vllm" else _SGLANG_FLAGS
     switches = _VLLM_SWITCHES if engine == "vllm" else _SGLANG_SWITCHES
-    values = _values(_split(parameters))
-    settings: dict[str, object] = {}
-    for field_name, names in flags.items():
-        for name in names:
-            if name in values:
-                settings[field_name] = (name, values[name])
     integers = {"tensor_parallel", "pipeline_parallel", "context_tokens", "batched_tokens", "max_sequences"}
     integers |= {"block_size", "max_total_tokens", "cuda_graph_max_batch"}
     result: dict[str, object] = {"engine": engine}
-    for field_name, (flag, value) in (
-        (key, value) for key, value in settings.items() if isinstance(value, tuple)
-    ):
+    for field_name, names in flags.items():
+        option = parsed.find(*names)
+        if option is None:
+            continue
+        value = parsed.value_of(*names)
         if field_name in integers:
-            result[field_name] = int(_number(flag, value, int))
+            result[field_name] = parsed.integer(*names)
         elif field_name == "memory_fraction":
-            fraction = float(_number(flag, value, float))
+            fraction = parsed.number(*names)
+            assert fraction is not None
             if not 0 < fraction <= 1:
-                raise InvalidInput(f"{flag} must be between 0 and 1, got {fraction}")
+                raise InvalidInput(f"{option.name} must be between 0 and 1, got {fraction}")
             result[field_name] = fraction
         elif field_name == "kv_cache_memory":
-            result["kv_cache_memory_bytes"] = _memory_bytes(flag, value)
+            result["kv_cache_memory_bytes"] = _memory_bytes(option.name, value)
         elif field_name == "limit_mm_per_prompt":
             result["language_only"] = _all_zero(value)
         elif field_name == "speculative_config":
@@ -185,11 +160,10 @@ def parse_engine_arguments(engine: str, parameters: Sequence[str]) -> EngineArgu
         else:
             result[field_name] = value
     for field_name, names in switches.items():
-        if any(name in values for name in names):
+        if parsed.switch(*names):
             result[field_name] = True
-    for field_name, names in _NEGATIVE_SWITCHES.items():
-        if any(name in values for name in names):
-            result[field_name] = False
+    if parsed.switch("--enable-prefix-caching") is False or parsed.given("--disable-radix-cache"):
+        result["prefix_caching"] = False
     return EngineArguments(**result)  # type: ignore[arg-type]
 
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate.architecture import ModelShape, read_model_shape
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
@@ -149,9 +150,13 @@ def _weight_parts(model: ModelFacts, shape: ModelShape) -> WeightParts:
 
 
 def _prepare(
-    model: ModelFacts, engine: str, gpus: Sequence[GpuSpec], parameters: Sequence[str], version: str | None
+    model: ModelFacts,
+    engine: str,
+    gpus: Sequence[GpuSpec],
+    parameters: Sequence[str] | ParsedParameters,
+    version: str | None,
 ) -> _Inputs:
-    arguments = parse_engine_arguments(engine, parameters)
+    arguments = parse_engine_arguments(engine, parameters, version)
     if not gpus:
         raise InvalidInput("no GPU to estimate for", hint="give --gpus COUNTxSIZE, e.g. --gpus 2x48GB")
     if arguments.gpus_per_replica > len(gpus):
@@ -396,12 +401,14 @@ def estimate_memory(
     model: ModelFacts,
     engine: str,
     gpus: list[GpuSpec],
-    backend_parameters: list[str],
+    backend_parameters: Sequence[str] | ParsedParameters,
     *,
     engine_version: str | None = None,
 ) -> MemoryEstimate:
     """Estimate weights, KV cache and overheads per GPU of one replica, on an idle GPU (total
-    memory) and, when the GPUs' free memory is known, on the GPUs as they are now."""
+    memory) and, when the GPUs' free memory is known, on the GPUs as they are now.
+
+    ``backend_parameters`` are lines as typed (each split by shell rules) or their parsed form."""
     inputs = _prepare(model, engine, gpus, backend_parameters, engine_version)
     gpu = inputs.gpu
     on_total = _plan(inputs, engine, "total", gpu.memory_total_bytes)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from modelyard.doctor.findings import Finding
+from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
 from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
@@ -36,6 +36,9 @@ from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts
 
 Check = Callable[[ParameterContext], list[Finding]]
+# Findings of one id shown one by one; more are counted in one finding (a pasted wall of text
+# would otherwise give one finding per word).
+MAX_FINDINGS_PER_ID = 10
 
 CHECKS: tuple[Check, ...] = (
     check_command_in_arguments,
@@ -58,7 +61,36 @@ def run_parameter_checks(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
     for check in CHECKS:
         findings.extend(check(context))
-    return findings
+    return bounded(findings)
+
+
+def bounded(findings: list[Finding]) -> list[Finding]:
+    """At most ``MAX_FINDINGS_PER_ID`` findings of each id, then one that counts the rest."""
+    kept: list[Finding] = []
+    extra: dict[str, list[Finding]] = {}
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.check_id] = counts.get(finding.check_id, 0) + 1
+        if counts[finding.check_id] <= MAX_FINDINGS_PER_ID:
+            kept.append(finding)
+        else:
+            extra.setdefault(finding.check_id, []).append(finding)
+    for check_id, rest in extra.items():
+        first = rest[0]
+        count = sum(int(finding.details.get("count", 1)) for finding in rest)
+        kept.append(
+            Finding(
+                check_id,
+                max((finding.severity for finding in rest), key=_SEVERITY_RANK.__getitem__),
+                f"{count:,} more findings like: {first.message[:200]}",
+                fix=first.fix,
+                details={"count": count},
+            )
+        )
+    return kept
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 def check_parameters(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from modelyard.backends.flag_tables import FlagTable, load_all_flag_tables, load_flag_table
-from modelyard.doctor.parameters.parsing import ParsedParameters, parse_parameters
+from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts
 
@@ -81,13 +81,13 @@ class ParameterContext:
             gpu_count=gpu_count if gpu_count is not None else (len(gpus) if gpus else None),
             table=table,
             history=history,
-            parsed=parse_parameters(backend_parameters, table),
+            parsed=parse_backend_parameters(backend_parameters, table),
         )
 
     @property
     def parameters(self) -> ParsedParameters:
         if self.parsed is None:
-            self.parsed = parse_parameters(self.backend_parameters, self.table)
+            self.parsed = parse_backend_parameters(self.backend_parameters, self.table)
         return self.parsed
 
     @property

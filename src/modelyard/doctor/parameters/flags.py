@@ -12,14 +12,19 @@ import difflib
 import re
 
 from modelyard.backends.flag_tables import FlagSpec, FlagTable
+from modelyard.backends.parameters import Option
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
 from modelyard.doctor.parameters.equivalents import EQUIVALENTS
-from modelyard.doctor.parameters.parsing import ParsedOption
 from modelyard.doctor.parameters.text import ENGINE_COMMANDS, ENV_ASSIGNMENT
 
 # vLLM reads "32k", "1.5M" for token counts; both engines read plain numbers.
 HUMAN_NUMBER = re.compile(r"^-?\d+(\.\d+)?([kKmMgGtT])?$")
+# Unknown flags explained one by one (history, closest name); the rest are counted in one finding,
+# so that a pasted wall of flags costs bounded work (with it, one id's 10 findings at most).
+MAX_UNKNOWN_EXPLAINED = 9
+# Names longer than any real flag get no "did you mean" (difflib is quadratic in the length).
+MAX_SUGGESTED_LENGTH = 80
 
 
 def check_flags(context: ParameterContext) -> list[Finding]:
@@ -38,10 +43,11 @@ def check_flags(context: ParameterContext) -> list[Finding]:
                 f"--engine {context.engine} --version {context.version}",
             )
         )
-    seen: dict[str, ParsedOption] = {}
+    seen: dict[str, Option] = {}
+    unknown: list[Option] = []
     for option in context.parameters.options:
         if option.spec is None:
-            findings.append(_unknown(context, table, option))
+            unknown.append(option)
             continue
         findings.extend(_known(context, option.spec, option))
         # vLLM merges dotted JSON keys (--compilation-config.mode, --compilation-config.level)
@@ -60,11 +66,25 @@ def check_flags(context: ParameterContext) -> list[Finding]:
                 )
             )
         seen[key] = option
+    findings.extend(_unknown(context, table, option) for option in unknown[:MAX_UNKNOWN_EXPLAINED])
+    if len(unknown) > MAX_UNKNOWN_EXPLAINED:
+        rest = unknown[MAX_UNKNOWN_EXPLAINED:]
+        findings.append(
+            Finding(
+                "param.unknown-flag",
+                Severity.ERROR,
+                f"{len(rest):,} more flags {context.label} does not have, from line {rest[0].line_number} "
+                f"on (first: {rest[0].typed[:MAX_SUGGESTED_LENGTH]})",
+                fix=f"remove them; `vllm serve --help` or `python -m sglang.launch_server --help` of "
+                f"{context.label} lists the flags it has",
+                details={"count": len(rest), "line": rest[0].line_number},
+            )
+        )
     findings.extend(_strays(context))
     return findings
 
 
-def _unknown(context: ParameterContext, table: FlagTable, option: ParsedOption) -> Finding:
+def _unknown(context: ParameterContext, table: FlagTable, option: Option) -> Finding:
     typed = option.typed
     history = _history(context, typed)
     if history is not None:
@@ -82,7 +102,11 @@ def _unknown(context: ParameterContext, table: FlagTable, option: ParsedOption) 
             suggestions.append(f"{typed} is {other}'s flag: {equivalent.note}")
     names = [name for name in table.flags if not table.flags[name].deprecated]
     spelled = typed.replace("_", "-") if typed.startswith("--") else typed
-    close = difflib.get_close_matches(spelled, names, n=1, cutoff=0.6)
+    close = (
+        difflib.get_close_matches(spelled, names, n=1, cutoff=0.6)
+        if len(spelled) <= MAX_SUGGESTED_LENGTH
+        else []
+    )
     if close and not suggestions:
         suggestions.append(f"did you mean {close[0]}?")
     fix = "; ".join(suggestions) or f"remove it, or look it up in {context.label}'s --help"
@@ -137,7 +161,7 @@ def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text))
 
 
-def _known(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> list[Finding]:
+def _known(context: ParameterContext, spec: FlagSpec, option: Option) -> list[Finding]:
     findings: list[Finding] = []
     where = f"line {option.line_number}"
     if option.abbreviated:
@@ -166,7 +190,7 @@ def _known(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> l
     return findings
 
 
-def _values(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> list[Finding]:
+def _values(context: ParameterContext, spec: FlagSpec, option: Option) -> list[Finding]:
     where = f"line {option.line_number}"
     takes = "none" if option.typed in spec.negations else spec.takes_value
     if takes == "none":
@@ -201,7 +225,7 @@ def _values(context: ParameterContext, spec: FlagSpec, option: ParsedOption) -> 
     return findings
 
 
-def _one_value(context: ParameterContext, spec: FlagSpec, option: ParsedOption, value: str) -> list[Finding]:
+def _one_value(context: ParameterContext, spec: FlagSpec, option: Option, value: str) -> list[Finding]:
     where = f"line {option.line_number}"
     if value != value.strip() and spec.choices and value.strip() in [str(choice) for choice in spec.choices]:
         return []  # param.stray-whitespace names it

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import unicodedata
 
+from modelyard.backends.parameters import SourceLine, is_option, resolve_option
+from modelyard.backends.shell_words import UnbalancedQuoting, split_words
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
-from modelyard.doctor.parameters.parsing import RawLine, is_option, resolve_option
 
 DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
 TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
@@ -64,7 +64,7 @@ def check_characters(context: ParameterContext) -> list[Finding]:
     return findings
 
 
-def _odd_characters(line: RawLine) -> list[Finding]:
+def _odd_characters(line: SourceLine) -> list[Finding]:
     findings: list[Finding] = []
     hidden = sorted({character for character in line.text if _invisible(character)})
     if hidden:
@@ -153,13 +153,13 @@ def check_broken_lines(context: ParameterContext) -> list[Finding]:
 
 def _splits(text: str) -> bool:
     try:
-        shlex.split(text, posix=True)
-    except ValueError:
+        split_words(text)
+    except UnbalancedQuoting:
         return False
     return True
 
 
-def _split_finding(line: RawLine, following: RawLine | None, joined: str, what: str) -> Finding:
+def _split_finding(line: SourceLine, following: SourceLine | None, joined: str, what: str) -> Finding:
     next_number = following.number if following else line.number + 1
     return Finding(
         "param.split-flag",
@@ -171,7 +171,7 @@ def _split_finding(line: RawLine, following: RawLine | None, joined: str, what: 
     )
 
 
-def _broken_flag(context: ParameterContext, line: RawLine, following: RawLine) -> list[Finding]:
+def _broken_flag(context: ParameterContext, line: SourceLine, following: SourceLine) -> list[Finding]:
     """``--tool-call-`` / ``parser x`` or ``--tool-call`` / ``-parser x``: a flag cut in two."""
     assert line.tokens is not None and following.tokens is not None
     last, first = line.tokens[-1], following.tokens[0]

@@ -1,5 +1,8 @@
 """The estimator's verdict as doctor findings (``memory.*`` ids, documented in docs/doctor/memory.md).
 
+The estimator (``modelyard.estimate``) computes; doctor judges. Keeping the findings here keeps
+the imports one way: doctor imports estimate, never the reverse.
+
 Usage::
 
     estimate = estimate_memory(facts, "vllm", gpus, parameters)
