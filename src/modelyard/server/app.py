@@ -12,18 +12,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
 
 from modelyard import __version__
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.server.api.router import api_router
+from modelyard.server.console.router import install_console
 from modelyard.server.context import ServerContext
 from modelyard.server.errors import install_error_handlers
 from modelyard.server.gateway.router import gateway_router
 from modelyard.server.gateway.runtime import start_gateway
 
 logger = logging.getLogger(__name__)
+
+OPENAPI_URL = "/api/openapi.json"
 
 # Called once the controller runs, e.g. by `modelyard serve` to watch the demo come up.
 StartupHook = Callable[[ServerContext], Awaitable[None]]
@@ -59,8 +61,8 @@ def create_app(
         title="modelyard",
         version=__version__,
         lifespan=lifespan,
-        docs_url="/api/docs",
-        openapi_url="/api/openapi.json",
+        docs_url=None,  # served by the console, with Swagger UI's files from the package
+        openapi_url=OPENAPI_URL,
         redoc_url=None,
     )
     app.state.context = context
@@ -68,13 +70,5 @@ def create_app(
     app.include_router(api_router)
     app.include_router(gateway_router)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def console_placeholder() -> str:
-        return (
-            "<!doctype html><title>modelyard</title><h1>modelyard</h1>"
-            f"<p>Server {__version__} is running. The web console is coming; meanwhile use the "
-            "<code>modelyard</code> CLI, the REST API at <a href='/api/docs'>/api/docs</a> and "
-            "the OpenAI-compatible gateway at <code>/v1</code>.</p>"
-        )
-
+    install_console(app, openapi_url=OPENAPI_URL)
     return app

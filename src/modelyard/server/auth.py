@@ -1,4 +1,5 @@
-"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``.
+"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``, or the console's
+session cookie with its CSRF token (``modelyard.server.sessions``).
 
 Passwords are checked against ``users.password_hash`` (scrypt, see
 ``modelyard.services.password_hashing``). scrypt is slow on purpose, and the CLI polls while it
@@ -17,12 +18,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from sqlalchemy import select
 
 from modelyard.errors import Forbidden, Unauthorized
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.sessions import current_session
 from modelyard.services.password_hashing import verify_password
 from modelyard.store.tables import User
 
@@ -95,11 +97,15 @@ def authenticate(context: ServerContext, username: str, password: str) -> AdminU
 
 
 def require_admin(
+    request: Request,
     credentials: HTTPBasicCredentials | None = Depends(_basic),
     context: ServerContext = Depends(server_context),
 ) -> AdminUser:
     """FastAPI dependency (sync: FastAPI runs it in a worker thread, off the event loop)."""
     if credentials is None:
+        console_session = current_session(request, context)
+        if console_session is not None:
+            return AdminUser(id=console_session.user_id, username=console_session.username)
         raise Unauthorized(
             "this endpoint needs the admin's credentials (HTTP Basic)",
             hint="send admin:<password>; the password is in <data-dir>/admin-password",

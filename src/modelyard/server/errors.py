@@ -53,7 +53,8 @@ def error_body(
 def error_response(
     status: int, message: str, code: str, hint: str | None = None, details: Any = None
 ) -> JSONResponse:
-    headers = AUTHENTICATE_HEADER if status == 401 else None
+    # No Basic challenge for an ended console session: a browser would pop up its login dialog.
+    headers = AUTHENTICATE_HEADER if status == 401 and code != "session_expired" else None
     return JSONResponse(error_body(status, message, code, hint, details), status_code=status, headers=headers)
 
 

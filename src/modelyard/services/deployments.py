@@ -146,6 +146,22 @@ def list_deployments(session: Session) -> list[Deployment]:
 
 def create_deployment(session: Session, request: DeploymentRequest, inventory: GpuInventory) -> Deployment:
     """Validate the whole request, run doctor's preflight, then store the deployment."""
+    deployment = check_deployment(session, request, inventory)
+    session.add(deployment)
+    commit_new(session, "deployment", deployment.name)
+    logger.info(
+        "deployment %s created (%s %s, %d replica(s))",
+        deployment.name,
+        deployment.backend,
+        deployment.backend_version,
+        deployment.replicas,
+    )
+    return get_deployment(session, deployment.name)
+
+
+def check_deployment(session: Session, request: DeploymentRequest, inventory: GpuInventory) -> Deployment:
+    """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
+    added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
     model = _usable_model(session, request.model)
     name = check_name(request.name if request.name is not None else model.name, "deployment")
     existing = find_deployment(session, name)
@@ -192,12 +208,7 @@ def create_deployment(session: Session, request: DeploymentRequest, inventory: G
         skip_verification=request.skip_verification,
         warnings=warnings,
     )
-    session.add(deployment)
-    commit_new(session, "deployment", name)
-    logger.info(
-        "deployment %s created (%s %s, %d replica(s))", name, spec.name, version.version, request.replicas
-    )
-    return get_deployment(session, name)
+    return deployment
 
 
 def _live_deployment(session: Session, name: str, action: str) -> Deployment:

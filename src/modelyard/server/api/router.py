@@ -8,11 +8,35 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from modelyard.server.api import auth, backends, deployments, keys, logs, models, system, usage
+from modelyard.server.api import (
+    auth,
+    backends,
+    benchmarks,
+    deployment_preflight,
+    deployments,
+    keys,
+    logs,
+    models,
+    system,
+    usage,
+    usage_timeline,
+)
 from modelyard.server.auth import require_admin
 
 api_router = APIRouter(prefix="/api/v1", dependencies=[Depends(require_admin)])
 
-# logs before deployments: its route is more specific than /deployments/{name:path}.
-for module in (system, auth, models, backends, logs, deployments, keys, usage):
+# logs and preflight before deployments: their routes are more specific than /deployments/{name:path}.
+for module in (
+    system,
+    auth,
+    models,
+    backends,
+    logs,
+    deployment_preflight,
+    deployments,
+    keys,
+    usage_timeline,
+    usage,
+    benchmarks,
+):
     api_router.include_router(module.router)

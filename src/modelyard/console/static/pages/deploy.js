@@ -1,0 +1,103 @@
+// New deployment: the form, with doctor's preflight (the same checks as deploying, nothing stored)
+// shown as you type; a refused deploy shows the error and its fix.
+import { api, debounce, errorBox, findingList, h, okBox, pathName, replace } from "../console.js";
+
+const form = document.getElementById("deploy-form");
+const preflight = document.getElementById("preflight");
+const result = document.getElementById("deploy-result");
+const backendSelect = document.getElementById("backend");
+const versionSelect = document.getElementById("backend_version");
+let backends = [];
+let sequence = 0;
+
+function value(id) {
+  return document.getElementById(id).value;
+}
+
+export function requestBody() {
+  const body = {
+    model: value("model"),
+    backend: value("backend"),
+    replicas: Number(value("replicas") || 1),
+    backend_parameters: value("backend_parameters"),
+    env: value("env"),
+    skip_verification: document.getElementById("skip_verification").checked,
+  };
+  if (value("name").trim()) body.name = value("name").trim();
+  if (value("backend_version")) body.backend_version = value("backend_version");
+  if (value("gpus") !== "") body.gpus_per_replica = Number(value("gpus"));
+  const ids = value("gpu_ids").trim();
+  if (ids) body.gpu_ids = ids.split(",").map((part) => Number(part.trim()));
+  return body;
+}
+
+function fillVersions() {
+  const backend = backends.find((b) => b.name === backendSelect.value);
+  replace(versionSelect, (backend?.versions ?? []).map((v) => h("option", { value: v.version, selected: v.version === backend.default_version }, v.version + (v.version === backend.default_version ? " (default)" : ""))));
+}
+
+function showVerdict(verdict) {
+  const findings = verdict.findings ?? [];
+  const parts = [];
+  if (verdict.ok) {
+    const planned = verdict.planned;
+    parts.push(okBox(h("p", {}, h("strong", {}, "Ready to deploy"), ` as ${planned.name} on ${planned.backend} ${planned.backend_version}, ${planned.gpus_per_replica ? `${planned.gpus_per_replica} GPU(s) per replica` : "CPU"}.`)));
+  } else {
+    parts.push(errorBox(verdict.error ?? { message: "refused" }));
+  }
+  const memory = findings.filter((f) => String(f.check_id ?? "").startsWith("memory."));
+  const other = findings.filter((f) => !memory.includes(f));
+  if (other.length) parts.push(h("h3", {}, "Findings"), findingList(other));
+  parts.push(h("h3", {}, "Memory estimate"));
+  parts.push(memory.length ? findingList(memory) : h("p", { class: "muted", id: "memory-none" }, "No GPU memory estimate: it is made for vLLM and SGLang on GPUs (the host's GPUs are listed on the dashboard)."));
+  replace(preflight, parts);
+}
+
+async function runPreflight() {
+  if (!value("model")) return;
+  const mine = ++sequence;
+  preflight.setAttribute("aria-busy", "true");
+  try {
+    const verdict = await api("/deployments/preflight", { method: "POST", json: requestBody() });
+    if (mine === sequence) showVerdict(verdict);
+  } catch (error) {
+    if (mine === sequence) replace(preflight, errorBox(error));
+  } finally {
+    if (mine === sequence) preflight.removeAttribute("aria-busy");
+  }
+}
+
+const later = debounce(runPreflight, 350);
+form.addEventListener("input", later);
+backendSelect.addEventListener("change", () => {
+  fillVersions();
+  later();
+});
+
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const button = document.getElementById("deploy-button");
+  button.disabled = true;
+  replace(result, h("p", { class: "muted" }, "Deploying…"));
+  try {
+    const deployment = await api("/deployments", { method: "POST", json: requestBody() });
+    replace(result, okBox("Deployed."));
+    window.location.assign(`/deployments/${pathName(deployment.name)}`);
+  } catch (error) {
+    replace(result, errorBox(error));
+    button.disabled = false;
+  }
+});
+
+async function load() {
+  const [models, catalog] = await Promise.all([api("/models"), api("/backends")]);
+  backends = catalog;
+  const wanted = new URLSearchParams(location.search).get("model");
+  const modelSelect = document.getElementById("model");
+  replace(modelSelect, models.length ? models.map((m) => h("option", { value: m.name, selected: m.name === wanted }, `${m.name}${m.state !== "valid" ? ` (${m.state})` : ""}`)) : h("option", { value: "" }, "no models: add one first"));
+  replace(backendSelect, catalog.map((b) => h("option", { value: b.name }, `${b.name}${b.builtin ? "" : " (custom)"}`)));
+  fillVersions();
+  runPreflight();
+}
+
+load();

@@ -1,0 +1,48 @@
+// Model files: add a local directory (the server validates it and says what is wrong), list them.
+import { api, badge, errorBox, formatBytes, formatCount, h, okBox, pathName, replace, table } from "../console.js";
+
+const form = document.getElementById("add-model");
+const result = document.getElementById("add-result");
+
+async function refresh() {
+  const models = await api("/models");
+  replace(
+    document.getElementById("models"),
+    table(
+      [
+        ["name", (m) => h("a", { href: `/models/${pathName(m.name)}` }, m.name)],
+        ["state", (m) => badge(m.state)],
+        ["architecture", (m) => m.architecture ?? "–"],
+        ["dtype", (m) => m.dtype ?? "–"],
+        ["parameters", (m) => formatCount(m.parameter_count)],
+        ["size", (m) => formatBytes(m.size_bytes)],
+        ["deployments", (m) => String(m.deployment_count ?? 0)],
+        ["path", (m) => h("code", {}, m.path)],
+      ],
+      models,
+      { empty: "No model files yet: add a directory above." },
+    ),
+  );
+}
+
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const path = document.getElementById("model-path").value.trim();
+  const name = document.getElementById("model-name").value.trim();
+  const button = form.querySelector("button");
+  button.disabled = true;
+  replace(result, h("p", { class: "muted" }, `Checking ${path}…`));
+  try {
+    const model = await api("/models", { method: "POST", json: name ? { path, name } : { path } });
+    replace(result, okBox(h("p", {}, "Added ", h("a", { href: `/models/${pathName(model.name)}` }, model.name),
+      ` (${model.architecture ?? "unknown architecture"}, ${formatBytes(model.size_bytes)}).`)));
+    form.reset();
+    await refresh();
+  } catch (error) {
+    replace(result, errorBox(error));
+  } finally {
+    button.disabled = false;
+  }
+});
+
+refresh();

@@ -1,0 +1,26 @@
+"""``GET /api/v1/usage/timeline?minutes=15&bucket_seconds=30``: gateway traffic per time bucket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
+
+from modelyard.server.api.common import in_session
+from modelyard.server.context import ServerContext, server_context
+from modelyard.services.usage_timeline import usage_timeline
+from modelyard.store.tables import utc_now
+
+router = APIRouter(tags=["usage"])
+
+
+def _timeline(session: Session, minutes: int, bucket_seconds: int) -> dict[str, Any]:
+    return usage_timeline(session, now=utc_now(), minutes=minutes, bucket_seconds=bucket_seconds).to_json()
+
+
+@router.get("/usage/timeline")
+async def read_usage_timeline(
+    minutes: int = 15, bucket_seconds: int = 30, context: ServerContext = Depends(server_context)
+) -> dict[str, Any]:
+    return await in_session(context, _timeline, minutes, bucket_seconds)

@@ -1,0 +1,119 @@
+"""The console's pages: server-rendered shells; each page's script reads and writes the REST API
+(``/api/v1``) with the session cookie and the CSRF token, as the CLI does with HTTP Basic.
+
+A page asked for without a session redirects to ``/login?next=<path>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse, Response
+
+from modelyard.server.console.templates import render
+from modelyard.server.context import ServerContext, server_context
+from modelyard.server.sessions import find_session
+from modelyard.services.console_key import console_key_file, ensure_console_key
+
+router = APIRouter(include_in_schema=False)
+
+
+async def _page(
+    request: Request, context: ServerContext, template: str, title: str, page: str, **values: Any
+) -> Response:
+    session = await run_in_threadpool(find_session, request, context)
+    if session is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+    return render(
+        request,
+        template,
+        title=title,
+        page=page,
+        csrf_token=session.csrf_token,
+        username=session.username,
+        **values,
+    )
+
+
+@router.get("/")
+async def dashboard(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "dashboard.html", "Dashboard", "dashboard")
+
+
+@router.get("/models")
+async def models(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "models.html", "Models", "models")
+
+
+@router.get("/models/{name:path}")
+async def model(name: str, request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "model.html", f"Model {name}", "models", name=name)
+
+
+@router.get("/backends")
+async def backends(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "backends.html", "Backends", "backends")
+
+
+@router.get("/deployments")
+async def deployments(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "deployments.html", "Deployments", "deployments")
+
+
+@router.get("/deployments/new")
+async def new_deployment(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "deploy.html", "New deployment", "deployments")
+
+
+@router.get("/deployments/{name:path}")
+async def deployment(
+    name: str, request: Request, context: ServerContext = Depends(server_context)
+) -> Response:
+    return await _page(request, context, "deployment.html", f"Deployment {name}", "deployments", name=name)
+
+
+def _console_key(context: ServerContext) -> str:
+    with context.database.session() as session:
+        key, created = ensure_console_key(session, console_key_file(context.settings.data_dir))
+    if created:
+        context.key_cache.invalidate()
+    return key
+
+
+@router.get("/playground")
+async def playground(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    session = await run_in_threadpool(find_session, request, context)
+    # The key is made only for a signed-in admin (``_page`` redirects everyone else).
+    key = await run_in_threadpool(_console_key, context) if session is not None else ""
+    return await _page(request, context, "playground.html", "Playground", "playground", console_key=key)
+
+
+@router.get("/benchmarks")
+async def benchmarks(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "benchmarks.html", "Benchmarks", "benchmarks")
+
+
+@router.get("/benchmarks/{run_id}")
+async def benchmark(
+    run_id: str, request: Request, context: ServerContext = Depends(server_context)
+) -> Response:
+    return await _page(request, context, "benchmark.html", f"Benchmark {run_id}", "benchmarks", run_id=run_id)
+
+
+@router.get("/keys")
+async def keys(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "keys.html", "API keys", "keys")
+
+
+@router.get("/usage")
+async def usage(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "usage.html", "Usage", "usage")
+
+
+@router.get("/account")
+async def account(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "account.html", "Account", "account", error="", message="")
