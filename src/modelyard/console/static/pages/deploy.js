@@ -95,7 +95,8 @@ async function load() {
   const wanted = new URLSearchParams(location.search).get("model");
   const modelSelect = document.getElementById("model");
   replace(modelSelect, models.length ? models.map((m) => h("option", { value: m.name, selected: m.name === wanted }, `${m.name}${m.state !== "valid" ? ` (${m.state})` : ""}`)) : h("option", { value: "" }, "no models: add one first"));
-  replace(backendSelect, catalog.map((b) => h("option", { value: b.name }, `${b.name}${b.builtin ? "" : " (custom)"}`)));
+  const wantedBackend = new URLSearchParams(location.search).get("backend") ?? "transformers";
+  replace(backendSelect, catalog.map((b) => h("option", { value: b.name, selected: b.name === wantedBackend }, `${b.name}${b.builtin ? "" : " (custom)"}`)));
   fillVersions();
   runPreflight();
 }

@@ -58,6 +58,11 @@ function fillLogChoices(deployment) {
 
 async function streamLog() {
   const instanceId = instanceSelect.value;
+  const instance = current?.instances.find((i) => String(i.id) === instanceId);
+  if (!instance?.log_path) {
+    if (!logElement.textContent) logElement.textContent = "No log yet: the engine has not been started.";
+    return;
+  }
   const previous = startSelect.value === "previous";
   const key = `${instanceId}/${previous}/${follow.checked}`;
   if (!instanceId || key === logKey) return;
@@ -66,6 +71,7 @@ async function streamLog() {
   const abort = new AbortController();
   logAbort = abort;
   logElement.textContent = "";
+  logElement.dataset.instance = instanceId;
   const query = new URLSearchParams({ instance: instanceId, tail: "500" });
   if (previous) query.set("previous", "true");
   else if (follow.checked) query.set("follow", "true");

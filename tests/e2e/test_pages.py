@@ -1,0 +1,77 @@
+"""Every console page at 1280 and 390 px: it loads with no browser error, fits the width, labels
+its inputs and can be walked with the keyboard. Screenshots for docs/console/ (see pages.py)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from .conftest import NARROW, WIDE, ConsoleServer, new_console
+from .pages import (
+    horizontal_overflow_px,
+    screenshot,
+    unlabelled_fields,
+    unreachable_by_keyboard,
+    wait_loaded,
+)
+
+# (screenshot name, path, a heading the page shows)
+PAGES = [
+    ("dashboard", "/", "Dashboard"),
+    ("models", "/models", "Model files"),
+    ("model", "/models/tiny-shared", "Model tiny-shared"),
+    ("backends", "/backends", "Backends"),
+    ("deployments", "/deployments", "Deployments"),
+    ("deploy", "/deployments/new?model=tiny-shared", "New deployment"),
+    ("deployment", "/deployments/chat", "Deployment chat"),
+    ("playground", "/playground?deployment=chat", "Playground"),
+    ("benchmarks", "/benchmarks", "Benchmarks"),
+    ("keys", "/keys", "API keys"),
+    ("usage", "/usage", "Usage"),
+    ("account", "/account", "Account"),
+]
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
+def test_every_page_fits_is_labelled_and_keyboard_reachable(
+    browser: Browser, console_server: ConsoleServer, double_deployment: str, viewport: dict[str, int]
+) -> None:
+    console = new_console(browser, console_server, viewport, signed_in=True)
+    page = console.page
+    problems: list[str] = []
+    for name, path, heading in PAGES:
+        page.goto(console_server.url + path)
+        expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
+        wait_loaded(page)
+        if name == "deployment":
+            expect(page.locator("#state")).to_have_text("running")
+        overflow = horizontal_overflow_px(page)
+        if overflow > 0:
+            problems.append(f"{path} at {viewport['width']} px is {overflow} px wider than the window")
+        problems += [f"{path}: unlabelled {field}" for field in unlabelled_fields(page)]
+        screenshot(page, name)
+        if viewport is WIDE:
+            problems += [f"{path}: not reachable by Tab: {item}" for item in unreachable_by_keyboard(page)]
+    console.context.close()
+    assert not problems, "\n".join(problems)
+    assert not console.watch.problems, "\n".join(console.watch.problems)
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
+def test_sign_in_page_and_api_docs_work_offline(
+    browser: Browser, console_server: ConsoleServer, viewport: dict[str, int]
+) -> None:
+    console = new_console(browser, console_server, viewport, signed_in=False)
+    page = console.page
+    page.goto(console_server.url + "/")
+    expect(page).to_have_url(f"{console_server.url}/login?next=/")
+    assert horizontal_overflow_px(page) <= 0
+    assert not unlabelled_fields(page)
+    screenshot(page, "login")
+    # Swagger UI's files come from this server (the watch fails on any request elsewhere).
+    page.goto(console_server.url + "/api/docs")
+    expect(page.locator(".swagger-ui .opblock-summary-path").first).to_be_visible()
+    expect(page.get_by_text("/api/v1/deployments/preflight").first).to_be_visible()
+    screenshot(page, "api-docs")
+    console.context.close()
+    assert not console.watch.problems, "\n".join(console.watch.problems)
