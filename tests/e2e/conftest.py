@@ -37,8 +37,6 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from modelyard.testing.tiny_model import build_tiny_qwen3
-
 CHROMIUM = "/usr/bin/chromium"
 # A closed network: nothing may try to reach the internet (updates, sync, QUIC probes).
 CHROMIUM_FLAGS = [
@@ -177,11 +175,6 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")
 
 
 @pytest.fixture(scope="session")
