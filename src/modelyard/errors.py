@@ -44,6 +44,11 @@ class InvalidInput(ModelyardError):
 
 class InvalidYaml(InvalidInput):
     code = "invalid_yaml"
+    # Where the problem is (1-based), when known: editors mark that line.
+    line: int | None = None
+    column: int | None = None
+    # Set where every problem of a document is known: {"problems": [...]} (REST error ``details``).
+    details: dict[str, object] | None = None
 
 
 class InvalidModelDirectory(InvalidInput):

@@ -17,7 +17,19 @@ SGLANG_FLAG = "--mem-fraction-static 0.8"
 
 def test_deploy_through_the_form_and_operate_it(console: Console, tiny_model_dir: Path) -> None:
     page = console.open("/backends")
-    page.get_by_label("Backend YAML").fill(double_backend_yaml())
+    editor = page.get_by_label("Backend YAML")
+    # Two mistakes in two versions: both listed, both lines marked.
+    editor.fill(
+        double_backend_yaml().replace("custom_framework: cpu", "custom_framework: rocm")
+        + '  "2.0":\n    run_command: my-server \'unbalanced\n'
+    )
+    page.get_by_role("button", name="Check only").click()
+    problems = page.locator("#yaml-problems li")
+    expect(problems).to_have_count(2)
+    expect(problems.nth(0)).to_contain_text("custom_framework 'rocm' is not supported")
+    expect(problems.nth(1)).to_contain_text("cannot be split with shell quoting rules")
+    expect(page.locator("#yaml-gutter .bad")).to_have_count(2)
+    editor.fill(double_backend_yaml())
     page.get_by_role("button", name="Import").click()
     expect(page.locator("#import-result")).to_contain_text(f"Imported {DOUBLE_BACKEND}")
     expect(page.locator(f'[data-backend="{DOUBLE_BACKEND}"]')).to_contain_text("custom")

@@ -46,7 +46,7 @@ from modelyard.backends.arguments import split_backend_parameters
 from modelyard.backends.catalog import known_versions
 from modelyard.backends.spec import BackendSpec, BackendVersion, EngineFamily
 from modelyard.backends.yaml_lines import YamlDocument
-from modelyard.errors import InvalidInput
+from modelyard.errors import InvalidInput, InvalidYaml
 
 logger = logging.getLogger(__name__)
 
@@ -334,3 +334,46 @@ def to_gpustack_yaml(spec: BackendSpec) -> str:
         key: _version_config(version, health_check_path) for key, version in spec.versions.items()
     }
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def gpustack_problems(text: str) -> list[InvalidYaml]:
+    """Every problem of a GPUStack backend YAML, not only the first (empty when it would import).
+
+    A syntax error stops the reading (one problem). Otherwise every shape problem pydantic finds
+    is listed; when the shape is right, each version, each default parameter, the default version
+    and the backend as a whole are checked on their own, so one bad version hides no other.
+    """
+    try:
+        document = YamlDocument.parse(text, what="backend YAML")
+    except InvalidYaml as error:
+        return [error]
+    try:
+        backend = _GpustackBackend.model_validate(document.data)
+    except ValidationError as error:
+        return _by_line(document.validation_errors(error, known_keys=_known_keys))
+    problems: list[InvalidYaml] = []
+    for key, config in backend.version_configs.items():
+        try:
+            _version_from_config(document, backend, key, config)
+        except InvalidYaml as error:
+            problems.append(error)
+    for index, parameter in enumerate(backend.default_backend_param or []):
+        try:
+            split_backend_parameters(parameter)
+        except InvalidInput as error:
+            problems.append(document.error(["default_backend_param", index], error.message, hint=error.hint))
+    if problems:
+        return _by_line(problems)
+    try:
+        parse_gpustack_yaml(text)
+    except InvalidYaml as error:
+        return [error]
+    return []
+
+
+def _by_line(problems: list[InvalidYaml]) -> list[InvalidYaml]:
+    return sorted(problems, key=lambda problem: (problem.line or 0, problem.column or 0))
+
+
+def problem_to_json(error: InvalidYaml) -> dict[str, Any]:
+    return {"line": error.line, "column": error.column, "message": error.message, "hint": error.hint}

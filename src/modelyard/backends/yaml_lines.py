@@ -77,17 +77,23 @@ class YamlDocument:
             duplicate = _duplicate_key(root, SafeConstructor())
             if duplicate:
                 first, second = duplicate
-                raise InvalidYaml(
+                duplicate_error = InvalidYaml(
                     f"{what} line {second.start_mark.line + 1}, column {second.start_mark.column + 1}: "
                     f"key {second.value!r} is given twice (first on line {first.start_mark.line + 1})",
                     hint="keep one of them",
                 )
+                duplicate_error.line = second.start_mark.line + 1
+                duplicate_error.column = second.start_mark.column + 1
+                raise duplicate_error
             data = loader.construct_document(root)
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             place = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = " ".join(part for part in (error.context, error.problem) if part)
-            raise InvalidYaml(f"{what}{place}: not valid YAML: {problem}") from error
+            syntax_error = InvalidYaml(f"{what}{place}: not valid YAML: {problem}")
+            if mark:
+                syntax_error.line, syntax_error.column = mark.line + 1, mark.column + 1
+            raise syntax_error from error
         except yaml.YAMLError as error:
             raise InvalidYaml(f"{what}: not valid YAML: {error}") from error
         finally:
@@ -128,11 +134,15 @@ class YamlDocument:
         return mark, walked
 
     def error(self, path: Sequence[Any], message: str, *, hint: str | None = None) -> InvalidYaml:
-        """An ``InvalidYaml`` for the value at ``path``: '<what> line L, column C: <path>: <message>'."""
+        """An ``InvalidYaml`` for the value at ``path``: '<what> line L, column C: <path>: <message>'.
+
+        The error also carries ``line`` and ``column`` (1-based), for editors that mark the line."""
         mark, walked = self.locate(path)
         where = " > ".join(walked)
         prefix = f"{self.what} line {mark.line + 1}, column {mark.column + 1}: "
-        return InvalidYaml(prefix + (f"{where}: " if where else "") + message, hint=hint)
+        error = InvalidYaml(prefix + (f"{where}: " if where else "") + message, hint=hint)
+        error.line, error.column = mark.line + 1, mark.column + 1
+        return error
 
     def key_text(self, path: Sequence[Any]) -> str:
         """The key at ``path`` exactly as written in the file (``1.10`` stays ``1.10``)."""
@@ -143,12 +153,27 @@ class YamlDocument:
         self, error: ValidationError, *, known_keys: Callable[[tuple[Any, ...]], Sequence[str]] | None = None
     ) -> InvalidYaml:
         """Turn the first problem pydantic found into an ``InvalidYaml`` at its line."""
-        problem = error.errors()[0]
+        others = error.error_count() - 1
+        more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
+        return self.problem_error(error.errors()[0], known_keys=known_keys, more=more)
+
+    def validation_errors(
+        self, error: ValidationError, *, known_keys: Callable[[tuple[Any, ...]], Sequence[str]] | None = None
+    ) -> list[InvalidYaml]:
+        """Every problem pydantic found, each an ``InvalidYaml`` at its own line."""
+        return [self.problem_error(problem, known_keys=known_keys) for problem in error.errors()]
+
+    def problem_error(
+        self,
+        problem: Any,
+        *,
+        known_keys: Callable[[tuple[Any, ...]], Sequence[str]] | None = None,
+        more: str = "",
+    ) -> InvalidYaml:
+        """One pydantic problem (an item of ``ValidationError.errors()``) as an ``InvalidYaml``."""
         location = tuple(problem["loc"])
         kind = problem["type"]
         value = problem.get("input")
-        others = error.error_count() - 1
-        more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
         if kind == "extra_forbidden":
             keys = list(known_keys(location[:-1])) if known_keys else []
             return self.error(

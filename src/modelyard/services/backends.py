@@ -75,9 +75,14 @@ def deployments_by_backend(session: Session) -> dict[str, list[str]]:
 
 
 def _parse_yaml(text: str) -> list[BackendSpec]:
-    from modelyard.backends.gpustack import parse_gpustack_yaml
+    from modelyard.backends.gpustack import gpustack_problems, parse_gpustack_yaml, problem_to_json
 
-    parsed: Any = parse_gpustack_yaml(text)
+    try:
+        parsed: Any = parse_gpustack_yaml(text)
+    except InvalidYaml as error:
+        # The message names the first problem; the details list them all (the console marks each line).
+        error.details = {"problems": [problem_to_json(problem) for problem in gpustack_problems(text)]}
+        raise
     specs = [parsed] if isinstance(parsed, BackendSpec) else list(parsed)
     if not specs:
         raise InvalidYaml("the YAML holds no backend", hint="give backend_name and version_configs")

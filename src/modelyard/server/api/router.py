@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 
 from modelyard.server.api import (
     auth,
+    backend_check,
     backends,
     benchmarks,
     deployment_preflight,
@@ -30,6 +31,7 @@ for module in (
     system,
     auth,
     models,
+    backend_check,
     backends,
     logs,
     deployment_preflight,

@@ -1,0 +1,36 @@
+"""``POST /api/v1/backends/check``: read a GPUStack backend YAML (the body) as import would, store
+nothing, and list every problem with its line: ``{ok, problems: [{line, column, message, hint}],
+backends}``. Always 200; the console's YAML editor marks each problem's line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from modelyard.backends.gpustack import gpustack_problems, parse_gpustack_yaml, problem_to_json
+from modelyard.errors import InvalidInput
+from modelyard.server.api.backends import MAXIMUM_YAML_BYTES
+from modelyard.services.backends import backend_to_json
+
+router = APIRouter(tags=["backends"])
+
+
+def _check(text: str) -> dict[str, Any]:
+    problems = gpustack_problems(text)
+    if problems:
+        return {"ok": False, "problems": [problem_to_json(problem) for problem in problems], "backends": []}
+    return {"ok": True, "problems": [], "backends": [backend_to_json(parse_gpustack_yaml(text))]}
+
+
+@router.post("/backends/check")
+async def check_backend_yaml(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAXIMUM_YAML_BYTES:
+        raise InvalidInput(f"the YAML is {len(body)} bytes; at most {MAXIMUM_YAML_BYTES} are accepted")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(f"the YAML is not UTF-8 text (byte {error.start})") from error
+    return await run_in_threadpool(_check, text)
