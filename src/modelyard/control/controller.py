@@ -37,6 +37,7 @@ from modelyard.control.verification import diagnose_engine_log, run_verification
 from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory, read_gpu_inventory
 from modelyard.runtimes.base import EngineProcess, ExitStatus, LaunchSpec, Runtime, SignalTarget
+from modelyard.safe_paths import path_inside
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import utc_now
@@ -289,17 +290,17 @@ class Controller:
                 backend_parameters=deployment.backend_parameters,
                 env=deployment.env,
             )
+            start_number = instance.start_count + 1
+            log_path = path_inside(
+                self._settings.logs_dir,
+                deployment.name,
+                f"replica-{instance.replica_index}",
+                f"start-{start_number}.log",
+            )
         except ModelyardError as error:
             if instance.state != InstanceState.PENDING or instance.reason != str(error):
                 await self._transition(instance.id, InstanceState.PENDING, str(error))
             return
-        start_number = instance.start_count + 1
-        log_path = (
-            self._settings.logs_dir
-            / deployment.name
-            / f"replica-{instance.replica_index}"
-            / (f"start-{start_number}.log")
-        )
         try:
             process = await asyncio.to_thread(
                 self._runtime.start, LaunchSpec(argv=launch.argv, env=launch.env, log_path=log_path)
