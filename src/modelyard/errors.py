@@ -14,7 +14,10 @@ into a JSON error body with the HTTP status given by ``http_status``.
     +-- Unschedulable         (409) no placement exists for a deployment (names what holds the GPUs)
     +-- Unauthorized          (401) missing or wrong credentials
     +-- Forbidden             (403) credentials valid, action not allowed
+    +-- PayloadTooLarge       (413) a request body over its route's limit (names the limit and its knob)
+    +-- TooManyRequests       (429) throttled or over a limit; carries ``retry_after_seconds``
     +-- EngineStartFailed     (500) an engine process could not be started
+    +-- StorageFull           (507) the data directory's disk (or the database) is full: nothing was written
 """
 
 from __future__ import annotations
@@ -88,3 +91,24 @@ class Forbidden(ModelyardError):
 class EngineStartFailed(ModelyardError):
     http_status = 500
     code = "engine_start_failed"
+
+
+class PayloadTooLarge(ModelyardError):
+    http_status = 413
+    code = "body_too_large"
+
+
+class TooManyRequests(ModelyardError):
+    """Sent with ``Retry-After: retry_after_seconds``."""
+
+    http_status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after_seconds: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after_seconds = max(1, retry_after_seconds)
+
+
+class StorageFull(ModelyardError):
+    http_status = 507
+    code = "storage_full"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from modelyard.demo.register import register_demo
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import read_gpu_inventory
 from modelyard.server.context import ServerContext
+from modelyard.server.door.limits import RequestLimits
 from modelyard.services.users import ensure_admin
 from modelyard.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_DATABASE_URL, Settings
 from modelyard.store.database import Database
@@ -136,17 +138,26 @@ def serve(
     _print_banner(settings, password)
     if settings.deploy_demo:
         _prepare_demo(settings, database)
-    context = ServerContext(settings=settings, database=database)
+    limits = RequestLimits.from_environment(os.environ)
+    context = ServerContext(settings=settings, database=database, limits=limits)
 
     async def on_started(running: ServerContext) -> None:
         if settings.deploy_demo:
             asyncio.get_running_loop().create_task(_watch_demo(running, started_at))
 
     from modelyard.server.app import create_app
+    from modelyard.server.door.http_protocol import bounded_http_protocol
 
     app = create_app(context, on_started=on_started)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=access_log, timeout_graceful_shutdown=5
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=access_log,
+        timeout_graceful_shutdown=5,
+        # The request line and headers are bounded inside the HTTP parser (server/door/).
+        http=bounded_http_protocol(limits),
     )
     stderr.print(f"  listening on {settings.server_url}")
     try:

@@ -19,6 +19,7 @@ from modelyard.runtimes.process import ProcessRuntime
 from modelyard.server.api.router import api_router
 from modelyard.server.console.router import install_console
 from modelyard.server.context import ServerContext
+from modelyard.server.door.body_limit import BodyLimitMiddleware
 from modelyard.server.errors import install_error_handlers
 from modelyard.server.gateway.router import gateway_router
 from modelyard.server.gateway.runtime import start_gateway
@@ -67,6 +68,8 @@ def create_app(
     )
     app.state.context = context
     install_error_handlers(app)
+    # The outermost layer (added last): bodies over their route's limit never reach a route.
+    app.add_middleware(BodyLimitMiddleware, limits=context.limits)
     app.include_router(api_router)
     app.include_router(gateway_router)
 

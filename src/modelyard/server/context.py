@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from fastapi import Request
 
 from modelyard.control.endpoints import EndpointRegistry
+from modelyard.server.door.limits import RequestLimits
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
@@ -57,6 +58,8 @@ class ServerContext:
     endpoints: EndpointRegistry = field(default_factory=EndpointRegistry)
     controller: ControllerHandle = field(default_factory=_NoController)
     key_cache: KeyCacheHandle = field(default_factory=_NoKeyCache)
+    # What one request may weigh (server/door/): headers, bodies per route, JSON nesting.
+    limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 def server_context(request: Request) -> ServerContext:

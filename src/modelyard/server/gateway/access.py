@@ -16,6 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.server.door.json_depth import json_nesting_exceeds
+from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway.errors import (
     InvalidApiKey,
     InvalidJsonBody,
@@ -68,8 +70,16 @@ def visible_deployments(runtime: GatewayRuntime, facts: KeyFacts) -> list[str]:
     return [name for name in runtime.context.endpoints.known_deployments() if facts.may_use(name)]
 
 
-def parse_request_body(body: bytes) -> tuple[dict[str, Any], str]:
+def parse_request_body(
+    body: bytes, max_json_depth: int = RequestLimits.max_json_depth
+) -> tuple[dict[str, Any], str]:
     """The JSON object of the body and its ``model``."""
+    if json_nesting_exceeds(body, max_json_depth):
+        raise InvalidJsonBody(
+            f"the request body nests deeper than {max_json_depth} levels",
+            hint="flatten the request; the limit is set by "
+            + RequestLimits.environment_variable("max_json_depth"),
+        )
     try:
         payload = json.loads(body)
     except ValueError as error:

@@ -53,7 +53,7 @@ async def forward(request: Request, path: str) -> Response:
     runtime = gateway_runtime(request)
     try:
         facts = await authenticate(runtime, request)
-        payload, model = parse_request_body(await request.body())
+        payload, model = parse_request_body(await request.body(), runtime.context.limits.max_json_depth)
         endpoints = await ready_endpoints(runtime, facts, model)
     except ModelyardError as error:
         return gateway_error_response(error)
