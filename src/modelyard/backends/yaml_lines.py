@@ -7,11 +7,17 @@ its line, and turns pydantic validation errors into ``InvalidYaml`` messages::
     document = YamlDocument.parse(text, what="backend YAML")
     raise document.error(["default_version"], "default_version '9' is not one of the versions")
     # InvalidYaml: backend YAML line 2, column 18: default_version: default_version '9' is ...
+
+YAML from users is bounded before anything walks it: nesting deeper than ``MAXIMUM_YAML_DEPTH``
+is refused while composing (PyYAML's composer recurses once per level), and a document whose
+aliases would expand to more than ``MAXIMUM_EXPANDED_NODES`` nodes (a "billion laughs" bomb: 554
+bytes once kept the server busy for 12 s) or refer to themselves is refused before it is
+checked or validated. Every walk of the node graph below visits each node once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +26,10 @@ from pydantic import ValidationError
 from yaml.constructor import SafeConstructor
 
 from modelyard.errors import InvalidYaml
+
+# A backend YAML has a few hundred nodes; these leave room for many backends in one file.
+MAXIMUM_YAML_DEPTH = 64
+MAXIMUM_EXPANDED_NODES = 100_000
 
 KEY = "[key]"  # a path element meaning "the key itself, not its value" (as pydantic writes it)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -36,24 +46,120 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _duplicate_key(node: yaml.Node, constructor: SafeConstructor) -> tuple[yaml.Node, yaml.Node] | None:
-    """The first key given twice in one mapping (merge keys ``<<`` aside): (first, second)."""
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses to compose nesting deeper than ``MAXIMUM_YAML_DEPTH``."""
+
+    def __init__(self, text: str, what: str) -> None:
+        super().__init__(text)
+        self._what = what
+        self._depth = 0
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # The scanner looks ahead across open brackets at a cost that grows with their number:
+        # deep flow nesting ([[[[...) is refused as the brackets are read, before the composer.
+        if self.flow_level >= MAXIMUM_YAML_DEPTH:
+            self._too_deep(self.get_mark())  # type: ignore[no-untyped-call]
+        super().fetch_flow_collection_start(TokenClass)  # type: ignore[no-untyped-call]
+
+    def _too_deep(self, mark: yaml.Mark) -> None:
+        raise InvalidYaml(
+            f"{self._what} line {mark.line + 1}, column {mark.column + 1}: "
+            f"nested deeper than {MAXIMUM_YAML_DEPTH} levels",
+            hint="a backend YAML needs a few levels; check the indentation and brackets",
+        )
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAXIMUM_YAML_DEPTH:
+                self._too_deep(self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
+
+def _check_expansion(root: yaml.Node, what: str) -> None:
+    """Refuse aliases that refer to their own node, or that expand past ``MAXIMUM_EXPANDED_NODES``.
+
+    The expanded size of each node (itself and, through aliases, everything under it as often as
+    it is referred to) is computed once per node, so the check is linear in the document.
+    """
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            in_progress.discard(key)
+            size = 1 + sum(sizes[id(child)] for child in _children(node))
+            if size > MAXIMUM_EXPANDED_NODES:
+                raise InvalidYaml(
+                    f"{what} line {node.start_mark.line + 1}: its aliases expand to more than "
+                    f"{MAXIMUM_EXPANDED_NODES} values",
+                    hint="write the values out, or refer to an anchor fewer times",
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in in_progress:
+            raise InvalidYaml(
+                f"{what} line {node.start_mark.line + 1}: an alias refers to the value that contains it",
+                hint="an anchor cannot be used inside its own value",
+            )
+        in_progress.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, first: yaml.Node, second: yaml.Node) -> None:
+        self.first = first
+        self.second = second
+
+
+def _walk_children(node: yaml.Node, constructor: SafeConstructor) -> Iterator[yaml.Node]:
+    """The children of ``node`` in document order; a mapping's keys are checked as it goes."""
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, yaml.Node] = {}
         for key_node, value_node in node.value:
             if key_node.tag != _MERGE_TAG and isinstance(key_node, yaml.ScalarNode):
                 key = constructor.construct_object(key_node)
                 if key in seen:
-                    return seen[key], key_node
+                    raise _DuplicateKey(seen[key], key_node)
                 seen[key] = key_node
-            found = _duplicate_key(value_node, constructor)
-            if found:
-                return found
+            yield value_node
     elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            found = _duplicate_key(item, constructor)
-            if found:
-                return found
+        yield from node.value
+
+
+def _duplicate_key(root: yaml.Node, constructor: SafeConstructor) -> tuple[yaml.Node, yaml.Node] | None:
+    """The first key given twice in one mapping (merge keys ``<<`` aside): (first, second).
+
+    Depth first in document order, without recursion; each node is looked at once, however
+    many aliases refer to it.
+    """
+    visited: set[int] = set()
+    stack: list[Iterator[yaml.Node]] = [iter([root])]
+    try:
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+            elif id(node) not in visited:
+                visited.add(id(node))
+                stack.append(_walk_children(node, constructor))
+    except _DuplicateKey as duplicate:
+        return duplicate.first, duplicate.second
     return None
 
 
@@ -69,11 +175,12 @@ class YamlDocument:
     @classmethod
     def parse(cls, text: str, *, what: str) -> YamlDocument:
         """Parse ``text``; a syntax error, an empty document or a key given twice is ``InvalidYaml``."""
-        loader = yaml.SafeLoader(text)
+        loader = _BoundedLoader(text, what)
         try:
             root = loader.get_single_node()
             if root is None:
                 raise InvalidYaml(f"{what} is empty", hint="paste a mapping that starts with backend_name:")
+            _check_expansion(root, what)
             duplicate = _duplicate_key(root, SafeConstructor())
             if duplicate:
                 first, second = duplicate

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from modelyard.errors import InvalidModelDirectory
 from modelyard.modeldir.safetensors_header import SafetensorsHeader, read_safetensors_header
 from modelyard.modeldir.tokenizer_files import (
+    MAXIMUM_TOKENIZER_JSON_BYTES,
     ChatTemplate,
     find_chat_template,
     find_tokenizer_files,
@@ -233,7 +234,9 @@ def _read_tokenizer_side(facts: ModelFacts) -> None:
     generation = read_json_file(directory / "generation_config.json")
     tokenizer_config = read_json_file(directory / "tokenizer_config.json")
     tokenizer_json = (
-        read_json_file(directory / "tokenizer.json") if "tokenizer.json" in facts.tokenizer_files else None
+        read_json_file(directory / "tokenizer.json", MAXIMUM_TOKENIZER_JSON_BYTES)
+        if "tokenizer.json" in facts.tokenizer_files
+        else None
     )
     for read in (generation, tokenizer_config, tokenizer_json):
         if read is not None and read.problem:

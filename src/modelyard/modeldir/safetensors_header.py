@@ -117,7 +117,7 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
         raise _bad(path, f"header says {length} bytes but only {len(raw)} follow")
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise _bad(path, f"the header is not JSON ({error})") from error
     if not isinstance(document, dict):
         raise _bad(path, "the header is not a JSON object")

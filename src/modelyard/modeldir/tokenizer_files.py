@@ -25,14 +25,26 @@ class JsonRead:
     problem: str | None = None
 
 
-def read_json_file(path: Path) -> JsonRead:
+# A model's JSON files are read whole: config.json and its kin are kilobytes, tokenizer.json tens
+# of megabytes. Larger is not such a file (and reading it would hold the server's memory).
+MAXIMUM_JSON_FILE_BYTES = 16 * 1024 * 1024
+MAXIMUM_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
+
+
+def read_json_file(path: Path, max_bytes: int = MAXIMUM_JSON_FILE_BYTES) -> JsonRead:
     if not path.is_file():
         return JsonRead()
     try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return JsonRead(
+                problem=f"{path.name} is {size / 2**20:.0f} MiB; such a file is at most "
+                f"{max_bytes // 2**20} MiB: is it the right file?"
+            )
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         return JsonRead(problem=f"{path.name} cannot be read ({error.strerror}); check its permissions")
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         return JsonRead(
             problem=f"{path.name} is not valid JSON ({error}); re-copy it from the original model"
         )

@@ -5,7 +5,10 @@
 - a ``ModelyardError`` to its ``http_status`` (and any ``details`` it carries, e.g. doctor findings);
 - a request that fails validation to 400, naming the field (``body.replicas: ...``);
 - a body that is not JSON to 400 ``body is not JSON``;
-- Starlette's own HTTP errors (unknown path, wrong method) to the same shape.
+- Starlette's own HTTP errors (unknown path, wrong method) to the same shape;
+- a full disk or database (``store/storage_errors.py``), wherever it is hit, to 507 ``storage_full``;
+- anything else a route did not expect to 500 ``internal_error`` in the same shape (never plain
+  text), with the traceback in the server log.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from modelyard.errors import ModelyardError
+from modelyard.store.storage_errors import is_storage_full
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +35,9 @@ _TYPE_BY_STATUS = {
     404: "not_found_error",
     405: "invalid_request_error",
     409: "conflict_error",
+    413: "invalid_request_error",
     422: "invalid_request_error",
+    429: "rate_limit_error",
 }
 
 AUTHENTICATE_HEADER = {"WWW-Authenticate": 'Basic realm="modelyard"'}
@@ -51,10 +58,17 @@ def error_body(
 
 
 def error_response(
-    status: int, message: str, code: str, hint: str | None = None, details: Any = None
+    status: int,
+    message: str,
+    code: str,
+    hint: str | None = None,
+    details: Any = None,
+    retry_after_seconds: int | None = None,
 ) -> JSONResponse:
     # No Basic challenge for an ended console session: a browser would pop up its login dialog.
-    headers = AUTHENTICATE_HEADER if status == 401 and code != "session_expired" else None
+    headers = dict(AUTHENTICATE_HEADER) if status == 401 and code != "session_expired" else {}
+    if retry_after_seconds is not None:
+        headers["Retry-After"] = str(retry_after_seconds)
     return JSONResponse(error_body(status, message, code, hint, details), status_code=status, headers=headers)
 
 
@@ -90,7 +104,12 @@ async def _modelyard_error(_request: Request, error: Exception) -> JSONResponse:
     if error.http_status >= 500:
         logger.error("request failed: %s", error)
     return error_response(
-        error.http_status, error.message, error.code, error.hint, getattr(error, "details", None)
+        error.http_status,
+        error.message,
+        error.code,
+        error.hint,
+        getattr(error, "details", None),
+        getattr(error, "retry_after_seconds", None),
     )
 
 
@@ -112,8 +131,47 @@ async def _http_error(_request: Request, error: Exception) -> JSONResponse:
     return response
 
 
+def storage_full_response(request: Request) -> JSONResponse:
+    context = getattr(request.app.state, "context", None)
+    where = f" (data directory {context.settings.data_dir})" if context is not None else ""
+    return error_response(
+        507,
+        "the disk or the database is full: nothing was written",
+        "storage_full",
+        hint=f"free space on the disk of the database{where}, then try again",
+    )
+
+
+async def _storage_or_unexpected(request: Request, error: Exception) -> JSONResponse:
+    """Database and OS errors a route did not handle: a full disk is 507, anything else 500."""
+    if is_storage_full(error):
+        logger.error("%s %s: the disk or the database is full (%s)", request.method, request.url.path, error)
+        return storage_full_response(request)
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return _internal_error()
+
+
+def _internal_error() -> JSONResponse:
+    return error_response(
+        500,
+        "the server failed on this request",
+        "internal_error",
+        hint="this is a bug in modelyard; the server log has the details",
+    )
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    # Starlette logs the traceback of what reaches this handler.
+    if is_storage_full(error):
+        return storage_full_response(request)
+    return _internal_error()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers above on ``app`` (the lead's ``create_app`` calls this once)."""
     app.add_exception_handler(ModelyardError, _modelyard_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(SQLAlchemyError, _storage_or_unexpected)
+    app.add_exception_handler(OSError, _storage_or_unexpected)
+    app.add_exception_handler(Exception, _unexpected)

@@ -51,7 +51,13 @@ def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> di
 
 def register_model(session: Session, name: str | None, path: Path) -> ModelFile:
     """Validate ``path`` and store it as a model file; an invalid directory stores nothing."""
-    path = path.expanduser()
+    try:
+        path = path.expanduser()
+    except RuntimeError as error:  # ~user of a user this host does not have
+        raise InvalidModelDirectory(
+            f"model path {str(path)!r} starts with a home directory this host does not know ({error})",
+            hint="give an absolute path",
+        ) from error
     if not path.is_absolute():
         raise InvalidModelDirectory(
             f"model path {str(path)!r} is relative; the server cannot know what it is relative to",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from modelyard.server.api.common import in_session
 from modelyard.server.auth import AdminUser, require_admin
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import users
+from modelyard.services.password_hashing import MAXIMUM_PASSWORD_CHARACTERS
 
 router = APIRouter(tags=["auth"])
 
@@ -16,8 +17,8 @@ router = APIRouter(tags=["auth"])
 class PasswordChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    current_password: str
-    new_password: str
+    current_password: str = Field(max_length=MAXIMUM_PASSWORD_CHARACTERS)
+    new_password: str = Field(max_length=MAXIMUM_PASSWORD_CHARACTERS)
 
 
 @router.put("/auth/password", status_code=204)

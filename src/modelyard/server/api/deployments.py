@@ -7,9 +7,9 @@ Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
@@ -18,33 +18,58 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
+from modelyard.services.names import MAXIMUM_NAME_LENGTH
 
 router = APIRouter(tags=["deployments"])
+
+
+# Bounds at the door: generous for real use, small enough that no request is costly to check.
+MAXIMUM_PARAMETERS_CHARACTERS = 64 * 1024
+MAXIMUM_LIST_ITEMS = 1024
+MAXIMUM_ENV_NAME_CHARACTERS = 256
+MAXIMUM_ENV_VALUE_CHARACTERS = 32 * 1024
+MAXIMUM_GPU_INDEX = 4095
+
+MAXIMUM_EVENTS = 10_000
+
+ParameterText = Annotated[str, Field(max_length=MAXIMUM_PARAMETERS_CHARACTERS)]
+EnvName = Annotated[str, Field(max_length=MAXIMUM_ENV_NAME_CHARACTERS)]
+EnvValue = Annotated[str, Field(max_length=MAXIMUM_ENV_VALUE_CHARACTERS)]
+GpuIndex = Annotated[int, Field(ge=0, le=MAXIMUM_GPU_INDEX)]
+ParameterLines = Annotated[list[ParameterText], Field(max_length=MAXIMUM_LIST_ITEMS)]
 
 
 class DeploymentCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(min_length=1, description="the model file's name (see /api/v1/models)")
-    name: str | None = Field(
-        default=None, description="the name clients send as 'model'; default: the model's"
+    model: str = Field(
+        min_length=1, max_length=MAXIMUM_NAME_LENGTH, description="the model file's name (see /api/v1/models)"
     )
-    backend: str = "transformers"
-    backend_version: str | None = None
-    replicas: int = 1
-    gpus_per_replica: int | None = None
-    gpu_ids: list[int] | None = None
+    name: str | None = Field(
+        default=None,
+        max_length=MAXIMUM_NAME_LENGTH,
+        description="the name clients send as 'model'; default: the model's",
+    )
+    backend: str = Field(default="transformers", max_length=MAXIMUM_NAME_LENGTH)
+    backend_version: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
+    replicas: int = Field(default=1, ge=0, le=deployments.MAXIMUM_REPLICAS)
+    gpus_per_replica: int | None = Field(default=None, ge=0, le=MAXIMUM_GPU_INDEX + 1)
+    gpu_ids: list[GpuIndex] | None = Field(default=None, max_length=MAXIMUM_LIST_ITEMS)
     # One line, many lines, or a list of lines; split with shell quoting rules.
-    backend_parameters: str | list[str] = Field(default_factory=list)
+    backend_parameters: ParameterText | ParameterLines = Field(default_factory=list)
     # KEY=VALUE lines (text or list) or a mapping.
-    env: str | list[str] | dict[str, str] = Field(default_factory=dict)
+    env: (
+        ParameterText
+        | ParameterLines
+        | Annotated[dict[EnvName, EnvValue], Field(max_length=MAXIMUM_LIST_ITEMS)]
+    ) = Field(default_factory=dict)
     skip_verification: bool = False
 
 
 class DeploymentChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    replicas: int
+    replicas: int = Field(ge=0, le=deployments.MAXIMUM_REPLICAS)
 
 
 def _now() -> float:
@@ -108,7 +133,9 @@ async def start_deployment(name: str, context: ServerContext = Depends(server_co
 
 @router.get("/deployments/{name:path}/events")
 async def list_events(
-    name: str, limit: int = 200, context: ServerContext = Depends(server_context)
+    name: str,
+    limit: int = Query(default=200, ge=1, le=MAXIMUM_EVENTS, description="how many of the newest events"),
+    context: ServerContext = Depends(server_context),
 ) -> list[dict[str, Any]]:
     return await in_session(context, _events, name, limit)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import keys
+from modelyard.services.names import MAXIMUM_NAME_LENGTH
 
 router = APIRouter(tags=["keys"])
 
@@ -17,9 +18,11 @@ router = APIRouter(tags=["keys"])
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=MAXIMUM_NAME_LENGTH)
     # None: every deployment.
-    allowed_deployments: list[str] | None = None
+    allowed_deployments: (
+        Annotated[list[Annotated[str, Field(max_length=MAXIMUM_NAME_LENGTH)]], Field(max_length=1024)] | None
+    ) = None
 
 
 @router.get("/keys")

@@ -29,6 +29,7 @@ FOLLOW_POLL_SECONDS = 0.3
 # How often (in polls) a follower checks that its instance still exists and which file is current.
 INSTANCE_CHECK_EVERY_POLLS = 3
 READ_CHUNK_BYTES = 65536
+MAXIMUM_TAIL_LINES = 1_000_000
 
 
 def _resolve(session: Session, name: str, instance_id: int | None, previous: bool) -> tuple[int, Path]:
@@ -77,10 +78,12 @@ async def _follow(
 async def read_logs(
     name: str,
     request: Request,
-    instance: int | None = Query(default=None, description="instance id (default: the first replica)"),
+    instance: int | None = Query(
+        default=None, ge=1, le=2**53, description="instance id (default: the first replica)"
+    ),
     previous: bool = Query(default=False, description="the log of the start before the current one"),
     follow: bool = Query(default=False, description="keep streaming new lines"),
-    tail: int | None = Query(default=None, description="only the last N lines"),
+    tail: int | None = Query(default=None, ge=0, le=MAXIMUM_TAIL_LINES, description="only the last N lines"),
     context: ServerContext = Depends(server_context),
 ) -> StreamingResponse:
     if tail is not None and tail < 0:

@@ -12,17 +12,21 @@ from sqlalchemy.orm import Session
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import model_files
+from modelyard.services.names import MAXIMUM_NAME_LENGTH
 
 router = APIRouter(tags=["models"])
+
+# PATH_MAX on Linux.
+MAXIMUM_PATH_CHARACTERS = 4096
 
 
 class ModelCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Absolute path of the model directory on the server's host.
-    path: str = Field(min_length=1)
+    path: str = Field(min_length=1, max_length=MAXIMUM_PATH_CHARACTERS)
     # Default: the directory's name.
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
 
 
 def _list(session: Session) -> list[dict[str, Any]]:
