@@ -110,3 +110,12 @@ def test_backend_parameters_longer_than_the_limit_are_a_400_naming_the_field(tar
         error = _error(client.post("/api/v1/deployments", json=body), 400)
     assert "backend_parameters" in str(error["message"])
     assert "65536" in str(error["message"])
+
+
+def test_the_console_yaml_check_refuses_an_alias_bomb_as_a_problem_of_its_line(target: HostileTarget) -> None:
+    with target.client(admin=True) as client:
+        response = client.post("/api/v1/backends/check", content=_bomb(9).encode())
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["ok"] is False
+    assert "aliases expand to more than" in result["problems"][0]["message"]

@@ -29,7 +29,7 @@ class RequestLimits:
     max_header_bytes: int = 64 * KIB
     max_header_count: int = 100
     # Bodies, per route group: the gateway's OpenAI requests (long prompts, images as base64),
-    # the REST API's JSON, the backend YAML import, and everything else.
+    # the REST API's JSON, the backend YAML (import and check), and everything else (the console's forms).
     max_gateway_body_bytes: int = 32 * MIB
     max_api_body_bytes: int = 1 * MIB
     max_import_body_bytes: int = 1 * MIB
@@ -69,7 +69,7 @@ class RequestLimits:
         if path.startswith("/v1/"):
             # The gateway checks nesting itself, after the key: an unknown client's body is not read.
             return BodyRule(self.max_gateway_body_bytes, "max_gateway_body_bytes", check_json=False)
-        if path == "/api/v1/backends/import":
+        if path in ("/api/v1/backends/import", "/api/v1/backends/check"):
             return BodyRule(self.max_import_body_bytes, "max_import_body_bytes", check_json=False)
         if path.startswith("/api/"):
             return BodyRule(self.max_api_body_bytes, "max_api_body_bytes", check_json=True)
