@@ -18,6 +18,8 @@ into a JSON error body with the HTTP status given by ``http_status``.
     +-- TooManyRequests       (429) throttled or over a limit; carries ``retry_after_seconds``
     +-- EngineStartFailed     (500) an engine process could not be started
     +-- StorageFull           (507) the data directory's disk (or the database) is full: nothing was written
+    |   +-- InsufficientDiskSpace (507) a download or import would not fit on its target's filesystem
+    +-- HubUnavailable        (502) a model hub (Hugging Face, ModelScope) could not be reached or failed
 """
 
 from __future__ import annotations
@@ -112,3 +114,14 @@ class TooManyRequests(ModelyardError):
 class StorageFull(ModelyardError):
     http_status = 507
     code = "storage_full"
+
+
+class InsufficientDiskSpace(StorageFull):
+    """Refused before the first byte: a download or import would not fit (with headroom)."""
+
+    code = "insufficient_disk_space"
+
+
+class HubUnavailable(ModelyardError):
+    http_status = 502
+    code = "hub_unavailable"
