@@ -1,8 +1,9 @@
 """The server: one FastAPI app holding the REST API, the gateway and the controller.
 
 ``create_app`` wires the parts around a ``ServerContext``; its lifespan starts the gateway's
-shared client and the controller (which re-adopts surviving engines), and on shutdown stops the
-controller and every engine it runs.
+shared client, the controller (which re-adopts surviving engines) and the download manager
+(which resumes interrupted model tasks), and on shutdown stops the downloads (left queued for
+the next start), the controller and every engine it runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 
 from modelyard import __version__
 from modelyard.control.controller import Controller, ControllerOptions
+from modelyard.downloads import DownloadManager, DownloadOptions
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.server.api.router import api_router
 from modelyard.server.console.router import install_console
@@ -37,7 +39,11 @@ def create_app(
     *,
     controller_options: ControllerOptions | None = None,
     on_started: StartupHook | None = None,
+    download_options: DownloadOptions | None = None,
 ) -> FastAPI:
+    # Read here, before the server starts, so that a bad setting is one error line.
+    downloads_options = download_options or DownloadOptions.from_environment()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway = await start_gateway(context, app)
@@ -50,11 +56,15 @@ def create_app(
         )
         await controller.start()
         context.controller = controller
+        downloads = DownloadManager(context.database, context.settings.models_dir, downloads_options)
+        await downloads.start()
+        context.downloads = downloads
         if on_started is not None:
             await on_started(context)
         try:
             yield
         finally:
+            await downloads.shutdown()
             await controller.shutdown(stop_engines=True)
             await gateway.close()
 

@@ -7,11 +7,12 @@ the server's one event loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import Request
 
 from modelyard.control.endpoints import EndpointRegistry
+from modelyard.downloads.options import DownloadOptions
 from modelyard.server.door.limits import RequestLimits
 from modelyard.settings import Settings
 from modelyard.store.database import Database
@@ -30,6 +31,21 @@ class ControllerHandle(Protocol):
         """The GPUs of this host as last read (refreshed every few seconds)."""
 
 
+class DownloadsHandle(Protocol):
+    """What the API needs of the download manager (``modelyard.downloads.DownloadManager``)."""
+
+    options: DownloadOptions
+
+    def poke(self) -> None:
+        """A task was created or resumed: start it now."""
+
+    def cancel(self, task_id: int) -> None:
+        """Stop a running task at its next chunk (the API has set ``cancel_requested``)."""
+
+    def live(self, task_id: int) -> dict[str, Any] | None:
+        """Rates and time left of a task running in this process."""
+
+
 class KeyCacheHandle(Protocol):
     """What the API needs of the gateway's key cache: drop it after a key is created or revoked."""
 
@@ -46,6 +62,22 @@ class _NoController:
         return GpuInventory(unavailable_reason="no controller running")
 
 
+class _NoDownloads:
+    """No manager runs (API tests): tasks are stored but nothing runs them."""
+
+    def __init__(self) -> None:
+        self.options = DownloadOptions()
+
+    def poke(self) -> None:
+        return None
+
+    def cancel(self, task_id: int) -> None:
+        return None
+
+    def live(self, task_id: int) -> dict[str, Any] | None:
+        return None
+
+
 class _NoKeyCache:
     def invalidate(self) -> None:
         return None
@@ -60,6 +92,7 @@ class ServerContext:
     key_cache: KeyCacheHandle = field(default_factory=_NoKeyCache)
     # What one request may weigh (server/door/): headers, bodies per route, JSON nesting.
     limits: RequestLimits = field(default_factory=RequestLimits)
+    downloads: DownloadsHandle = field(default_factory=_NoDownloads)
 
 
 def server_context(request: Request) -> ServerContext:

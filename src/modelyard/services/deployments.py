@@ -30,7 +30,7 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import run_preflight
 from modelyard.services.instances import instance_to_json
-from modelyard.services.model_files import get_model
+from modelyard.services.model_files import file_problems, get_model
 from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import Deployment, ModelFile
 
@@ -105,16 +105,34 @@ def _gpu_request(
 
 def _usable_model(session: Session, name: str) -> ModelFile:
     model = get_model(session, name)
+    if model.state == "downloading":
+        done = model.downloaded_bytes or 0
+        share = f"{100 * done / model.size_bytes:.0f}% of " if model.size_bytes else ""
+        raise InvalidModelDirectory(
+            f"model {name!r} is still downloading ({share}{model.size_bytes or 0} bytes): "
+            "it cannot be deployed until every file is downloaded and verified",
+            hint=f"wait for it: modelyard models show {name}; modelyard tasks list",
+        )
     if model.state != "valid":
         reasons = "; ".join(model.reasons) or model.state
         raise InvalidModelDirectory(
             f"model {name!r} is {model.state}: {reasons}",
-            hint="fix the directory, then remove and add the model again",
+            hint=f"see `modelyard models show {name}`"
+            if model.state == "incomplete"
+            else "fix the directory, then remove and add the model again",
         )
     if not Path(model.path).is_dir():
         raise InvalidModelDirectory(
             f"model {name!r}: its directory {model.path} no longer exists",
             hint="restore the files, or remove the model (modelyard models rm) and add it again",
+        )
+    problems = file_problems(model)
+    if problems:
+        shown = "; ".join(str(problem) for problem in problems[:5])
+        raise InvalidModelDirectory(
+            f"model {name!r} has {len(problems)} missing or damaged file(s) in {model.path}: {shown}",
+            hint="pull or import it again (its manifest lists every file); see `modelyard models show "
+            f"{name}`",
         )
     return model
 

@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from modelyard.errors import AlreadyExists, Conflict, InvalidModelDirectory, NotFound
+from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
+from modelyard.hub.manifest import FileProblem, Manifest, check_files
 from modelyard.modeldir import ModelDirectoryReport, inspect_model_directory
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import Deployment, ModelFile
+from modelyard.store.tables import Deployment, ModelFile, ModelTask
 
 
 def inspect_directory(path: Path) -> ModelDirectoryReport:
@@ -41,12 +42,68 @@ def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> di
         "size_bytes": record.size_bytes,
         "repo_id": record.repo_id,
         "revision": record.revision,
+        "downloaded_bytes": record.downloaded_bytes,
         "details": record.details,
         "created_at": record.created_at.isoformat(),
     }
     if deployments is not None:
         data["deployments"] = deployments
     return data
+
+
+def stored_manifest(record: ModelFile) -> Manifest | None:
+    """The manifest a pull or an import stored with the model (None for a local directory)."""
+    data = (record.details or {}).get("manifest")
+    if not data:
+        return None
+    try:
+        return Manifest.from_json(data, where=f"the stored manifest of {record.name}")
+    except InvalidInput:
+        return None
+
+
+def file_problems(record: ModelFile) -> list[FileProblem]:
+    """Files of a pulled or imported model that are missing or have the wrong size (a stat each)."""
+    manifest = stored_manifest(record)
+    if manifest is None:
+        return []
+    return check_files(Path(record.path), manifest.files)
+
+
+def latest_task(session: Session, record: ModelFile) -> ModelTask | None:
+    """The newest pull or import task that filled this model."""
+    return session.scalar(
+        select(ModelTask)
+        .where(ModelTask.model_name == record.name, ModelTask.kind.in_(("pull", "import")))
+        .order_by(ModelTask.id.desc())
+        .limit(1)
+    )
+
+
+def files_report(session: Session, record: ModelFile) -> dict[str, Any]:
+    """For ``models show``: the files the model must have and which of them are missing or bad."""
+    manifest = stored_manifest(record)
+    task = latest_task(session, record)
+    report: dict[str, Any] = {
+        "verified": manifest is not None,
+        "count": len(manifest.files) if manifest else None,
+        "problems": [problem.to_json() for problem in file_problems(record)],
+        "task": None,
+    }
+    if task is not None:
+        report["task"] = {"id": task.id, "kind": task.kind, "state": task.state, "reason": task.reason}
+        if record.state in ("downloading", "incomplete"):
+            report["problems"] = [
+                {
+                    "path": entry["path"],
+                    "problem": "failed" if entry.get("state") == "failed" else "not downloaded",
+                    "detail": entry.get("error")
+                    or f"{entry.get('bytes', 0)} of {entry['size']} bytes, {entry.get('state', 'pending')}",
+                }
+                for entry in task.files or []
+                if entry.get("state") != "verified"
+            ]
+    return report
 
 
 def register_model(session: Session, name: str | None, path: Path) -> ModelFile:
@@ -120,6 +177,12 @@ def remove_model(session: Session, name: str) -> None:
     """Forget a model (the files on disk stay). Refused while a deployment uses it."""
     record = get_model(session, name)
     using = deployments_using(session, record)
+    task = latest_task(session, record)
+    if task is not None and task.state in ("queued", "running"):
+        raise Conflict(
+            f"model {name!r} is being {'downloaded' if task.kind == 'pull' else 'imported'} (task {task.id})",
+            hint=f"cancel it first: modelyard tasks cancel {task.id}",
+        )
     if using:
         raise Conflict(
             f"model {name!r} is used by deployment{'s' if len(using) > 1 else ''} {', '.join(using)}",

@@ -90,7 +90,9 @@ class ModelFile(Base):
     """Model weights on disk, registered by path (``source="local"``) or, later, fetched from a hub.
 
     ``state`` is one of ``valid``, ``invalid`` (``reasons`` says why) or, for hub downloads,
-    ``downloading`` with ``downloaded_bytes`` / ``size_bytes`` as progress.
+    ``downloading`` with ``downloaded_bytes`` / ``size_bytes`` as progress, and ``incomplete``
+    when the download failed or was cancelled (``reasons`` names the files). A pulled or imported
+    model keeps its manifest (every file, size, SHA-256) in ``details["manifest"]``.
     """
 
     __tablename__ = "model_files"
@@ -112,6 +114,41 @@ class ModelFile(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
+
+
+class ModelTask(Base):
+    """A long job on model files, owned by the server's ``DownloadManager`` (``modelyard.downloads``):
+    ``kind`` is ``pull`` (from a hub), ``import`` (a bundle) or ``export`` (to a bundle).
+
+    ``state``: ``queued`` -> ``running`` -> ``completed`` | ``failed`` | ``cancelled``; a server
+    restart puts ``running`` tasks back to ``queued`` and they resume where their files stopped.
+    ``files`` holds the plan and per-file progress (path, size, hashes, state, bytes, attempts,
+    last error); ``options`` what the user asked (patterns, quantisation, the hub's endpoint and
+    the commit the revision resolved to).
+    """
+
+    __tablename__ = "model_tasks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    model_name: Mapped[str] = mapped_column(String(128), index=True)
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # hf://ORG/NAME@REV, ms://..., or the archive path of an import.
+    source: Mapped[str] = mapped_column(Text)
+    # The model directory (pull, import) or the archive (export).
+    target_path: Mapped[str] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    files: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    done_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # How many times the manager started it (a restart or a resume adds one).
+    run_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
 

@@ -1,18 +1,27 @@
-"""``/api/v1/models``: model files. POST validates the directory and stores nothing when invalid."""
+"""``/api/v1/models``: model files. POST validates the directory and stores nothing when invalid.
+
+``POST /models/pull``, ``POST /models/import`` and ``POST /models/{name}/export`` check everything
+at once (a refusal is immediate and nothing is written), then queue a task (202) that the
+download manager runs; follow it at ``/tasks/{id}``. ``dry_run`` on a pull answers the plan
+(files, sizes, target, disk) without storing anything.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
-from modelyard.services import model_files
+from modelyard.services import model_files, model_tasks
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
+from modelyard.services.tasks import task_to_json
 
 router = APIRouter(tags=["models"])
 
@@ -29,6 +38,42 @@ class ModelCreate(BaseModel):
     name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
 
 
+MAXIMUM_PATTERNS = 64
+# An --include / --exclude pattern (fnmatch).
+Pattern = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class PullBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # hf://ORG/NAME[@REVISION] or ms://ORG/NAME[@REVISION].
+    source: str = Field(min_length=1, max_length=512)
+    # Default: the repository's name.
+    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
+    include: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
+    exclude: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
+    quantization: str | None = Field(default=None, max_length=32)
+    # Absolute, on the server's host; default: <models root>/<name>.
+    target_dir: str | None = Field(default=None, max_length=MAXIMUM_PATH_CHARACTERS)
+    dry_run: bool = False
+
+
+class ImportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Absolute path of the bundle on the server's host.
+    path: str = Field(min_length=1, max_length=MAXIMUM_PATH_CHARACTERS)
+    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
+    target_dir: str | None = Field(default=None, max_length=MAXIMUM_PATH_CHARACTERS)
+
+
+class ExportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Absolute path of the archive to write on the server's host (must not exist).
+    path: str = Field(min_length=1, max_length=MAXIMUM_PATH_CHARACTERS)
+
+
 def _list(session: Session) -> list[dict[str, Any]]:
     counts = model_files.deployment_counts(session)
     return [
@@ -39,7 +84,19 @@ def _list(session: Session) -> list[dict[str, Any]]:
 
 def _show(session: Session, name: str) -> dict[str, Any]:
     record = model_files.get_model(session, name)
-    return model_files.model_to_json(record, model_files.deployments_using(session, record))
+    data = model_files.model_to_json(record, model_files.deployments_using(session, record))
+    data["files"] = model_files.files_report(session, record)
+    return data
+
+
+def _check_free(session: Session, name: str) -> None:
+    model_tasks.check_model_name_free(session, name)
+
+
+def _create_pull(
+    session: Session, plan: model_tasks.PullPlan, request: model_tasks.PullRequest
+) -> dict[str, Any]:
+    return task_to_json(model_tasks.create_pull_task(session, plan, request))
 
 
 def _create(session: Session, name: str | None, path: str) -> dict[str, Any]:
@@ -57,6 +114,57 @@ async def create_model(
     request: ModelCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
     return await in_session(context, _create, request.name, request.path)
+
+
+@router.post("/models/pull", status_code=202)
+async def pull_model(body: PullBody, context: ServerContext = Depends(server_context)) -> Any:
+    request = model_tasks.PullRequest(
+        source=body.source,
+        name=body.name,
+        include=body.include,
+        exclude=body.exclude,
+        quantization=body.quantization,
+        target_dir=body.target_dir,
+    )
+    name = model_tasks.pull_name(request)
+    await in_session(context, _check_free, name)
+    options = context.downloads.options
+    models_root = options.models_directory(context.settings.models_dir)
+    plan = await run_in_threadpool(model_tasks.plan_pull, request, options, models_root)
+    if body.dry_run:
+        return JSONResponse(plan.to_json(), status_code=200)
+    task = await in_session(context, _create_pull, plan, request)
+    context.downloads.poke()
+    return task
+
+
+def _create_import(session: Session, body: ImportBody, context: ServerContext) -> dict[str, Any]:
+    options = context.downloads.options
+    models_root = options.models_directory(context.settings.models_dir)
+    task = model_tasks.create_import_task(
+        session, body.path, body.name, body.target_dir, options, models_root
+    )
+    return task_to_json(task)
+
+
+@router.post("/models/import", status_code=202)
+async def import_model(body: ImportBody, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    task = await in_session(context, _create_import, body, context)
+    context.downloads.poke()
+    return task
+
+
+def _create_export(session: Session, name: str, body: ExportBody, context: ServerContext) -> dict[str, Any]:
+    return task_to_json(model_tasks.create_export_task(session, name, body.path, context.downloads.options))
+
+
+@router.post("/models/{name:path}/export", status_code=202)
+async def export_model(
+    name: str, body: ExportBody, context: ServerContext = Depends(server_context)
+) -> dict[str, Any]:
+    task = await in_session(context, _create_export, name, body, context)
+    context.downloads.poke()
+    return task
 
 
 @router.get("/models/{name:path}")

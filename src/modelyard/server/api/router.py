@@ -19,6 +19,7 @@ from modelyard.server.api import (
     logs,
     models,
     system,
+    tasks,
     usage,
     usage_timeline,
 )
@@ -32,6 +33,7 @@ for module in (
     auth,
     models,
     backend_check,
+    tasks,
     backends,
     logs,
     deployment_preflight,
