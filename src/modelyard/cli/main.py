@@ -17,8 +17,10 @@ from modelyard.cli import (
     doctor,
     estimate,
     keys,
+    model_transfers,
     models,
     serve,
+    tasks,
 )
 from modelyard.cli.context import CliContext, stderr
 from modelyard.errors import ModelyardError
@@ -64,7 +66,19 @@ def root(
     ctx.obj = CliContext(url=url.rstrip("/"), data_dir=data_dir)
 
 
-for module in (serve, models, backends, deployments, keys, account, bench, doctor, estimate):
+for module in (
+    serve,
+    models,
+    model_transfers,
+    tasks,
+    backends,
+    deployments,
+    keys,
+    account,
+    bench,
+    doctor,
+    estimate,
+):
     module.register(app)
 
 

@@ -84,6 +84,10 @@ def show(
             ("name", model["name"]),
             ("path", model["path"]),
             ("state", model["state"]),
+            (
+                "source",
+                f"{model['source']} {model.get('repo_id') or ''} {model.get('revision') or ''}".strip(),
+            ),
             ("architecture", model["architecture"]),
             ("model type", model["model_type"]),
             ("dtype", model["dtype"]),
@@ -93,8 +97,38 @@ def show(
             ("eos token ids", details.get("eos_token_ids")),
             ("warnings", "; ".join(details.get("warnings", []))),
             ("deployments", ", ".join(model.get("deployments", []))),
+            *_files_fields(model),
         ]
     )
+    for problem in (model.get("files") or {}).get("problems", []):
+        stdout.print(
+            f"  [red]{problem['problem']}[/red] {problem['path']}: {problem['detail']}", highlight=False
+        )
+
+
+def _files_fields(model: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Pulled and imported models: the files their manifest lists, and the task that filled them."""
+    files = model.get("files") or {}
+    fields: list[tuple[str, Any]] = []
+    if model.get("reasons"):
+        fields.append(("reasons", "; ".join(model["reasons"])))
+    if files.get("verified"):
+        problems = files.get("problems", [])
+        fields.append(
+            (
+                "files",
+                f"{files['count']} in the manifest, "
+                + (f"{len(problems)} missing or damaged" if problems else "all present with their sizes"),
+            )
+        )
+    elif model.get("state") == "downloading":
+        fields.append(
+            ("files", f"{format_bytes(model.get('downloaded_bytes'))} of {format_bytes(model['size_bytes'])}")
+        )
+    if files.get("task"):
+        task = files["task"]
+        fields.append(("task", f"{task['id']} ({task['kind']}, {task['state']}): {task['reason']}"))
+    return fields
 
 
 @models_app.command("rm")

@@ -1,0 +1,139 @@
+"""Following a model task from the CLI: a rich progress display fed by ``GET /api/v1/tasks/{id}``.
+
+One bar for the whole task and one per file being transferred, each with bytes, the rate and the
+time left as the server measures them; retries, restarts and failures are printed as lines as
+they happen (so piped output and logs keep them). Returns the task once it ends.
+
+Usage::
+
+    task = follow_task(client, task_id)      # raises typer.Exit(1) when it failed or was cancelled
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+
+from modelyard.cli.client import ApiClient, fail
+from modelyard.cli.context import stderr
+from modelyard.cli.output import format_bytes, format_duration
+
+POLL_SECONDS = 0.5
+FINAL_STATES = ("completed", "failed", "cancelled")
+
+
+def format_rate(bytes_per_second: float | None) -> str:
+    return "-" if bytes_per_second is None else f"{format_bytes(int(bytes_per_second))}/s"
+
+
+def task_line(task: dict[str, Any]) -> str:
+    """One line: ``pull task 3 Qwen3-8B: running 41% (6.7 GB of 16.4 GB), 112.0 MB/s, 1m27s left``."""
+    share = f"{100 * task['fraction_done']:.0f}%"
+    parts = [
+        f"{task['kind']} task {task['id']} {task['model']}: {task['state']} {share} "
+        f"({format_bytes(task['done_bytes'])} of {format_bytes(task['total_bytes'])})"
+    ]
+    if task.get("rate_bytes_per_second") is not None:
+        parts.append(format_rate(task["rate_bytes_per_second"]))
+    if task.get("seconds_left") is not None and task["state"] == "running":
+        parts.append(f"{format_duration(task['seconds_left'])} left")
+    return ", ".join(parts)
+
+
+class _Display:
+    """The rich ``Progress`` of one task: a total bar, and a bar per file while it transfers."""
+
+    def __init__(self, task: dict[str, Any]) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}", justify="left"),
+            BarColumn(bar_width=32),
+            DownloadColumn(binary_units=False),
+            TextColumn("{task.fields[rate]:>11}"),
+            TextColumn("{task.fields[left]:>9}"),
+            console=stderr,
+            transient=False,
+            auto_refresh=False,
+        )
+        self.total = self.progress.add_task("total", total=task["total_bytes"] or 1, rate="", left="")
+        self.rows: dict[str, Any] = {}
+
+    def update(self, task: dict[str, Any]) -> None:
+        files = task["files"]
+        verified = sum(1 for entry in files if entry["state"] == "verified")
+        self.progress.update(
+            self.total,
+            description=f"[bold]{task['model']}[/bold] {verified}/{len(files)} files",
+            completed=task["done_bytes"],
+            rate=format_rate(task.get("rate_bytes_per_second")) if task["state"] == "running" else "",
+            left=_left(task.get("seconds_left")) if task["state"] == "running" else task["state"],
+        )
+        for entry in files:
+            row = self.rows.get(entry["path"])
+            active = entry["state"] in ("downloading", "failed")
+            if row is None and not active:
+                continue
+            if row is None:
+                row = self.progress.add_task(f"  {entry['path']}", total=entry["size"] or 1, rate="", left="")
+                self.rows[entry["path"]] = row
+            done = entry["state"] == "verified"
+            self.progress.update(
+                row,
+                completed=entry["bytes"],
+                rate="" if done else format_rate(entry.get("rate_bytes_per_second")),
+                left="verified"
+                if done
+                else (entry["state"] if entry["state"] == "failed" else _left(entry.get("seconds_left"))),
+            )
+        self.progress.refresh()
+
+
+def _left(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds)
+
+
+def _report_events(task: dict[str, Any], seen: dict[str, tuple[int, int, str | None]]) -> None:
+    """Print a line for every new retry, restart or failure of a file."""
+    for entry in task["files"]:
+        key = (entry["retries"], entry["restarts"], entry["state"] if entry["state"] == "failed" else None)
+        before = seen.get(entry["path"], (0, 0, None))
+        seen[entry["path"]] = key
+        if key == before or not entry.get("error"):
+            continue
+        if entry["state"] == "failed":
+            stderr.print(f"[red]failed[/red] {entry['path']}: {entry['error']}", highlight=False)
+        elif entry["restarts"] > before[1]:
+            stderr.print(f"[yellow]refetch[/yellow] {entry['path']}: {entry['error']}", highlight=False)
+        else:
+            stderr.print(f"[yellow]retry[/yellow] {entry['path']}: {entry['error']}", highlight=False)
+
+
+def follow_task(client: ApiClient, task_id: int, *, poll_seconds: float = POLL_SECONDS) -> dict[str, Any]:
+    """Show ``task_id``'s progress until it ends; ``fail`` (exit 1) unless it completed."""
+    task: dict[str, Any] = client.get(f"/tasks/{task_id}")
+    display = _Display(task)
+    seen: dict[str, tuple[int, int, str | None]] = {}
+    try:
+        with display.progress:
+            while True:
+                _report_events(task, seen)
+                display.update(task)
+                if task["state"] in FINAL_STATES:
+                    break
+                time.sleep(poll_seconds)
+                task = client.get(f"/tasks/{task_id}")
+    except KeyboardInterrupt:
+        stderr.print(
+            f"stopped watching; task {task_id} goes on in the server "
+            f"(modelyard tasks wait {task_id}, or cancel it: modelyard tasks cancel {task_id})",
+            highlight=False,
+        )
+        raise typer.Exit(130) from None
+    if task["state"] != "completed":
+        hint = f"resume it with `modelyard tasks resume {task_id}`" if task["kind"] == "pull" else None
+        fail(f"{task['kind']} task {task_id} {task['state']}: {task['reason']}", hint)
+    stderr.print(f"[green]{task['kind']} task {task_id} completed[/green]: {task['reason']}", highlight=False)
+    return task
