@@ -2,8 +2,8 @@
 everywhere else: the real REST API and ``DownloadManager`` under uvicorn on loopback, a real
 database (SQLite file, and PostgreSQL where a test takes ``database_url``), the real CLI.
 
-- ``tiny_model``: a real tiny TEST model in two safetensors shards (``build_sharded_model``),
-  built once per session; every hub double serves it.
+- ``tiny_model``: a real tiny TEST model in seven safetensors shards (the
+  ``tiny-qwen3-small-shards`` recipe of ``tests/model_cache.py``); every hub double serves it.
 - ``hf_hub`` / ``modelscope_hub``: ``modelyard.testing.hub_doubles`` on their own ports.
 - ``fast_options``: the download settings with a short stall timeout and back-off, so that a
   stall or a retry takes a fraction of a second (no sleeps in the tests).
@@ -32,6 +32,7 @@ import uvicorn
 from fastapi import FastAPI
 from typer.testing import CliRunner, Result
 
+from model_cache import ModelCache
 from modelyard.cli.main import app as cli_app
 from modelyard.downloads import DownloadManager, DownloadOptions
 from modelyard.hardware.gpus import GpuInventory
@@ -45,16 +46,15 @@ from modelyard.store.database import Database
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble, ModelScopeDouble, RepositoryDouble
 
 REPO_ID = "modelyard-test/tiny-qwen3"
-SHARD_1 = "model-00001-of-00002.safetensors"
-SHARD_2 = "model-00002-of-00002.safetensors"
+# Two of the seven shards of the test model (74.6 KB each).
+SHARD_1 = "model-00001-of-00007.safetensors"
+SHARD_2 = "model-00006-of-00007.safetensors"
 FINAL_STATES = ("completed", "failed", "cancelled")
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from modelyard.testing.tiny_model import build_sharded_model
-
-    return build_sharded_model(tmp_path_factory.mktemp("hub-model") / "tiny-qwen3")
+def tiny_model(test_models: ModelCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return test_models.copy("tiny-qwen3-small-shards", tmp_path_factory.mktemp("hub-model") / "tiny-qwen3")
 
 
 @pytest.fixture(scope="session")

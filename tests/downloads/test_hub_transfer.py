@@ -98,25 +98,29 @@ def test_clean_pull_from_modelscope(
 def test_a_dropped_connection_resumes_with_a_range_request_not_from_zero(
     hf_hub: HuggingFaceHubDouble, repository: RepositoryDouble, tiny_model: Path, tmp_path: Path
 ) -> None:
-    hf_hub.faults.drop_after(SHARD_1, 100_000)
+    hf_hub.faults.drop_after(SHARD_1, 30_000)
     _, _, observer = _pull(HuggingFaceSource(endpoint=hf_hub.endpoint), tmp_path / "model")
     _same_files(tiny_model, tmp_path / "model")
     served = hf_hub.log.for_file(SHARD_1)
-    assert [request.range for request in served] == [None, "bytes=100000-"]
+    assert [request.range for request in served] == [None, "bytes=30000-"]
     assert [request.status for request in served] == [200, 206]
-    # Not a byte was sent twice: 100,000 before the drop, the rest after it.
+    # Not a byte was sent twice: 30,000 before the drop, the rest after it.
     assert sum(request.bytes_sent for request in served) == repository.files[SHARD_1].size
-    assert observer.failures and "connection lost" in observer.failures[0][1]
+    size = repository.files[SHARD_1].size
+    assert observer.failures[0] == (
+        SHARD_1,
+        f"the connection dropped at byte 30000 of {size} (RemoteProtocolError)",
+    )
 
 
 def test_a_stalled_hub_is_retried_after_the_stall_timeout(
     hf_hub: HuggingFaceHubDouble, tiny_model: Path, tmp_path: Path
 ) -> None:
-    hold = hf_hub.faults.hold_after(SHARD_2, 50_000)  # never released: the hub goes silent
+    hold = hf_hub.faults.hold_after(SHARD_2, 20_000)  # never released: the hub goes silent
     _, _, observer = _pull(HuggingFaceSource(endpoint=hf_hub.endpoint), tmp_path / "model")
     _same_files(tiny_model, tmp_path / "model")
     assert hold.reached.is_set()
-    assert [request.range for request in hf_hub.log.for_file(SHARD_2)] == [None, "bytes=50000-"]
+    assert [request.range for request in hf_hub.log.for_file(SHARD_2)] == [None, "bytes=20000-"]
     assert (SHARD_2, "no bytes for 0.4 s") in observer.failures
 
 

@@ -24,7 +24,11 @@ def test_pull_then_deploy(
     assert "deploy it with: modelyard deploy tiny-qwen3" in result.stdout
     model = server.api("GET", "/models/tiny-qwen3").json()
     assert model["state"] == "valid", model
-    assert (model["source"], model["repo_id"], model["revision"]) == ("huggingface", REPO_ID, repository.commit)
+    assert (model["source"], model["repo_id"], model["revision"]) == (
+        "huggingface",
+        REPO_ID,
+        repository.commit,
+    )
     assert model["files"]["verified"] and model["files"]["problems"] == []
     assert model["architecture"] == "Qwen3ForCausalLM"
     manifest = {entry["path"]: entry["sha256"] for entry in model["details"]["manifest"]["files"]}
@@ -38,7 +42,7 @@ def test_a_model_still_downloading_cannot_be_deployed_and_show_names_its_files(
 ) -> None:
     # A stall timeout longer than the test: the cancel must not wait for it.
     server = start_server(transfer=replace(FAST_TRANSFER, stall_timeout_seconds=60))
-    hold = hf_hub.faults.hold_after(SHARD_2, 40_000)
+    hold = hf_hub.faults.hold_after(SHARD_2, 20_000)
     queued = server.cli("models", "pull", SOURCE, "--no-wait", "--json")
     assert queued.exit_code == 0, queued.output
     task_id = json.loads(queued.stdout)["id"]
@@ -87,7 +91,9 @@ def test_a_persistent_mismatch_fails_the_task_naming_the_file(
     assert refused.status_code == 400 and SHARD_1 in refused.json()["error"]["message"]
 
 
-def test_a_full_disk_is_refused_before_the_first_byte(start_server: StartServer, hf_hub: HuggingFaceHubDouble) -> None:
+def test_a_full_disk_is_refused_before_the_first_byte(
+    start_server: StartServer, hf_hub: HuggingFaceHubDouble
+) -> None:
     server = start_server(disk_space=lambda path: 5 * 10**6)  # 5 MB free: less than 1 GiB of headroom
     result = server.cli("models", "pull", SOURCE)
     assert result.exit_code == 1
@@ -115,7 +121,9 @@ def test_patterns_and_dry_run_show_the_plan_without_storing(
     assert quantized.exit_code == 1 and "no file of quantisation 'Q4_K_M'" in quantized.stderr
 
 
-def test_pull_from_modelscope(start_server: StartServer, modelscope_hub: ModelScopeDouble, tmp_path: Path) -> None:
+def test_pull_from_modelscope(
+    start_server: StartServer, modelscope_hub: ModelScopeDouble, tmp_path: Path
+) -> None:
     server = start_server()
     target = tmp_path / "models" / "from-modelscope"
     result = server.cli("models", "pull", f"ms://{REPO_ID}", "--name", "tiny-ms", "--to", str(target))

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import typer
+from rich.console import Console
 
 from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr
@@ -45,20 +46,22 @@ def task_line(task: dict[str, Any]) -> str:
 class _Display:
     """The rich ``Progress`` of one task: a total bar, and a bar per file while it transfers."""
 
-    def __init__(self, task: dict[str, Any]) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+    def __init__(self, task: dict[str, Any], console: Console) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn
 
         self.progress = Progress(
             TextColumn("{task.description}", justify="left"),
             BarColumn(bar_width=32),
-            DownloadColumn(binary_units=False),
+            TextColumn("{task.fields[amount]:>21}", style="green"),
             TextColumn("{task.fields[rate]:>11}"),
             TextColumn("{task.fields[left]:>9}"),
-            console=stderr,
+            console=console,
             transient=False,
             auto_refresh=False,
         )
-        self.total = self.progress.add_task("total", total=task["total_bytes"] or 1, rate="", left="")
+        self.total = self.progress.add_task(
+            "total", total=task["total_bytes"] or 1, amount="", rate="", left=""
+        )
         self.rows: dict[str, Any] = {}
 
     def update(self, task: dict[str, Any]) -> None:
@@ -68,6 +71,7 @@ class _Display:
             self.total,
             description=f"[bold]{task['model']}[/bold] {verified}/{len(files)} files",
             completed=task["done_bytes"],
+            amount=_amount(task["done_bytes"], task["total_bytes"]),
             rate=format_rate(task.get("rate_bytes_per_second")) if task["state"] == "running" else "",
             left=_left(task.get("seconds_left")) if task["state"] == "running" else task["state"],
         )
@@ -77,12 +81,15 @@ class _Display:
             if row is None and not active:
                 continue
             if row is None:
-                row = self.progress.add_task(f"  {entry['path']}", total=entry["size"] or 1, rate="", left="")
+                row = self.progress.add_task(
+                    f"  {entry['path']}", total=entry["size"] or 1, amount="", rate="", left=""
+                )
                 self.rows[entry["path"]] = row
             done = entry["state"] == "verified"
             self.progress.update(
                 row,
                 completed=entry["bytes"],
+                amount=_amount(entry["bytes"], entry["size"]),
                 rate="" if done else format_rate(entry.get("rate_bytes_per_second")),
                 left="verified"
                 if done
@@ -91,11 +98,17 @@ class _Display:
         self.progress.refresh()
 
 
+def _amount(done: int, total: int) -> str:
+    return f"{format_bytes(done)} / {format_bytes(total)}"
+
+
 def _left(seconds: float | None) -> str:
     return "-" if seconds is None else format_duration(seconds)
 
 
-def _report_events(task: dict[str, Any], seen: dict[str, tuple[int, int, str | None]]) -> None:
+def _report_events(
+    task: dict[str, Any], seen: dict[str, tuple[int, int, str | None]], console: Console
+) -> None:
     """Print a line for every new retry, restart or failure of a file."""
     for entry in task["files"]:
         key = (entry["retries"], entry["restarts"], entry["state"] if entry["state"] == "failed" else None)
@@ -104,23 +117,37 @@ def _report_events(task: dict[str, Any], seen: dict[str, tuple[int, int, str | N
         if key == before or not entry.get("error"):
             continue
         if entry["state"] == "failed":
-            stderr.print(f"[red]failed[/red] {entry['path']}: {entry['error']}", highlight=False)
+            console.print(f"[red]failed[/red] {entry['path']}: {entry['error']}", highlight=False)
         elif entry["restarts"] > before[1]:
-            stderr.print(f"[yellow]refetch[/yellow] {entry['path']}: {entry['error']}", highlight=False)
+            console.print(f"[yellow]refetch[/yellow] {entry['path']}: {entry['error']}", highlight=False)
         else:
-            stderr.print(f"[yellow]retry[/yellow] {entry['path']}: {entry['error']}", highlight=False)
+            console.print(f"[yellow]retry[/yellow] {entry['path']}: {entry['error']}", highlight=False)
 
 
-def follow_task(client: ApiClient, task_id: int, *, poll_seconds: float = POLL_SECONDS) -> dict[str, Any]:
+class TaskView:
+    """What ``follow_task`` shows, frame by frame: event lines, then the progress bars."""
+
+    def __init__(self, task: dict[str, Any], console: Console) -> None:
+        self.console = console
+        self.display = _Display(task, console)
+        self._seen: dict[str, tuple[int, int, str | None]] = {}
+
+    def show(self, task: dict[str, Any]) -> None:
+        _report_events(task, self._seen, self.console)
+        self.display.update(task)
+
+
+def follow_task(
+    client: ApiClient, task_id: int, *, poll_seconds: float = POLL_SECONDS, console: Console | None = None
+) -> dict[str, Any]:
     """Show ``task_id``'s progress until it ends; ``fail`` (exit 1) unless it completed."""
     task: dict[str, Any] = client.get(f"/tasks/{task_id}")
-    display = _Display(task)
-    seen: dict[str, tuple[int, int, str | None]] = {}
+    view = TaskView(task, console or stderr)
+    display = view.display
     try:
         with display.progress:
             while True:
-                _report_events(task, seen)
-                display.update(task)
+                view.show(task)
                 if task["state"] in FINAL_STATES:
                     break
                 time.sleep(poll_seconds)

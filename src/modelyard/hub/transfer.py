@@ -186,7 +186,10 @@ class _Download:
             except httpx.ConnectTimeout:
                 reason = f"no connection within {self.options.connect_timeout_seconds:g} s"
             except httpx.TransportError as error:
-                reason = f"connection lost ({type(error).__name__}: {error})"
+                reason = (
+                    f"the connection dropped at byte {self.digest.bytes_seen} of {self.file.size} "
+                    f"({type(error).__name__})"
+                )
             except _Retryable as error:
                 reason, retry_after = str(error), error.retry_after_seconds
             failures = 0 if self.digest.bytes_seen > before else failures + 1

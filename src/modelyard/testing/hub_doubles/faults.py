@@ -8,7 +8,9 @@ its bytes (``times``; None: every request):
 - ``hold_after(path, at_byte)``: send up to ``at_byte``, then send nothing until released (a stall;
   ``Hold.reached`` is set once the bytes are out), then close;
 - ``corrupt(path)``: serve the file with one byte flipped (the middle one);
-- ``fail_with(path, status)``: answer ``status`` (503, 429...) instead of the file.
+- ``fail_with(path, status)``: answer ``status`` (503, 429...) instead of the file;
+- ``throttle(path, bytes_per_second)``: send it no faster than that (for demos of the progress
+  display; tests wait on events, never on a slow hub).
 
 Usage::
 
@@ -23,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
-FaultKind = Literal["drop", "hold", "corrupt", "status"]
+FaultKind = Literal["drop", "hold", "corrupt", "status", "throttle"]
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Fault:
     at_byte: int = 0
     status: int = 503
     hold: Hold | None = None
+    bytes_per_second: float = 0.0
 
 
 @dataclass
@@ -71,6 +74,9 @@ class Faults:
 
     def fail_with(self, path: str, status: int, times: int | None = 1) -> None:
         self._add(Fault("status", path, times, status=status))
+
+    def throttle(self, path: str, bytes_per_second: float, times: int | None = None) -> None:
+        self._add(Fault("throttle", path, times, bytes_per_second=bytes_per_second))
 
     def take(self, path: str, start_byte: int) -> list[Fault]:
         """The faults that apply to a request of ``path`` from ``start_byte`` (each used once)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -172,8 +173,9 @@ class DoubleRequestHandler(BaseHTTPRequestHandler):
             self.record(200, served.path)
             return
         cut = next((fault for fault in faults if fault.kind in ("drop", "hold")), None)
+        throttle = next((fault.bytes_per_second for fault in faults if fault.kind == "throttle"), 0.0)
         limit = len(body) if cut is None else cut.at_byte - start
-        sent = self._write(body[:limit])
+        sent = self._write(body[:limit], throttle)
         self.record(206 if wanted else 200, served.path, sent)
         if cut is None:
             return
@@ -182,12 +184,16 @@ class DoubleRequestHandler(BaseHTTPRequestHandler):
             cut.hold.released.wait(MAXIMUM_HOLD_SECONDS)
         self._drop()
 
-    def _write(self, data: bytes) -> int:
+    def _write(self, data: bytes, bytes_per_second: float = 0.0) -> int:
         sent = 0
+        chunk_bytes = WRITE_CHUNK_BYTES if not bytes_per_second else max(1024, int(bytes_per_second / 10))
         try:
-            for offset in range(0, len(data), WRITE_CHUNK_BYTES):
-                self.wfile.write(data[offset : offset + WRITE_CHUNK_BYTES])
-                sent += min(WRITE_CHUNK_BYTES, len(data) - offset)
+            for offset in range(0, len(data), chunk_bytes):
+                self.wfile.write(data[offset : offset + chunk_bytes])
+                sent += min(chunk_bytes, len(data) - offset)
+                if bytes_per_second:
+                    self.wfile.flush()
+                    time.sleep(chunk_bytes / bytes_per_second)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
