@@ -67,6 +67,11 @@ class Settings:
         return self.data_dir / "admin-password"
 
     @property
+    def cli_token_file(self) -> Path:
+        """The token the CLI on this host authenticates with instead of the password (mode 0600)."""
+        return self.data_dir / "cli-token"
+
+    @property
     def server_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"

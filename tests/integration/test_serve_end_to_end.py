@@ -172,6 +172,43 @@ def tiny_model(tiny_model_dir: Path) -> Path:
     return tiny_model_dir
 
 
+def _admin_headers(server: Server) -> dict[str, str] | None:
+    """The CLI token's header, once the server has written the token."""
+    token_file = server.data_dir / "cli-token"
+    if not token_file.is_file():
+        return None
+    return {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+
+
+def _system_answers(server: Server) -> bool:
+    headers = _admin_headers(server)
+    if headers is None:
+        return False
+    try:
+        return httpx.get(f"{server.url}/api/v1/system", headers=headers, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_the_api_answers_at_once_while_the_demo_is_prepared(server: Server) -> None:
+    # From the server's start: the port and the API answer before the demo model is converted.
+    _wait_until(lambda: _system_answers(server), STARTUP_SECONDS, "/api/v1/system")
+    admin = _admin_headers(server)
+    assert admin is not None
+    demo = httpx.get(f"{server.url}/api/v1/system", headers=admin).json()["demo"]
+    assert demo["state"] == "preparing", demo
+    assert 0 <= demo["progress_percent"] < 100
+    key = httpx.post(f"{server.url}/api/v1/keys", headers=admin, json={"name": "early"}).json()["key"]
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 503
+    assert response.json()["error"]["message"].startswith("demo is being prepared (")
+    assert response.headers["retry-after"] == "5"
+
+
 def test_serve_prints_where_to_go_and_the_admin_password_once(server: Server, api_key: str) -> None:
     log = server.log()
     assert f"OpenAI base URL  {server.url}/v1" in log
@@ -179,6 +216,7 @@ def test_serve_prints_where_to_go_and_the_admin_password_once(server: Server, ap
     password = (server.data_dir / "admin-password").read_text().strip()
     assert password and log.count(password) == 1
     assert oct((server.data_dir / "admin-password").stat().st_mode & 0o777) == "0o600"
+    assert "demo: preparing the model 100% (done)" in log
     assert "demo is running" in log
 
 
@@ -189,7 +227,8 @@ def test_demo_answers_through_the_openai_client(server: Server, api_key: str) ->
         model="demo", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=16
     )
     assert answer.model == "demo"
-    assert answer.choices[0].message.content
+    # The converted model is the real SmolLM2 (greedy decoding): a wrong weight or token would not say it.
+    assert "Paris" in (answer.choices[0].message.content or "")
     stream = client.chat.completions.create(
         model="demo", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, stream=True
     )

@@ -1,8 +1,10 @@
-"""The CLI's client for the REST API: admin Basic auth, one-line errors, exit status 1.
+"""The CLI's client for the REST API: admin credentials, one-line errors, exit status 1.
 
-The admin password comes from ``MODELYARD_PASSWORD``, else from ``<data-dir>/admin-password``
-(written by ``modelyard serve`` on this host). Any failure is printed as one line on stderr
-(the server's message and hint) and ends the command with exit status 1.
+Credentials, the first that is there: ``MODELYARD_PASSWORD`` (HTTP Basic ``admin:<password>``),
+the CLI token in ``<data-dir>/cli-token`` (``Authorization: Bearer``, written by ``modelyard
+serve`` on this host: no password check per command), the password in
+``<data-dir>/admin-password``. Any failure is printed as one line on stderr (the server's message
+and hint) and ends the command with exit status 1.
 
 Usage::
 
@@ -20,6 +22,7 @@ from typing import Any, NoReturn
 
 import httpx
 import typer
+from rich.markup import escape
 
 from modelyard.cli.context import CliContext, cli_context, stderr
 
@@ -31,11 +34,19 @@ REQUEST_TIMEOUT_SECONDS = 60.0
 
 def fail(message: str, hint: str | None = None) -> NoReturn:
     """Print one error line on stderr and exit with status 1."""
-    line = f"[red]error:[/red] {message}"
+    line = f"[red]error:[/red] {escape(message)}"
     if hint:
-        line += f" ({hint})"
+        line += f" ({escape(hint)})"
     stderr.print(line, highlight=False, markup=True)
     raise typer.Exit(1)
+
+
+def read_cli_token(data_dir: Path) -> str | None:
+    """The server's CLI token, when this user can read it in ``data_dir``."""
+    try:
+        return (data_dir / "cli-token").read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def read_admin_password(data_dir: Path) -> tuple[str | None, str]:
@@ -55,18 +66,35 @@ def read_admin_password(data_dir: Path) -> tuple[str | None, str]:
 class ApiClient:
     """A thin httpx client for ``/api/v1`` that turns every failure into ``fail``."""
 
-    def __init__(self, base_url: str, password: str | None, password_source: str = "") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        password: str | None,
+        password_source: str = "",
+        *,
+        token: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.password_source = password_source
-        auth = httpx.BasicAuth(ADMIN_USERNAME, password) if password else None
+        headers: dict[str, str] = {}
+        auth: httpx.Auth | None = None
+        if password:
+            auth = httpx.BasicAuth(ADMIN_USERNAME, password)
+        elif token:
+            headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=self.base_url + API_PREFIX, auth=auth, timeout=REQUEST_TIMEOUT_SECONDS
+            base_url=self.base_url + API_PREFIX, auth=auth, headers=headers, timeout=REQUEST_TIMEOUT_SECONDS
         )
-        self._has_password = password is not None
+        self._has_password = password is not None or token is not None
 
     @classmethod
     def from_cli(cls, context: CliContext) -> ApiClient:
-        password, source = read_admin_password(context.resolved_data_dir)
+        data_dir = context.resolved_data_dir
+        if not os.environ.get(ENV_PASSWORD):
+            token = read_cli_token(data_dir)
+            if token is not None:
+                return cls(context.url, None, str(data_dir / "cli-token"), token=token)
+        password, source = read_admin_password(data_dir)
         return cls(context.url, password, source)
 
     @classmethod
@@ -91,8 +119,8 @@ class ApiClient:
                 hint = f"no admin password found in {self.password_source}; set {ENV_PASSWORD}"
             else:
                 hint = (
-                    f"the password from {self.password_source} was refused; "
-                    f"set {ENV_PASSWORD} to the current one"
+                    f"the credentials from {self.password_source} were refused (is --url the server "
+                    f"of that data directory?); set {ENV_PASSWORD} to the admin's current password"
                 )
         if isinstance(details, dict):
             for finding in details.get("findings", []):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from modelyard import __version__
 from modelyard.cli import (
@@ -87,7 +88,7 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except ModelyardError as error:
-        stderr.print(f"[red]error:[/red] {error}", highlight=False)
+        stderr.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         sys.exit(1)
 
 

@@ -1,47 +1,31 @@
-"""``modelyard serve``: the server, the gateway and the controller in one process."""
+"""``modelyard serve``: the server, the gateway and the controller in one process.
+
+The port is bound first and the API answers within seconds; the demo model is prepared in the
+background (progress printed here and in ``GET /api/v1/system``). Everything heavy is imported
+inside ``serve``, so that other commands never pay for it.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-import uvicorn
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
-from modelyard import __version__
 from modelyard.cli.context import cli_context, stderr
-from modelyard.demo.prepare import DEMO_DEPLOYMENT_NAME, is_prepared, prepare_demo_model
-from modelyard.demo.register import register_demo
-from modelyard.errors import InvalidInput
-from modelyard.hardware.gpus import read_gpu_inventory
-from modelyard.server.context import ServerContext
-from modelyard.server.door.limits import RequestLimits
-from modelyard.services.users import ensure_admin
 from modelyard.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_DATABASE_URL, Settings
-from modelyard.store.database import Database
-from modelyard.store.tables import Deployment
+
+if TYPE_CHECKING:
+    from modelyard.server.context import ServerContext
 
 DEMO_WATCH_INTERVAL_SECONDS = 0.5
 
 
-def _check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise InvalidInput(
-                f"cannot listen on {host}:{port}: {error.strerror}",
-                hint="is another modelyard already running? pick another port with --port",
-            ) from error
-
-
 def _print_banner(settings: Settings, password: str | None) -> None:
+    from modelyard import __version__
+
     url = settings.server_url
     stderr.print(f"[bold]modelyard {__version__}[/bold] data directory {settings.data_dir}")
     stderr.print(f"  console          {url}/")
@@ -51,22 +35,34 @@ def _print_banner(settings: Settings, password: str | None) -> None:
     if password is not None:
         stderr.print(
             f"  admin password   [bold]{password}[/bold]  (shown once; stored in "
-            f"{settings.admin_password_file}, which the CLI on this host reads; "
-            "change it with `modelyard password`)"
+            f"{settings.admin_password_file}; the CLI on this host needs neither: it uses "
+            f"{settings.cli_token_file}; change it with `modelyard password`)"
         )
     elif not settings.admin_password_file.is_file():
         # The database already has its admin (e.g. a shared PostgreSQL) but this data directory
-        # never received the password: the CLI here cannot log in by itself.
+        # never received the password: people need it from where it was created.
         stderr.print(
             f"  [yellow]admin password   not in {settings.admin_password_file}[/yellow]: the database "
-            "already had an admin; give the CLI its password with MODELYARD_PASSWORD, or copy the "
-            "admin-password file from the data directory that created it",
+            "already had an admin; copy the admin-password file from the data directory that created "
+            "it (the CLI on this host works without it)",
             highlight=False,
         )
 
 
+def _say(text: str, started_at: float) -> None:
+    stderr.print(f"  [{time.monotonic() - started_at:6.1f} s] {text}", highlight=False)
+
+
 async def _watch_demo(context: ServerContext, started_at: float) -> None:
     """Print the demo instance's transitions until it is running (or the server stops)."""
+    import asyncio
+
+    from sqlalchemy import select
+    from sqlalchemy.orm import selectinload
+
+    from modelyard.demo.prepare import DEMO_DEPLOYMENT_NAME
+    from modelyard.store.tables import Deployment
+
     last_seen: tuple[str, str] | None = None
     while True:
         with context.database.session() as session:
@@ -80,15 +76,13 @@ async def _watch_demo(context: ServerContext, started_at: float) -> None:
             instance = deployment.instances[0] if deployment.instances else None
             current = (instance.state, instance.reason) if instance else ("pending", "waiting for placement")
         if current != last_seen:
-            elapsed = time.monotonic() - started_at
-            stderr.print(f"  [{elapsed:6.1f} s] demo: {current[0]} - {current[1]}", highlight=False)
+            _say(f"demo: {current[0]} - {current[1]}", started_at)
             last_seen = current
         if current[0] == "running":
             base = context.settings.server_url
             stderr.print(
                 f"[green]demo is running[/green] {time.monotonic() - started_at:.1f} s after start. Try:\n"
-                "  KEY=$(modelyard keys create me --json"
-                " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"key\"])')\n"
+                "  KEY=$(modelyard keys create me --rotate)\n"
                 f'  curl {base}/v1/chat/completions -H "Authorization: Bearer $KEY" '
                 "-H 'Content-Type: application/json' "
                 '-d \'{"model": "demo", "messages": [{"role": "user", "content": "Hello!"}]}\'',
@@ -96,6 +90,22 @@ async def _watch_demo(context: ServerContext, started_at: float) -> None:
             )
             return
         await asyncio.sleep(DEMO_WATCH_INTERVAL_SECONDS)
+
+
+async def _demo_in_background(context: ServerContext, started_at: float) -> None:
+    from modelyard.demo.background import prepare_and_deploy
+
+    await prepare_and_deploy(
+        models_dir=context.settings.models_dir,
+        database=context.database,
+        endpoints=context.endpoints,
+        inventory=context.controller.gpu_inventory,
+        poke_controller=context.controller.poke,
+        status=context.demo,
+        say=lambda text: _say(text, started_at),
+    )
+    if context.demo.state == "deployed":
+        await _watch_demo(context, started_at)
 
 
 def serve(
@@ -130,57 +140,71 @@ def serve(
         database_url_override=database_url,
         deploy_demo=not no_demo,
     )
-    _check_port_free(host, port)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with stderr.status("opening the database and applying migrations"):
-        database = Database.open(settings.database_url)
-    password = ensure_admin(database, settings.admin_password_file)
-    _print_banner(settings, password)
-    if settings.deploy_demo:
-        _prepare_demo(settings, database)
-    limits = RequestLimits.from_environment(os.environ)
-    context = ServerContext(settings=settings, database=database, limits=limits)
+    from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
 
-    async def on_started(running: ServerContext) -> None:
-        if settings.deploy_demo:
-            asyncio.get_running_loop().create_task(_watch_demo(running, started_at))
+    check_data_directory(settings.data_dir)
+    check_database_driver(settings.database_url)
+    listener = bind_listener(host, port)
+    try:
+        _run(settings, listener, started_at, access_log)
+    finally:
+        listener.close()
+
+
+def _run(settings: Settings, listener: socket.socket, started_at: float, access_log: bool) -> None:
+    import asyncio
+    import os
+
+    import uvicorn
+    from sqlalchemy.exc import SQLAlchemyError
 
     from modelyard.server.app import create_app
+    from modelyard.server.auth import ensure_cli_token
+    from modelyard.server.context import ServerContext
     from modelyard.server.door.http_protocol import bounded_http_protocol
+    from modelyard.server.door.limits import RequestLimits
+    from modelyard.server.startup import data_directory_error, database_error
+    from modelyard.services.users import ensure_admin
+    from modelyard.store.database import Database
 
-    app = create_app(context, on_started=on_started)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=access_log,
-        timeout_graceful_shutdown=5,
-        # The request line and headers are bounded inside the HTTP parser (server/door/).
-        http=bounded_http_protocol(limits),
-    )
-    stderr.print(f"  listening on {settings.server_url}")
     try:
-        uvicorn.Server(config).run()
+        database = Database.open(settings.database_url)
+    except SQLAlchemyError as error:
+        raise database_error(settings.database_url, settings.data_dir, error) from None
+    try:
+        try:
+            password = ensure_admin(database, settings.admin_password_file)
+            cli_token = ensure_cli_token(settings.cli_token_file)
+        except SQLAlchemyError as error:
+            raise database_error(settings.database_url, settings.data_dir, error) from None
+        except OSError as error:
+            raise data_directory_error(settings.data_dir, error) from None
+        _print_banner(settings, password)
+        limits = RequestLimits.from_environment(os.environ)
+        context = ServerContext(settings=settings, database=database, cli_token=cli_token, limits=limits)
+        if settings.deploy_demo:
+            context.demo.state = "preparing"
+            context.demo.message = "demo is being prepared (0%)"
+
+        async def on_started(running: ServerContext) -> None:
+            _say(f"listening on {settings.server_url}", started_at)
+            if settings.deploy_demo:
+                task = asyncio.get_running_loop().create_task(_demo_in_background(running, started_at))
+                running.background_tasks.add(task)
+                task.add_done_callback(running.background_tasks.discard)
+
+        app = create_app(context, on_started=on_started)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=access_log,
+            timeout_graceful_shutdown=5,
+            # The request line and headers are bounded inside the HTTP parser (server/door/).
+            http=bounded_http_protocol(limits),
+        )
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
         database.close()
-
-
-def _prepare_demo(settings: Settings, database: Database) -> None:
-    if not is_prepared(settings.models_dir):
-        with stderr.status("preparing the demo model (first start only)") as status:
-
-            def on_stage(stage: str) -> None:
-                status.update(f"preparing the demo model (first start only): {stage}")
-
-            directory = prepare_demo_model(settings.models_dir, on_stage)
-        stderr.print(f"  demo model prepared in {directory}")
-    else:
-        from modelyard.demo.prepare import demo_model_directory
-
-        directory = demo_model_directory(settings.models_dir)
-    if register_demo(database, directory, read_gpu_inventory()):
-        stderr.print("  deployment 'demo' created (transformers serve on CPU)")
 
 
 def register(app: typer.Typer) -> None:

@@ -30,12 +30,24 @@ class Endpoint:
     engine_version: str = ""
 
 
+@dataclass(frozen=True)
+class DeploymentNote:
+    """Why a name the gateway will know is not a deployment yet."""
+
+    message: str
+    # True while it is on its way (clients are told to retry after a few seconds).
+    coming: bool = True
+
+
 @dataclass
 class EndpointRegistry:
     """Ready endpoints by deployment name, plus each deployment's set of known names."""
 
     _endpoints: dict[str, tuple[Endpoint, ...]] = field(default_factory=dict)
     _known_deployments: set[str] = field(default_factory=set)
+    # Names that are not deployments yet, with what the gateway tells clients meanwhile
+    # (e.g. "demo is being prepared (42%)").
+    _notes: dict[str, DeploymentNote] = field(default_factory=dict)
 
     def publish(self, deployment_name: str, endpoints: list[Endpoint]) -> None:
         """Replace the ready endpoints of one deployment (an empty list: none ready)."""
@@ -55,3 +67,13 @@ class EndpointRegistry:
 
     def known_deployments(self) -> list[str]:
         return sorted(self._known_deployments)
+
+    def set_note(self, name: str, message: str, *, coming: bool = True) -> None:
+        """``name`` is not a deployment yet: until it is, the gateway answers 503 with ``message``."""
+        self._notes[name] = DeploymentNote(message, coming)
+
+    def clear_note(self, name: str) -> None:
+        self._notes.pop(name, None)
+
+    def note_for(self, name: str) -> DeploymentNote | None:
+        return self._notes.get(name)

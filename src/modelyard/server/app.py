@@ -8,6 +8,7 @@ the next start), the controller and every engine it runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,8 +31,18 @@ logger = logging.getLogger(__name__)
 
 OPENAPI_URL = "/api/openapi.json"
 
-# Called once the controller runs, e.g. by `modelyard serve` to watch the demo come up.
+# Called once the controller runs, e.g. by `modelyard serve` to prepare the demo. It must return at
+# once: long work goes into tasks added to ``context.background_tasks`` (cancelled at shutdown).
 StartupHook = Callable[[ServerContext], Awaitable[None]]
+
+
+async def _cancel_background_tasks(context: ServerContext) -> None:
+    tasks = list(context.background_tasks)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    context.background_tasks.clear()
 
 
 def create_app(
@@ -65,6 +76,7 @@ def create_app(
             yield
         finally:
             await downloads.shutdown()
+            await _cancel_background_tasks(context)
             await controller.shutdown(stop_engines=True)
             await gateway.close()
 

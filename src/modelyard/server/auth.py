@@ -1,10 +1,15 @@
-"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``, or the console's
-session cookie with its CSRF token (``modelyard.server.sessions``).
+"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``, the console's session
+cookie with its CSRF token (``modelyard.server.sessions``), or the CLI token.
 
-Passwords are checked against ``users.password_hash`` (scrypt, see
-``modelyard.services.password_hashing``). scrypt is slow on purpose, and the CLI polls while it
-waits for a deployment, so a successful check is remembered for ``CACHE_SECONDS``. The cache key
-includes the stored hash: changing the password drops every remembered login at once.
+People log in with the password. It is checked against ``users.password_hash`` (scrypt, see
+``modelyard.services.password_hashing``); scrypt is slow on purpose, so a successful check is
+remembered for ``CACHE_SECONDS``. The cache key includes the stored hash: changing the password
+drops every remembered login at once.
+
+The CLI on the server's host sends ``Authorization: Bearer <token>`` instead, with the token the
+server keeps in ``<data-dir>/cli-token`` (0600, made at the first start, the same for every start
+on that data directory): a constant-time comparison, no scrypt per command. Whoever can read that
+file can read ``admin-password`` beside it, so it grants nothing more.
 
 Usage::
 
@@ -14,9 +19,12 @@ Usage::
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
@@ -26,6 +34,7 @@ from modelyard.errors import Forbidden, Unauthorized
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.sessions import current_session
 from modelyard.services.password_hashing import verify_password
+from modelyard.services.users import ADMIN_USERNAME, write_password_file
 from modelyard.store.tables import User
 
 CACHE_SECONDS = 60.0
@@ -96,12 +105,45 @@ def authenticate(context: ServerContext, username: str, password: str) -> AdminU
     return AdminUser(id=user.id, username=user.username)
 
 
+def ensure_cli_token(token_file: Path) -> str:
+    """The CLI token kept in ``token_file``; made (mode 0600) when the file is missing or empty."""
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        write_password_file(token_file, token)
+    return token
+
+
+def authenticate_cli_token(context: ServerContext, token: str) -> AdminUser:
+    """The admin, when ``token`` is this server's CLI token. Raises ``Unauthorized``."""
+    expected = context.cli_token
+    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise Unauthorized(
+            "the CLI token was refused",
+            hint=(
+                "the CLI reads <data-dir>/cli-token: point --data-dir (or MODELYARD_DATA_DIR) at this "
+                "server's data directory, or set MODELYARD_PASSWORD"
+            ),
+        )
+    with context.database.session() as session:
+        user = session.scalar(select(User).where(User.username == ADMIN_USERNAME))
+    if user is None or not user.is_admin:
+        raise Forbidden(f"user {ADMIN_USERNAME!r} is not an administrator")
+    return AdminUser(id=user.id, username=user.username)
+
+
 def require_admin(
     request: Request,
     credentials: HTTPBasicCredentials | None = Depends(_basic),
     context: ServerContext = Depends(server_context),
 ) -> AdminUser:
     """FastAPI dependency (sync: FastAPI runs it in a worker thread, off the event loop)."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return authenticate_cli_token(context, value.strip())
     if credentials is None:
         console_session = current_session(request, context)
         if console_session is not None:

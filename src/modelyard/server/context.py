@@ -6,12 +6,14 @@ the server's one event loop.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import Request
 
 from modelyard.control.endpoints import EndpointRegistry
+from modelyard.demo.status import DemoStatus
 from modelyard.downloads.options import DownloadOptions
 from modelyard.server.door.limits import RequestLimits
 from modelyard.settings import Settings
@@ -93,6 +95,11 @@ class ServerContext:
     # What one request may weigh (server/door/): headers, bodies per route, JSON nesting.
     limits: RequestLimits = field(default_factory=RequestLimits)
     downloads: DownloadsHandle = field(default_factory=_NoDownloads)
+    demo: DemoStatus = field(default_factory=DemoStatus)
+    # The token the CLI on this host sends instead of the password (server/auth.py); None: none.
+    cli_token: str | None = None
+    # Tasks started with the server (the demo's preparation); cancelled when it stops.
+    background_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 def server_context(request: Request) -> ServerContext:

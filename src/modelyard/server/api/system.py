@@ -25,6 +25,8 @@ async def read_system(context: ServerContext = Depends(server_context)) -> dict[
         "openai_base_url": f"{base_url}/v1",
         "api_url": f"{base_url}/api/v1",
         "admin_password_file": str(settings.admin_password_file),
+        # The demo while the server prepares it: state, progress_percent, stage, message, log_path.
+        "demo": context.demo.to_json(),
     }
 
 

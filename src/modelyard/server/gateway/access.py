@@ -109,6 +109,14 @@ def _visible_hint(runtime: GatewayRuntime, facts: KeyFacts, lead: str) -> str:
 async def ready_endpoints(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> tuple[Endpoint, ...]:
     """The ready replicas of deployment ``model`` that this key may use."""
     registry = runtime.context.endpoints
+    note = registry.note_for(model)
+    if note is not None and not registry.is_known(model):
+        # A deployment on its way (the demo while it is prepared): "demo is being prepared (42%)".
+        raise NoReadyReplica(
+            note.message,
+            hint="`modelyard ps` shows it once it is deployed",
+            retry_after_seconds=RETRY_AFTER_WHILE_STARTING_SECONDS if note.coming else None,
+        )
     if not registry.is_known(model):
         raise ModelNotFound(
             f"model {model!r} does not exist", hint=_visible_hint(runtime, facts, "known models")
