@@ -5,35 +5,13 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from engine_flags.archive import Sources
 
 HELP_CHARACTERS = 120
 UNKNOWN = object()
-
-
-class Sources:
-    """The Python files of one wheel, parsed lazily."""
-
-    def __init__(self, wheel: Path) -> None:
-        self.wheel = wheel
-        self._archive = zipfile.ZipFile(wheel)
-        self.names = [name for name in self._archive.namelist() if name.endswith(".py")]
-        self._trees: dict[str, ast.Module] = {}
-
-    def text(self, name: str) -> str:
-        return self._archive.read(name).decode("utf-8", errors="replace")
-
-    def tree(self, name: str) -> ast.Module:
-        if name not in self._trees:
-            self._trees[name] = ast.parse(self.text(name))
-        return self._trees[name]
-
-    def matching(self, pattern: str) -> list[str]:
-        compiled = re.compile(pattern)
-        return [name for name in self.names if compiled.search(name)]
 
 
 # ----------------------------------------------------------------------------- ast helpers
@@ -199,6 +177,81 @@ def index_classes(sources: Sources, names: list[str]) -> tuple[dict[str, ClassIn
                         )
                 bases = [call_name(base) for base in node.bases]
                 classes.setdefault(node.name, ClassInfo(node.name, bases, fields, node))
+    return classes, aliases
+
+
+def _names_in(node: ast.AST | None) -> set[str]:
+    """Capitalised names (types, constants) a node refers to: what may be defined elsewhere."""
+    if node is None:
+        return set()
+    names = {item.id for item in ast.walk(node) if isinstance(item, ast.Name) and item.id[:1].isupper()}
+    for item in ast.walk(node):  # string annotations: "ModelConfig | None"
+        if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value[:1].isupper():
+            try:
+                names |= _names_in(ast.parse(item.value, mode="eval"))
+            except SyntaxError:
+                continue
+    return names
+
+
+def _root_references(sources: Sources, files: list[str], classes: dict[str, ClassInfo]) -> set[str]:
+    """What the classes of ``files`` name in their fields and bases, and their choices and types."""
+    wanted: set[str] = set()
+    for info in classes.values():
+        wanted.update(info.bases)
+        for field_info in info.fields.values():
+            wanted |= _names_in(field_info.annotation)
+    for name in files:
+        for node in ast.walk(sources.tree(name)):
+            if isinstance(node, ast.keyword) and node.arg in {"choices", "type"}:
+                wanted |= _names_in(node.value)
+    return wanted
+
+
+def index_reachable(
+    sources: Sources, roots: list[str], candidates: list[str], rounds: int = 5
+) -> tuple[dict[str, ClassInfo], dict[str, ast.AST]]:
+    """``index_classes`` of ``roots`` and of the ``candidates`` that define what they refer to.
+
+    Parsing every file of a large package takes most of an extraction (vLLM 0.33: 640 files,
+    13 s); a text search for the definitions of the names still unknown finds the few needed.
+    Names are followed through the aliases and base classes that define them.
+    """
+    classes, aliases = index_classes(sources, roots)
+    frontier = _root_references(sources, roots, classes)
+    expanded: set[str] = set()
+    searched: set[str] = set()
+    indexed = set(roots)
+    for _ in range(rounds):
+        missing: set[str] = set()
+        while frontier:
+            name = frontier.pop()
+            if name in expanded:
+                continue
+            if name in aliases:
+                expanded.add(name)
+                frontier |= _names_in(aliases[name])
+            elif name in classes:
+                expanded.add(name)
+                frontier.update(classes[name].bases)
+            elif name not in searched:
+                missing.add(name)
+        missing = {name for name in missing if name.isidentifier()}
+        if not missing:
+            break
+        searched |= missing
+        group = "|".join(sorted(map(re.escape, missing)))
+        pattern = re.compile(
+            rf"^(?:class\s+(?:{group})\b|(?:{group})\s*(?::[^=\n]*)?=[^=]|type\s+(?:{group})\b)", re.M
+        )
+        files = [name for name in candidates if name not in indexed and pattern.search(sources.text(name))]
+        indexed.update(files)
+        more_classes, more_aliases = index_classes(sources, files)
+        for key, info in more_classes.items():
+            classes.setdefault(key, info)
+        for key, value in more_aliases.items():
+            aliases.setdefault(key, value)
+        frontier = missing
     return classes, aliases
 
 

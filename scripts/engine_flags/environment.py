@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import re
 
-from engine_flags.common import Sources, call_name, joined_text, short_help
+from engine_flags.archive import Sources
+from engine_flags.common import call_name, joined_text, short_help
 
 ENV_PREFIXES = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from engine_flags.archive import Sources
 from engine_flags.common import (
     FieldInfo,
     Flag,
-    Sources,
     apply_argparse_keywords,
     call_name,
     index_classes,
@@ -109,9 +109,24 @@ def sglang_flags(sources: Sources) -> dict[str, Flag]:
     return flags
 
 
-def sglang_parser_names(sources: Sources, list_name: str, registry: str) -> list[str]:
+SGLANG_PARSER_REGISTRIES = {
+    # kind -> (the list of names 0.5.23 keeps apart, the detector dict every version has)
+    "tool": ("TOOL_CALL_PARSER_NAMES", "ToolCallParserEnum"),
+    "reasoning": ("REASONING_PARSER_NAMES", "DetectorMap"),
+}
+
+
+def sglang_parser_names(sources: Sources, kind: str) -> list[str]:
+    """The ``kind`` (``tool``, ``reasoning``) parser names: the keys of ``ToolCallParserEnum`` /
+    ``DetectorMap`` wherever they live (``srt/function_call_parser.py`` in 0.4.2-0.4.6,
+    ``srt/function_call/`` later; ``srt/reasoning_parser.py``, then ``srt/parser/``), and the
+    name lists of 0.5.23."""
+    list_name, registry = SGLANG_PARSER_REGISTRIES[kind]
     names: set[str] = set()
-    for name in sources.matching(r"^sglang/srt/(parser|function_call)/[^/]+\.py$"):
+    for name in sources.matching(r"^sglang/srt/.*\.py$"):
+        text = sources.text(name)
+        if list_name not in text and registry not in text:
+            continue
         for node in ast.walk(sources.tree(name)):
             if isinstance(node, ast.Assign):
                 target, assigned = node.targets[0], node.value
@@ -121,8 +136,12 @@ def sglang_parser_names(sources: Sources, list_name: str, registry: str) -> list
                 continue
             if call_name(target) == list_name:
                 value = literal(assigned)
-                if isinstance(value, (list, tuple)):
+                if isinstance(value, (list, tuple, set, frozenset)):
                     names.update(item for item in value if isinstance(item, str))
             if call_name(target) == registry and isinstance(assigned, ast.Dict):
-                names.update(str(key.value) for key in assigned.keys if isinstance(key, ast.Constant))
+                names.update(
+                    key.value
+                    for key in assigned.keys
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                )
     return sorted(names)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import ast
-import re
 
+from engine_flags.archive import Sources
 from engine_flags.common import (
     UNKNOWN,
     ClassInfo,
     FieldInfo,
     Flag,
-    Sources,
     add_negations,
     all_fields,
     apply_argparse_keywords,
     call_name,
-    index_classes,
+    index_reachable,
     literal,
     literal_choices,
     mark_deprecation,
@@ -69,6 +68,26 @@ def vllm_flag_from_field(
     return flag
 
 
+def _items_owner(node: ast.AST) -> str:
+    """``kwargs.items()`` -> ``kwargs``."""
+    if (
+        isinstance(node, ast.Call)
+        and call_name(node.func) == "items"
+        and isinstance(node.func, ast.Attribute)
+    ):
+        return call_name(node.func.value)
+    return ""
+
+
+def _kwargs_item(node: ast.AST) -> tuple[str, object]:
+    """``kwargs["field"]["key"]`` -> ("field", "key"); ("", None) for anything else."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript):
+        field_name = literal(node.value.slice)
+        if isinstance(field_name, str):
+            return field_name, literal(node.slice)
+    return "", None
+
+
 def functions_named(node: ast.AST, name: str) -> list[ast.FunctionDef]:
     return [item for item in ast.walk(node) if isinstance(item, ast.FunctionDef) and item.name == name]
 
@@ -84,14 +103,14 @@ class VllmExtractor:
             and "vllm_flash_attn" not in name
             and "/tests/" not in name
         ]
-        first = [name for name in wanted if name.startswith(("vllm/config/", "vllm/engine/"))]
-        typed = [
+        roots = [
             name
             for name in wanted
-            if name not in first
-            and re.search(r"Literal\[|@config|@dataclass|def make_arg_parser", sources.text(name))
+            if name.startswith(("vllm/config/", "vllm/engine/"))
+            or name in {"vllm/config.py", "vllm/entrypoints/cli/serve.py"}
+            or name.endswith("cli_args.py")
         ]
-        self.classes, self.aliases = index_classes(sources, first + typed)
+        self.classes, self.aliases = index_reachable(sources, roots, wanted)
         text = (
             sources.text("vllm/utils/argparse_utils.py")
             if "vllm/utils/argparse_utils.py" in sources.names
@@ -128,24 +147,31 @@ class VllmExtractor:
                 self.scan_add_cli_args_for(class_name, base, depth + 1)
 
     def scan_function(self, function: ast.FunctionDef, class_name: str, depth: int) -> None:
+        """One ``add_cli_args`` (or ``make_arg_parser``): its ``add_argument`` calls, the dataclass
+        fields it registers in a loop over ``get_kwargs(...)``, and the ``add_cli_args`` it calls."""
         kwargs_of: dict[str, str] = {}
-        fields_of_self = False
         for node in ast.walk(function):
             if (
                 isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Call)
                 and call_name(node.value.func) == "get_kwargs"
                 and node.value.args
+                and isinstance(node.targets[0], ast.Name)
             ):
-                target = node.targets[0]
                 source_class = call_name(node.value.args[0])
-                if isinstance(target, ast.Name):
-                    if source_class == "cls":
-                        fields_of_self = True
-                    else:
-                        kwargs_of[target.id] = source_class
-        if fields_of_self:
-            self.add_fields_as_flags(class_name)
+                kwargs_of[node.targets[0].id] = class_name if source_class == "cls" else source_class
+        looped = {
+            kwargs_of[name]
+            for node in ast.walk(function)
+            if isinstance(node, ast.For)
+            and (name := _items_owner(node.iter)) in kwargs_of
+            and any(
+                isinstance(inner, ast.Call) and call_name(inner.func) == "add_argument"
+                for inner in ast.walk(node)
+            )
+        }
+        for looped_class in sorted(looped):
+            self.add_fields_as_flags(looped_class, [function])
         for node in ast.walk(function):
             if not isinstance(node, ast.Call):
                 continue
@@ -156,29 +182,39 @@ class VllmExtractor:
             if call_name(node.func) == "add_argument":
                 self.add_from_call(node, kwargs_of)
 
-    def add_fields_as_flags(self, class_name: str) -> None:
+    def add_fields_as_flags(self, class_name: str, functions: list[ast.FunctionDef]) -> None:
+        """Every field of ``class_name`` as a flag, with the kwargs changes ``functions`` make."""
+        methods = list(functions)
+        for owner in self.lineage(class_name):
+            methods.extend(functions_named(self.classes[owner].node, "_customize_cli_kwargs"))
         extra_flags: dict[str, list[str]] = {}
         json_fields: set[str] = set()
-        for owner in self.lineage(class_name):
-            for method in functions_named(self.classes[owner].node, "_customize_cli_kwargs"):
-                for node in ast.walk(method):
-                    if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)):
-                        continue
-                    outer = node.targets[0]
-                    inner = outer.value
-                    key = literal(outer.slice)
-                    field_name = literal(inner.slice) if isinstance(inner, ast.Subscript) else UNKNOWN
-                    if not isinstance(field_name, str):
-                        continue
-                    if key == "flags" and isinstance(literal(node.value), list):
-                        extra_flags[field_name] = literal(node.value)
-                    if key == "type" and "json" in ast.unparse(node.value):
-                        json_fields.add(field_name)
+        single_fields: set[str] = set()
+        for method in methods:
+            for node in ast.walk(method):
+                if isinstance(node, ast.Delete):
+                    for target in node.targets:
+                        field_name, key = _kwargs_item(target)
+                        if field_name and key == "nargs":
+                            single_fields.add(field_name)
+                if not isinstance(node, ast.Assign):
+                    continue
+                field_name, key = _kwargs_item(node.targets[0])
+                if not field_name:
+                    continue
+                if key == "flags" and isinstance(literal(node.value), list):
+                    extra_flags[field_name] = literal(node.value)
+                if key == "type" and "json" in ast.unparse(node.value):
+                    json_fields.add(field_name)
+                if key == "action" and literal(node.value) == "append":
+                    single_fields.add(field_name)
         for name, info in all_fields(self.classes, class_name).items():
             flag = vllm_flag_from_field(name, info, self.classes, self.aliases)
             flag.aliases = extra_flags.get(name, [])
             if name in json_fields:
                 flag.type, flag.takes_value = "json", "one"
+            elif name in single_fields and flag.takes_value == "many":
+                flag.takes_value = "one"
             self.add(flag)
 
     def lineage(self, class_name: str) -> list[str]:
@@ -220,6 +256,12 @@ class VllmExtractor:
                     "--no-" + name.removeprefix("--") for name in names if name.startswith("--")
                 ]
         apply_argparse_keywords(flag, keywords, self.aliases)
+        default = keywords.get("default")
+        if isinstance(default, ast.Attribute) and isinstance(default.value, ast.Name):
+            # 0.6-0.9: default=EngineArgs.max_model_len, the dataclass field's default
+            owner = all_fields(self.classes, default.value.id).get(default.attr)
+            if owner is not None and owner.default is not UNKNOWN:
+                flag.default = owner.default
         self.add(flag)
 
     def field_flag(self, node: ast.AST, kwargs_of: dict[str, str]) -> Flag | None:
@@ -249,19 +291,45 @@ class VllmExtractor:
         return self.flags
 
 
-def vllm_parser_names(sources: Sources, directory: str, registry: str) -> list[str]:
+PARSER_MANAGERS = {"tool": "ToolParserManager", "reasoning": "ReasoningParserManager"}
+PARSER_REGISTRIES = {"tool": "_TOOL_PARSERS_TO_REGISTER", "reasoning": "_REASONING_PARSERS_TO_REGISTER"}
+
+
+def vllm_parser_names(sources: Sources, kind: str) -> list[str]:
+    """The names ``kind`` (``tool``, ``reasoning``) parsers are registered under, in every layout:
+    ``@ToolParserManager.register_module("hermes")`` (0.6-0.11, also with a list or ``name=``) and
+    the lazy ``_TOOL_PARSERS_TO_REGISTER = {"hermes": (module, class)}`` tables (0.11 and later)."""
+    manager, registry = PARSER_MANAGERS[kind], PARSER_REGISTRIES[kind]
     names: set[str] = set()
-    for name in sources.matching(rf"^vllm/{directory}/[^/]+\.py$"):
+    for name in sources.names:
+        if not name.startswith("vllm/") or "/tests/" in name:
+            continue
+        text = sources.text(name)
+        if manager not in text and registry not in text:
+            continue
         for node in ast.walk(sources.tree(name)):
-            if isinstance(node, ast.Assign) and call_name(node.targets[0]) == registry:
-                value = node.value
-                if isinstance(value, ast.Dict):
-                    names.update(str(key.value) for key in value.keys if isinstance(key, ast.Constant))
-            if isinstance(node, ast.Call) and call_name(node.func) == "register_module":
-                for argument in node.args[:1]:
-                    value = literal(argument)
-                    if isinstance(value, str):
-                        names.add(value)
-                    elif isinstance(value, list):
-                        names.update(item for item in value if isinstance(item, str))
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                if call_name(target) == registry and isinstance(node.value, ast.Dict):
+                    names.update(
+                        key.value
+                        for key in node.value.keys
+                        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                    )
+            if not (
+                isinstance(node, ast.Call)
+                and call_name(node.func) == "register_module"
+                and isinstance(node.func, ast.Attribute)
+                and call_name(node.func.value) == manager
+            ):
+                continue
+            arguments = list(node.args[:1]) + [
+                keyword.value for keyword in node.keywords if keyword.arg in {"name", "names"}
+            ]
+            for argument in arguments:
+                value = literal(argument)
+                if isinstance(value, str):
+                    names.add(value)
+                elif isinstance(value, (list, tuple)):
+                    names.update(item for item in value if isinstance(item, str))
     return sorted(names)

@@ -41,8 +41,8 @@ def run_doctor(*arguments: str, data_dir: Path, url: str = "http://127.0.0.1:9")
         catch_exceptions=False,
     )
     try:
-        payload = json.loads(result.stdout)
-    except json.JSONDecodeError:
+        payload = json.loads(result.stdout)["findings"]
+    except (json.JSONDecodeError, KeyError, TypeError):
         payload = None
     return result.exit_code, payload, result.output
 

@@ -21,6 +21,7 @@ import yaml
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 
+from modelyard.backends.flag_tables import ENGINES_WITH_TABLES
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import AlreadyExists, InvalidInput, InvalidYaml, NotFound
 
@@ -157,6 +158,26 @@ class BackendCatalog:
                 hint=f"omit the version to use the default ({spec.default_version})",
             )
         return found
+
+    def version_for_checks(self, name: str, version: str | None) -> BackendVersion:
+        """``resolve_version``, but any release of a family with flag tables (vLLM, SGLang) is
+        accepted: a release the catalog does not list borrows the launch settings of the nearest
+        listed one (the newest older, else the oldest) under its own version number, so the
+        checks read that release's flag table. Other families still need a listed version."""
+        spec = self.get(name)
+        if version is None or version in spec.versions or spec.family not in ENGINES_WITH_TABLES:
+            return self.resolve_version(name, version)
+        wanted = _version_sort_key(version)
+        listed = known_versions(spec)
+        older = [candidate for candidate in listed if _version_sort_key(candidate) <= wanted]
+        nearest = spec.versions[older[-1] if older else listed[0]]
+        try:
+            return BackendVersion.model_validate({**nearest.model_dump(), "version": version})
+        except ValidationError as error:
+            raise InvalidInput(
+                f"{version!r} is not a version of {spec.name}: {error.errors()[0]['msg']}",
+                hint=f"give a release number, e.g. {spec.default_version}",
+            ) from error
 
 
 def _version_sort_key(version: str) -> tuple[int, Any]:

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 import typer
 
 from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
+from modelyard.backends.flag_tables import FlagTable, load_flag_table
 from modelyard.backends.spec import BackendSpec
 from modelyard.cli.context import CliContext, cli_context, stderr, stdout
 from modelyard.cli.output import print_json
@@ -30,10 +31,21 @@ _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.I
 _LOG_TAIL_LINES = 400
 
 
-def print_findings(findings: list[Finding], *, as_json: bool, title: str) -> None:
-    """The findings as a rich table (or JSON); a one-line summary on stderr."""
+def print_findings(
+    findings: list[Finding], *, as_json: bool, title: str, flag_table: FlagTable | None = None
+) -> None:
+    """The findings as a rich table (or JSON); a one-line summary on stderr.
+
+    JSON: ``{"flag_table": ..., "findings": [...]}``; ``flag_table`` names the engine release
+    whose flag table the flags were checked against (null when no flags were checked).
+    """
     if as_json:
-        print_json([finding.to_json() for finding in findings])
+        print_json(
+            {
+                "flag_table": _flag_table_json(flag_table),
+                "findings": [finding.to_json() for finding in findings],
+            }
+        )
         return
     from rich.table import Table
 
@@ -64,8 +76,22 @@ def print_findings(findings: list[Finding], *, as_json: bool, title: str) -> Non
     )
 
 
-def _finish(findings: list[Finding], *, as_json: bool, title: str) -> None:
-    print_findings(findings, as_json=as_json, title=title)
+def _flag_table_json(table: FlagTable | None) -> dict[str, Any] | None:
+    if table is None:
+        return None
+    return {
+        "engine": table.engine,
+        "requested_version": table.requested_version,
+        "version": table.version,
+        "exact": table.exact,
+        "match": table.match,
+    }
+
+
+def _finish(
+    findings: list[Finding], *, as_json: bool, title: str, flag_table: FlagTable | None = None
+) -> None:
+    print_findings(findings, as_json=as_json, title=title, flag_table=flag_table)
     if has_errors(findings):
         raise typer.Exit(1)
 
@@ -93,12 +119,14 @@ def _doctor_model_dir(
     arguments: str,
     env: list[str],
     gpus: str | None,
-) -> list[Finding]:
+) -> tuple[list[Finding], FlagTable | None]:
+    """The checkup's findings, and the flag table they were checked against."""
     from modelyard.doctor.checkup import deployment_checkup, preflight_available
 
     catalog = BackendCatalog(builtin=load_builtin_backends())
     spec = catalog.get(backend)
-    backend_version = catalog.resolve_version(backend, version)
+    # Any vLLM or SGLang release, listed in the catalog or not: its flag table answers.
+    backend_version = catalog.version_for_checks(backend, version)
     gpu_specs = None
     if gpus is not None:
         from modelyard.estimate.gpus import parse_gpu_specs
@@ -110,7 +138,7 @@ def _doctor_model_dir(
             "engine flags were not checked",
             highlight=False,
         )
-    return deployment_checkup(
+    findings = deployment_checkup(
         model_dir=model_dir.expanduser(),
         spec=spec,
         version=backend_version,
@@ -119,6 +147,7 @@ def _doctor_model_dir(
         gpu_specs=gpu_specs,
         data_dir=context.resolved_data_dir,
     )
+    return findings, load_flag_table(spec.family, backend_version.version)
 
 
 def _read_tail(path: Path, size_bytes: int = 64 * 1024) -> str:
@@ -169,7 +198,7 @@ def _instance_findings(
     return findings
 
 
-def _doctor_deployment(context: CliContext, name: str) -> list[Finding]:
+def _doctor_deployment(context: CliContext, name: str) -> tuple[list[Finding], FlagTable | None]:
     from modelyard.cli.client import ApiClient
     from modelyard.doctor.checkup import deployment_checkup, sort_findings
 
@@ -218,7 +247,7 @@ def _doctor_deployment(context: CliContext, name: str) -> list[Finding]:
         )
     finally:
         client.close()
-    return sort_findings(findings)
+    return sort_findings(findings), load_flag_table(spec.family, version.version)
 
 
 def register(app: typer.Typer) -> None:
@@ -269,16 +298,15 @@ def register(app: typer.Typer) -> None:
             if deployment is not None:
                 if model_dir is not None:
                     raise InvalidInput("give --deployment or --model-dir, not both")
-                _finish(
-                    _doctor_deployment(context, deployment), as_json=as_json, title=f"doctor: {deployment}"
-                )
+                findings, checked = _doctor_deployment(context, deployment)
+                _finish(findings, as_json=as_json, title=f"doctor: {deployment}", flag_table=checked)
                 return
             if model_dir is not None:
                 if backend is None:
                     raise InvalidInput(
                         "--model-dir needs --backend", hint="e.g. --backend vllm --version 0.25.0"
                     )
-                findings = _doctor_model_dir(
+                findings, checked = _doctor_model_dir(
                     context,
                     model_dir=model_dir,
                     backend=backend,
@@ -287,7 +315,9 @@ def register(app: typer.Typer) -> None:
                     env=env,
                     gpus=gpus,
                 )
-                _finish(findings, as_json=as_json, title=f"doctor: {model_dir} on {backend}")
+                _finish(
+                    findings, as_json=as_json, title=f"doctor: {model_dir} on {backend}", flag_table=checked
+                )
                 return
             from modelyard.doctor.checkup import host_overview
 

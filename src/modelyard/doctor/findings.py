@@ -35,6 +35,9 @@ class Finding:
     message: str
     fix: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # The engine release whose flag table answered (vLLM, SGLang flag and env checks); it differs
+    # from the version deployed when that one has no table of its own.
+    table_version: str | None = None
 
     @property
     def doc_url(self) -> str:
@@ -44,6 +47,8 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["severity"] = str(self.severity)
+        if self.table_version is None:
+            del data["table_version"]
         data["doc_url"] = self.doc_url
         return data
 

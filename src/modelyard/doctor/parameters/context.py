@@ -12,10 +12,11 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from modelyard.backends.flag_tables import FlagTable, load_all_flag_tables, load_flag_table
+from modelyard.backends.flag_tables import EngineHistory, FlagTable, load_engine_history, load_flag_table
 from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
+from modelyard.doctor.findings import Finding
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts
 
@@ -52,7 +53,8 @@ class ParameterContext:
     gpus: list[GpuInfo] | None = None
     gpu_count: int | None = None
     table: FlagTable | None = None
-    history: list[FlagTable] = field(default_factory=list)
+    # Every release of the engine: what was removed, renamed or added, and when.
+    history: EngineHistory | None = None
     parsed: ParsedParameters | None = None
 
     @classmethod
@@ -69,7 +71,7 @@ class ParameterContext:
         gpu_count: int | None = None,
     ) -> ParameterContext:
         table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
-        history = load_all_flag_tables(engine) if table is not None else []
+        history = load_engine_history(engine) if table is not None else None
         return cls(
             engine=engine,
             version=version,
@@ -89,6 +91,12 @@ class ParameterContext:
         if self.parsed is None:
             self.parsed = parse_backend_parameters(self.backend_parameters, self.table)
         return self.parsed
+
+    def answered_by_table(self, findings: list[Finding]) -> list[Finding]:
+        """``findings`` marked with the release whose flag table they were checked against."""
+        if self.table is None:
+            return findings
+        return [replace(finding, table_version=self.table.version) for finding in findings]
 
     @property
     def label(self) -> str:

@@ -167,28 +167,26 @@ def check_env_read(context: ParameterContext) -> list[Finding]:
         if name in table.env_vars or lookup in table.env_vars:
             continue
         findings.append(_not_read(context, name))
-    return findings
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
+    return context.answered_by_table(findings)
 
 
 def _not_read(context: ParameterContext, name: str) -> Finding:
     """``name`` is not read by this version: say which older version last read it, or which newer one will."""
     assert context.table is not None
-    current = _version_key(context.table.version)
-    readers = [table.version for table in context.history if name in table.env_vars]
-    older = [version for version in readers if _version_key(version) < current]
-    newer = [version for version in readers if _version_key(version) > current]
-    if older:
-        detail, fix = (
-            f" ({engine_label(context.engine, older[-1])} read it)",
-            f"remove {name}; it was dropped",
+    history = context.history
+    presence = history.env_var(name) if history is not None else None
+    status = history.status(presence, context.table.version) if history and presence else None
+    last_read_by = status.last_with_it if status is not None and status.state == "removed" else None
+    if status is not None and status.state == "removed":
+        detail = (
+            f" ({engine_label(context.engine, status.last_with_it)} was the last to read it; "
+            f"{engine_label(context.engine, status.changed_in)} dropped it)"
         )
-    elif newer:
-        detail = f" (it appears in {engine_label(context.engine, newer[0])})"
-        fix = f"remove {name}, or deploy {engine_label(context.engine, newer[0])} or later"
+        fix = f"remove {name}; it was dropped"
+    elif status is not None and status.state == "not-yet":
+        first = engine_label(context.engine, status.changed_in)
+        detail = f" (it appears in {first})"
+        fix = f"remove {name}, or deploy {first} or later"
     else:
         close = difflib.get_close_matches(name, sorted(context.table.env_vars), n=1, cutoff=0.85)
         detail = ""
@@ -198,5 +196,5 @@ def _not_read(context: ParameterContext, name: str) -> Finding:
         Severity.WARNING,
         f"{context.label} does not read {name}{detail}; setting it changes nothing",
         fix=fix,
-        details={"variable": name, "last_read_by": older[-1] if older else None},
+        details={"variable": name, "last_read_by": last_read_by},
     )

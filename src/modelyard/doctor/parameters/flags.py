@@ -33,16 +33,7 @@ def check_flags(context: ParameterContext) -> list[Finding]:
         return []
     findings: list[Finding] = []
     if not table.exact:
-        findings.append(
-            Finding(
-                "param.flag-table-version",
-                Severity.INFO,
-                f"no flag table for {context.label}; its flags were checked against "
-                f"{engine_label(context.engine, table.version)}, the nearest version with one",
-                fix="regenerate the tables for this version: python scripts/extract_engine_flags.py "
-                f"--engine {context.engine} --version {context.version}",
-            )
-        )
+        findings.append(_table_version(context, table))
     seen: dict[str, Option] = {}
     unknown: list[Option] = []
     for option in context.parameters.options:
@@ -81,7 +72,50 @@ def check_flags(context: ParameterContext) -> list[Finding]:
             )
         )
     findings.extend(_strays(context))
-    return findings
+    return context.answered_by_table(findings)
+
+
+def _table_version(context: ParameterContext, table: FlagTable) -> Finding:
+    """Which release's table stood in for a version that has none, and why."""
+    nearest = engine_label(context.engine, table.version)
+    history = context.history
+    known = f"{history.releases[0]} to {history.releases[-1]}" if history else table.version
+    asked = context.label
+    if table.match == "newer":
+        message = (
+            f"no flag table for {asked}, newer than every release the tables know ({known}); "
+            f"its flags were checked against {nearest}, the newest"
+        )
+        fix = (
+            f"flags added after {table.version} show as unknown: a newer modelyard has their table "
+            f"(from a checkout: python scripts/extract_engine_flags.py --engine {context.engine})"
+        )
+    elif table.match == "older":
+        message = (
+            f"no flag table for {asked}, older than every release the tables know ({known}); "
+            f"its flags were checked against {nearest}, the oldest"
+        )
+        fix = f"deploy {nearest} or later, or expect findings about flags {table.version} does not have"
+    elif table.match == "unparsable":
+        message = (
+            f"{context.version!r} is not a release number of {engine_label(context.engine)}; "
+            f"its flags were checked against {nearest}"
+        )
+        newest = history.releases[-1] if history else table.version
+        fix = f"give the engine's release as its version, e.g. {newest}"
+    else:
+        message = (
+            f"no flag table for {asked}: PyPI had no such release when the tables were made ({known}); "
+            f"its flags were checked against {nearest}, the nearest older release"
+        )
+        fix = f"check the version number; a build of your own may accept other flags than {table.version}"
+    return Finding(
+        "param.flag-table-version",
+        Severity.INFO,
+        message,
+        fix=fix,
+        details={"requested_version": context.version, "table_version": table.version, "match": table.match},
+    )
 
 
 def _unknown(context: ParameterContext, table: FlagTable, option: Option) -> Finding:
@@ -121,44 +155,46 @@ def _unknown(context: ParameterContext, table: FlagTable, option: Option) -> Fin
 
 
 def _history(context: ParameterContext, typed: str) -> Finding | None:
-    """A flag other versions of the engine know: removed (or renamed) before, or added after."""
-    current = context.table
-    assert current is not None
-    known_in = [table for table in context.history if table.lookup(typed) is not None]
-    if not known_in:
+    """A flag other releases of the engine know: removed (or renamed) before, or added after."""
+    history, table = context.history, context.table
+    assert table is not None
+    flag = history.flag(typed) if history is not None else None
+    if history is None or flag is None:
         return None
-    key = _version_key
-    older = [table for table in known_in if key(table.version) < key(current.version)]
-    newer = [table for table in known_in if key(table.version) > key(current.version)]
-    renamed_to = next(
-        (spec.renamed_to for table in known_in if (spec := table.lookup(typed)) and spec.renamed_to), None
-    )
-    if older:
-        last = older[-1].version
-        if renamed_to:
-            message = (
-                f"{typed} was renamed to {renamed_to} ({engine_label(context.engine, last)} still accepted "
-                f"the old name as a deprecated alias); {context.label} rejects {typed}"
-            )
-            fix = f"use {renamed_to}"
+    status = history.status(flag, table.version)
+    engine = context.engine
+    if status.state == "not-yet":
+        first = engine_label(engine, status.changed_in)
+        return Finding(
+            "param.unknown-flag",
+            Severity.ERROR,
+            f"{typed} does not exist in {context.label} yet; it appears in {first}",
+            fix=f"remove it, or deploy {first} or later",
+            details={"flag": typed, "first_release": status.changed_in},
+        )
+    if status.state != "removed":
+        return None
+    removed_in, last = status.changed_in, status.last_with_it
+    details = {"flag": typed, "removed_in": removed_in, "last_release": last, "replacement": None}
+    accepted = f"{engine_label(engine, last)} was the last to accept it"
+    if flag.replacement:
+        current = history.replacement_at(typed, table.version)
+        renamed = f" in {engine_label(engine, flag.deprecated_in)}" if flag.deprecated_in else ""
+        message = (
+            f"{typed} was renamed to {flag.replacement}{renamed} and removed in "
+            f"{engine_label(engine, removed_in)} ({accepted}); {context.label} refuses it"
+        )
+        if current is not None:
+            fix = f"use {current}"
+            details["replacement"] = current
         else:
-            message = (
-                f"{typed} was removed: {engine_label(context.engine, last)} had it, {context.label} does not"
-            )
-            fix = f"remove it, or deploy {engine_label(context.engine, last)}"
-        return Finding("param.removed-flag", Severity.ERROR, message, fix=fix, details={"flag": typed})
-    first = newer[0].version
-    return Finding(
-        "param.unknown-flag",
-        Severity.ERROR,
-        f"{typed} does not exist in {context.label} yet; it appears in {engine_label(context.engine, first)}",
-        fix=f"remove it, or deploy {engine_label(context.engine, first)} or later",
-        details={"flag": typed},
+            fix = f"remove it: {flag.replacement} is gone from {context.label} too"
+        return Finding("param.removed-flag", Severity.ERROR, message, fix=fix, details=details)
+    message = (
+        f"{typed} was removed in {engine_label(engine, removed_in)} ({accepted}); {context.label} refuses it"
     )
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
+    fix = f"remove it, or deploy {engine_label(engine, last)}"
+    return Finding("param.removed-flag", Severity.ERROR, message, fix=fix, details=details)
 
 
 def _known(context: ParameterContext, spec: FlagSpec, option: Option) -> list[Finding]:
@@ -176,14 +212,21 @@ def _known(context: ParameterContext, spec: FlagSpec, option: Option) -> list[Fi
         )
     if spec.deprecated:
         target = f"use {spec.renamed_to}" if spec.renamed_to else "remove it"
+        flag = context.history.flag(option.typed) if context.history is not None else None
+        removed_in = flag.removed_in if flag is not None else None
+        later = (
+            f"{engine_label(context.engine, removed_in)} rejects it"
+            if removed_in
+            else "a later version will reject it"
+        )
         findings.append(
             Finding(
                 "param.deprecated-flag",
                 Severity.WARNING,
                 f"{where}: {option.typed} is deprecated in {context.label}"
                 + (f" ({spec.help})" if spec.help else ""),
-                fix=f"{target}; a later version will reject it",
-                details={"flag": option.typed, "renamed_to": spec.renamed_to},
+                fix=f"{target}; {later}",
+                details={"flag": option.typed, "renamed_to": spec.renamed_to, "removed_in": removed_in},
             )
         )
     findings.extend(_values(context, spec, option))
