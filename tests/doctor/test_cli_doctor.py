@@ -276,19 +276,16 @@ def test_no_server_fails_with_a_clear_message(tmp_path: Path) -> None:
 # -- every check id has its doc entry --------------------------------------------------------------
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-DOCTOR_SOURCES = [
-    "host.py",
-    "checkup.py",
-    "model_directory.py",
-    "log_signatures.py",
-    "verify.py",
-]
+DOCTOR_SOURCES = sorted(
+    str(path.relative_to(REPOSITORY / "src" / "modelyard" / "doctor"))
+    for path in (REPOSITORY / "src" / "modelyard" / "doctor").rglob("*.py")
+)
 
 
 def test_every_check_id_has_a_doc_entry() -> None:
     import re
 
-    pattern = re.compile(r"\"((?:host|model|log|verify)\.[a-z0-9-]+)\"")
+    pattern = re.compile(r"\"((?:host|model|log|verify|memory|param)\.[a-z0-9-]+)\"")
     ids: set[str] = set()
     for name in DOCTOR_SOURCES:
         ids |= set(pattern.findall((REPOSITORY / "src" / "modelyard" / "doctor" / name).read_text()))

@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from modelyard.doctor.drivers import engine_cuda_version
 from modelyard.doctor.findings import Finding, Severity
-from modelyard.doctor.host import (
-    HostCheckRequest,
-    check_host,
-    engine_cuda_version,
-)
+from modelyard.doctor.host import HostCheckRequest, check_host
 from modelyard.doctor.host_sources import (
     DockerCliSource,
     DockerInfo,

@@ -19,10 +19,9 @@ from typing import Any
 
 from modelyard.backends.arguments import parse_env
 from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.doctor.drivers import CUDA_DRIVER_REQUIREMENTS, ENGINE_CUDA_BUILDS
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.host import (
-    CUDA_DRIVER_REQUIREMENTS,
-    ENGINE_CUDA_BUILDS,
     HostCheckRequest,
     check_disk,
     check_driver,
@@ -40,6 +39,7 @@ from modelyard.doctor.host_sources import (
 )
 from modelyard.doctor.model_directory import check_model_directory
 from modelyard.errors import InvalidInput
+from modelyard.estimate.layout import Layout
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 
 logger = logging.getLogger(__name__)
@@ -148,11 +148,14 @@ def inventory_from_gpu_specs(gpu_specs: Sequence[Any]) -> GpuInventory:
     return GpuInventory(gpus=gpus)
 
 
-def _parallelism(family: str, version: str, parameters: str | list[str]) -> tuple[int, int, bool]:
-    """(tensor parallel, pipeline parallel, speculative decoding) as the arguments ask."""
+def _parallelism(
+    family: str, version: str, parameters: str | list[str], env: dict[str, str]
+) -> tuple[Layout | None, bool]:
+    """(layout, speculative decoding) as the arguments ask; no layout for other engines."""
     if family not in ("vllm", "sglang"):
-        return 1, 1, False
+        return None, False
     from modelyard.estimate.engine_arguments import parse_engine_arguments, parsed_parameters
+    from modelyard.estimate.layout import read_layout
 
     try:
         lines = [parameters] if isinstance(parameters, str) else parameters
@@ -160,12 +163,12 @@ def _parallelism(family: str, version: str, parameters: str | list[str]) -> tupl
         arguments = parse_engine_arguments(family, parsed)
     except InvalidInput as error:
         logger.debug("engine arguments not readable for host checks: %s", error)
-        return 1, 1, False
+        return None, False
     speculative = any(
         option.name.startswith(("--speculative-config", "--speculative-algorithm", "--speculative-algo"))
         for option in parsed.options
     )
-    return arguments.tensor_parallel, arguments.pipeline_parallel, speculative or arguments.speculative_mtp
+    return read_layout(family, parsed, env), speculative or arguments.speculative_mtp
 
 
 def preflight_available() -> bool:
@@ -201,10 +204,9 @@ def deployment_checkup(
         environment = parse_env(env)
     except InvalidInput:
         environment = {}
-    tensor_parallel, pipeline_parallel, speculative = _parallelism(
-        spec.family, version.version, backend_parameters
-    )
-    count = tensor_parallel * pipeline_parallel
+    layout, speculative = _parallelism(spec.family, version.version, backend_parameters, environment)
+    count = layout.gpus_needed if layout is not None else 1
+    pipeline_parallel = layout.pipeline_parallel if layout is not None else 1
     inventory = inventory_from_gpu_specs(gpu_specs) if gpu_specs else gpus.read_inventory()
     if gpu_ids:
         chosen = [gpu for gpu in inventory.gpus if gpu.index in set(gpu_ids)]
@@ -238,7 +240,7 @@ def deployment_checkup(
             backend_version=version.version,
             needs_gpu=version.supports_gpu and spec.family in GPU_ONLY_FAMILIES,
             gpu_indices=tuple(gpu_ids) if gpu_ids else None,
-            tensor_parallel_size=tensor_parallel,
+            tensor_parallel_size=max(1, count // pipeline_parallel),
             pipeline_parallel_size=pipeline_parallel,
             speculative_decoding=speculative,
             runs_in_container=version.runs_in_container,

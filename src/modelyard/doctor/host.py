@@ -1,8 +1,8 @@
 """Host checks: can this machine run this engine version with this model, before it starts?
 
 Each check returns findings with stable ids (``host.*``, documented in ``docs/doctor/host.md``):
-the NVIDIA driver against the engine's CUDA build, NVML and the CUDA devices, the PCIe links and
-peer-to-peer access inside a tensor-parallel group, Docker and the NVIDIA container runtime when
+the NVIDIA driver against the engine's CUDA build (``drivers.py``), NVML and the CUDA devices, the PCIe
+links and peer-to-peer access inside a tensor-parallel group, Docker and the NVIDIA container runtime when
 the engine runs in a container (and the model path inside a mounted volume), host RAM against
 the model size, free disk, the port, and the model directory's permissions.
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelyard.doctor.drivers import driver_findings
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.host_sources import (
     DockerCliSource,
@@ -44,76 +45,6 @@ from modelyard.hardware.gpus import GpuInfo, GpuInventory
 GIB = 1024**3
 DISK_WARNING_BYTES = 10 * GIB
 DISK_ERROR_BYTES = 2 * GIB
-
-
-@dataclass(frozen=True)
-class CudaDriverRequirement:
-    """The NVIDIA driver a CUDA build needs (Linux x86_64).
-
-    ``minimum_driver``: the lowest driver of the CUDA major family (CUDA minor version
-    compatibility); below it the engine cannot start. ``toolkit_driver``: the driver the toolkit
-    release shipped with; between the two, most kernels run but PTX JIT compilation does not.
-    Source: NVIDIA CUDA Toolkit release notes, table "CUDA Toolkit and Corresponding Driver
-    Versions", and docs.nvidia.com/deploy/cuda-compatibility (minor version compatibility).
-    """
-
-    cuda_version: str
-    minimum_driver: str
-    toolkit_driver: str
-
-
-CUDA_DRIVER_REQUIREMENTS: dict[str, CudaDriverRequirement] = {
-    "12.8": CudaDriverRequirement("12.8", minimum_driver="525.60.13", toolkit_driver="570.26"),
-    "12.9": CudaDriverRequirement("12.9", minimum_driver="525.60.13", toolkit_driver="575.51.03"),
-    "13.0": CudaDriverRequirement("13.0", minimum_driver="580.65.06", toolkit_driver="580.65.06"),
-}
-
-
-@dataclass(frozen=True)
-class EngineCudaBuild:
-    """The CUDA build of an engine's PyPI wheels from ``since_version`` on (until the next entry)."""
-
-    family: str
-    since_version: str
-    cuda_version: str
-    source: str
-
-
-# Read from each release's pinned torch (pip's metadata of the wheels on PyPI): torch 2.8-2.10
-# default wheels depend on nvidia-cuda-runtime-cu12 12.8; torch 2.11 and 2.13 on cuda-toolkit 13.0.
-# vLLM 0.11-0.19 pin torch 2.8-2.10, vLLM 0.20-0.26 torch 2.11; SGLang 0.5.9-0.5.10.post1 pin
-# torch 2.9.1, SGLang 0.5.11-0.5.17 torch 2.11, 0.5.18-0.5.21 torch 2.13.
-ENGINE_CUDA_BUILDS: tuple[EngineCudaBuild, ...] = (
-    EngineCudaBuild("vllm", "0.11", "12.8", "vllm 0.11-0.19 pin torch 2.8-2.10 (CUDA 12.8 wheels)"),
-    EngineCudaBuild("vllm", "0.20", "13.0", "vllm 0.20-0.26 pin torch 2.11.0 (CUDA 13.0 wheels)"),
-    EngineCudaBuild("sglang", "0.5.0", "12.8", "sglang 0.5.9-0.5.10.post1 pin torch 2.9.1 (CUDA 12.8)"),
-    EngineCudaBuild("sglang", "0.5.11", "13.0", "sglang 0.5.11+ pin torch 2.11 / 2.13 (CUDA 13.0)"),
-)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts: list[int] = []
-    for piece in version.replace("-", ".").split("."):
-        digits = "".join(itertools.takewhile(str.isdigit, piece))
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def engine_cuda_version(family: str | None, version: str | None) -> str | None:
-    """The CUDA version an engine version's wheels are built for, when known."""
-    if family is None or version is None:
-        return None
-    wanted = _version_tuple(version)
-    candidates = [
-        build
-        for build in ENGINE_CUDA_BUILDS
-        if build.family == family and _version_tuple(build.since_version) <= wanted
-    ]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda build: _version_tuple(build.since_version)).cuda_version
 
 
 @dataclass(frozen=True)
@@ -241,53 +172,16 @@ def check_gpus_visible(request: HostCheckRequest, inventory: GpuInventory) -> li
 
 
 def check_driver(request: HostCheckRequest, inventory: GpuInventory) -> list[Finding]:
-    cuda_version = request.cuda_version or engine_cuda_version(
-        request.backend_family, request.backend_version
+    if not inventory.gpus:
+        return []
+    return driver_findings(
+        request.backend_family,
+        request.backend_version,
+        inventory.driver_version,
+        [gpu.name for gpu in inventory.gpus],
+        in_container=request.runs_in_container,
+        cuda_version=request.cuda_version,
     )
-    if not inventory.gpus or cuda_version is None:
-        return []
-    requirement = CUDA_DRIVER_REQUIREMENTS.get(cuda_version)
-    if requirement is None:
-        return []
-    engine = f"{request.backend_family} {request.backend_version}".strip()
-    driver = inventory.driver_version
-    if driver is None:
-        return [
-            _finding(
-                "host.driver-too-old",
-                Severity.WARNING,
-                f"the NVIDIA driver version could not be read; {engine} (CUDA {cuda_version}) needs "
-                f">= {requirement.minimum_driver}",
-                "check `nvidia-smi`",
-            )
-        ]
-    installed = _version_tuple(driver)
-    if installed < _version_tuple(requirement.minimum_driver):
-        return [
-            _finding(
-                "host.driver-too-old",
-                Severity.ERROR,
-                f"NVIDIA driver {driver} is too old for {engine}, built for CUDA {cuda_version}: it needs "
-                f">= {requirement.minimum_driver}",
-                f"upgrade the driver to {requirement.toolkit_driver} or newer, or pick an engine version "
-                "built for an older CUDA",
-                driver_version=driver,
-                cuda_version=cuda_version,
-            )
-        ]
-    if installed < _version_tuple(requirement.toolkit_driver):
-        return [
-            _finding(
-                "host.driver-too-old",
-                Severity.WARNING,
-                f"NVIDIA driver {driver} runs {engine} (CUDA {cuda_version}) only through CUDA minor version "
-                f"compatibility; kernels compiled at run time (PTX JIT) can fail",
-                f"upgrade the driver to {requirement.toolkit_driver} or newer",
-                driver_version=driver,
-                cuda_version=cuda_version,
-            )
-        ]
-    return []
 
 
 def _group(request: HostCheckRequest, inventory: GpuInventory) -> list[GpuInfo]:

@@ -4,7 +4,8 @@ The server runs it when a deployment is created and refuses the deployment when 
 an error; warnings are kept on the deployment and shown. It runs, in order:
 
 1. the model directory checks (``model.*``, ``modelyard.doctor.model_directory``);
-2. the parameter checks (``param.*``, ``modelyard.doctor.parameters``) on the raw flags and env;
+2. the checks of the plan (``modelyard.doctor.plan``): flags and env as typed, the parallel
+   layout, what the model's config allows, the environment and machine the engine starts in;
 3. the memory fit (``memory.*``, ``modelyard.estimate``) when the GPUs are known.
 
 Usage::
@@ -25,13 +26,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendVersion
-from modelyard.doctor.findings import Finding, Severity
-from modelyard.doctor.memory import memory_findings
-from modelyard.doctor.parameters import ParameterContext, run_parameter_checks
+from modelyard.doctor.findings import Finding
+from modelyard.doctor.host_facts import HostFacts
+from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
-from modelyard.estimate import GpuSpec, estimate_memory
+from modelyard.estimate import GpuSpec
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts, read_model_facts
 
@@ -48,6 +48,7 @@ def preflight_deployment(
     env: dict[str, str] | list[str] | str,
     gpus: list[GpuInfo] | None,
     gpu_count: int | None = None,
+    host: HostFacts | None = None,
 ) -> list[Finding]:
     """Run the model directory, parameter and memory checks of one deployment.
 
@@ -55,27 +56,31 @@ def preflight_deployment(
     ``backend_parameters`` and ``env`` are the raw text the user typed (lines, or one text), so
     that stray whitespace and broken lines can be seen. ``gpus`` are the GPUs of one replica;
     ``gpu_count`` stands in when only their number is known (planning for other hardware).
+    ``host``: the machine the engine starts on (default: this one, as the local runtime starts it).
     """
     directory = Path(model_dir)
     version_text = version.version if isinstance(version, BackendVersion) else version
     count = gpu_count if gpu_count is not None else (len(gpus) if gpus else None)
-
-    findings: list[Finding] = []
-    findings.extend(_model_directory_findings(directory))
-    model = _model_facts(directory)
-    context = ParameterContext.build(
+    findings = _model_directory_findings(directory)
+    plan = DeploymentPlan(
         engine=engine,
         version=version_text,
         backend_parameters=backend_parameters,
         env=env,
-        deployment_name=deployment_name,
-        model=model,
-        gpus=gpus,
+        model=_model_facts(directory),
+        gpus=[
+            GpuSpec(
+                name=gpu.name,
+                memory_total_bytes=gpu.memory_total_bytes,
+                memory_free_bytes=gpu.memory_free_bytes,
+            )
+            for gpu in gpus or []
+        ],
         gpu_count=count,
+        host=host if host is not None else HostFacts.of_this_host(),
+        deployment_name=deployment_name,
     )
-    findings.extend(run_parameter_checks(context))
-    if model is not None and engine in {"vllm", "sglang"} and gpus and len(gpus) >= (count or 1):
-        findings.extend(_memory_findings(model, engine, version_text, context.parameters, gpus))
+    findings.extend(check_plan(plan))
     return findings
 
 
@@ -99,39 +104,3 @@ def _model_facts(directory: Path) -> ModelFacts | None:
     except OSError as error:
         logger.debug("model directory %s unreadable: %s", directory, error)
         return None
-
-
-def _memory_findings(
-    model: ModelFacts,
-    engine: str,
-    version: str | None,
-    parameters: ParsedParameters,
-    gpus: list[GpuInfo],
-) -> list[Finding]:
-    """The estimator's verdict on these GPUs (``memory.*`` findings, ``modelyard.estimate``)."""
-    if parameters.split_errors:
-        return []  # param.unbalanced-quote / param.split-flag name the broken line
-    specs = [
-        GpuSpec(
-            name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, memory_free_bytes=gpu.memory_free_bytes
-        )
-        for gpu in gpus
-    ]
-    try:
-        estimate = estimate_memory(model, engine, specs, parameters, engine_version=version)
-    except ModelyardError as error:
-        return [_estimate_failed(str(error), error.hint or "")]
-    except (ArithmeticError, LookupError, TypeError, ValueError) as error:
-        # A config the estimator cannot read must not block a deployment: say so, and go on.
-        logger.exception("memory estimate failed for %s", model.directory)
-        return [_estimate_failed(f"{type(error).__name__}: {error}", "")]
-    return memory_findings(estimate)
-
-
-def _estimate_failed(reason: str, hint: str) -> Finding:
-    return Finding(
-        "memory.estimate-failed",
-        Severity.INFO,
-        f"the memory fit could not be estimated: {reason}",
-        fix=hint or "check the model's config.json; run `modelyard estimate` for details",
-    )

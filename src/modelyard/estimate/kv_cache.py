@@ -133,12 +133,17 @@ def cache_shape(
     model_dtype: str | None,
     quantization: dict[str, Any] | None,
     arguments: EngineArguments,
+    *,
+    attention_tensor_parallel: int | None = None,
+    stages: list[range] | None = None,
 ) -> CacheShape:
-    """Per-GPU cache sizes of ``shape`` under ``arguments`` (TP, PP, KV dtype, state dtype)."""
+    """Per-GPU cache sizes of ``shape`` under ``arguments`` (KV dtype, state dtype), with attention
+    split over ``attention_tensor_parallel`` ranks (TP, or TP / DP with SGLang DP attention) and
+    layers over the pipeline ``stages`` (even stages of ``arguments.pipeline_parallel`` by default)."""
     kv_dtype = resolve_kv_cache_dtype(arguments.kv_cache_dtype, model_dtype, arguments.dtype, quantization)
     element_bytes = kv_dtype_bytes(kv_dtype)
     serving = serving_dtype(model_dtype, arguments.dtype)
-    tensor_parallel = arguments.tensor_parallel
+    tensor_parallel = attention_tensor_parallel or arguments.tensor_parallel
     heads_per_gpu = max(1, shape.key_value_heads // tensor_parallel)
     attention_token_bytes = heads_per_gpu * (shape.head_dim + shape.value_head_dim) * element_bytes
     mla_token_bytes = shape.mla_latent_dim * element_bytes
@@ -151,7 +156,7 @@ def cache_shape(
         )
     best = (0, 0, 0)
     counts = (0, 0)
-    for stage in pipeline_stages(shape.layer_count, arguments.pipeline_parallel):
+    for stage in stages or pipeline_stages(shape.layer_count, arguments.pipeline_parallel):
         kinds = [shape.layer_kinds[index] for index in stage]
         full = kinds.count("full") * attention_token_bytes + kinds.count("mla") * mla_token_bytes
         sliding = kinds.count("sliding") * attention_token_bytes

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate.architecture import ModelShape, read_model_shape
-from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
+from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, serving_dtype
+from modelyard.estimate.layout import Layout, read_layout
 from modelyard.estimate.overheads import (
     CUDA_CONTEXT_BYTES,
     ENCODER_ACTIVATION_BYTES,
@@ -49,6 +50,7 @@ from modelyard.estimate.weights import (
     dtype_bytes,
     parts_from_config,
     parts_from_headers,
+    pipeline_stages,
     weight_bytes_per_gpu,
 )
 from modelyard.modeldir import ModelFacts
@@ -120,6 +122,7 @@ class MemoryEstimate:
 
 @dataclass(frozen=True)
 class _Inputs:
+    layout: Layout
     shape: ModelShape
     arguments: EngineArguments
     parts: WeightParts
@@ -145,7 +148,7 @@ def _version_before(version: str | None, limit: tuple[int, int]) -> bool:
 
 def _weight_parts(model: ModelFacts, shape: ModelShape) -> WeightParts:
     if model.weights is not None and model.weights.total_bytes > 0:
-        return parts_from_headers(model.weights)
+        return parts_from_headers(model.weights, shape)
     return parts_from_config(shape, model.dtype, model.quantization_config)
 
 
@@ -155,14 +158,17 @@ def _prepare(
     gpus: Sequence[GpuSpec],
     parameters: Sequence[str] | ParsedParameters,
     version: str | None,
+    env: Mapping[str, str] | None = None,
 ) -> _Inputs:
-    arguments = parse_engine_arguments(engine, parameters, version)
+    parsed = parsed_parameters(engine, parameters, version)
+    arguments = parse_engine_arguments(engine, parsed, version)
+    layout = read_layout(engine, parsed, env, strict=True)
     if not gpus:
         raise InvalidInput("no GPU to estimate for", hint="give --gpus COUNTxSIZE, e.g. --gpus 2x48GB")
-    if arguments.gpus_per_replica > len(gpus):
+    if layout.gpus_needed > len(gpus):
         raise InvalidInput(
-            f"tensor x pipeline parallel = {arguments.gpus_per_replica} GPUs, but {len(gpus)} given",
-            hint="give as many GPUs as TP x PP, or lower the parallel sizes",
+            f"{layout.describe()} needs {layout.gpus_needed} GPUs, but {len(gpus)} given",
+            hint="give as many GPUs as TP x PP x DP, or lower the parallel sizes",
         )
     shape = read_model_shape(model.config)
     if shape.layer_count == 0 or shape.hidden_size == 0:
@@ -170,7 +176,7 @@ def _prepare(
             f"config.json of {model.directory} has no num_hidden_layers/hidden_size",
             hint="the estimator reads the text model's shape from config.json (text_config if multimodal)",
         )
-    group = list(gpus[: arguments.gpus_per_replica])
+    group = list(gpus[: layout.gpus_needed])
     gpu = min(
         group, key=lambda spec: (spec.memory_free_bytes or spec.memory_total_bytes, spec.memory_total_bytes)
     )
@@ -180,12 +186,22 @@ def _prepare(
     weights = weight_bytes_per_gpu(
         parts,
         shape.layer_count,
-        arguments.tensor_parallel,
-        arguments.pipeline_parallel,
+        layout.tensor_parallel,
+        layout.pipeline_parallel,
         load_encoder=encoder_loaded,
         load_mtp=arguments.speculative_mtp,
+        moe_ranks=layout.moe_ranks,
+        stage_layers=layout.stage_layers,
     )
-    cache = cache_shape(shape, model.model_type, model.dtype, model.quantization_config, arguments)
+    cache = cache_shape(
+        shape,
+        model.model_type,
+        model.dtype,
+        model.quantization_config,
+        arguments,
+        attention_tensor_parallel=layout.attention_tensor_parallel,
+        stages=pipeline_stages(shape.layer_count, layout.pipeline_parallel, layout.stage_layers),
+    )
     serving_bytes = dtype_bytes(serving_dtype(model.dtype, arguments.dtype))
     batched = arguments.batched_tokens or batched_tokens_default(engine, gpu.memory_total_bytes, gpu.name)
     sequences = arguments.max_sequences or max_sequences_default(
@@ -193,7 +209,7 @@ def _prepare(
     )
     v0_engine = engine == "vllm" and _version_before(version, (0, 8))
     activations = activation_bytes(
-        shape, batched, sequences, serving_bytes, arguments.tensor_parallel, legacy_engine=v0_engine
+        shape, batched, sequences, serving_bytes, layout.tensor_parallel, legacy_engine=v0_engine
     )
     if encoder_loaded:
         activations += ENCODER_ACTIVATION_BYTES
@@ -225,6 +241,7 @@ def _prepare(
         )
         is_default = True
     return _Inputs(
+        layout=layout,
         shape=shape,
         arguments=arguments,
         parts=parts,
@@ -233,7 +250,7 @@ def _prepare(
         weights_bytes=weights,
         activation_bytes=activations,
         cuda_graph_bytes=graphs,
-        non_torch_bytes=non_torch_bytes(arguments.gpus_per_replica, legacy_engine=v0_engine),
+        non_torch_bytes=non_torch_bytes(layout.gpus_needed, legacy_engine=v0_engine),
         context_tokens=context,
         fraction=fraction,
         fraction_is_default=is_default,
@@ -320,7 +337,7 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
         kv_bytes = inputs.arguments.kv_cache_memory_bytes or budget - overhead
     else:
-        parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.arguments.gpus_per_replica > 1 else 0
+        parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.layout.gpus_needed > 1 else 0
         free_before = (total if basis == "total" else memory_bytes) - CUDA_CONTEXT_BYTES - parallel_buffers
         budget = int(free_before * fraction)
         kv_bytes = budget - inputs.weights_bytes
@@ -404,12 +421,13 @@ def estimate_memory(
     backend_parameters: Sequence[str] | ParsedParameters,
     *,
     engine_version: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> MemoryEstimate:
     """Estimate weights, KV cache and overheads per GPU of one replica, on an idle GPU (total
     memory) and, when the GPUs' free memory is known, on the GPUs as they are now.
 
     ``backend_parameters`` are lines as typed (each split by shell rules) or their parsed form."""
-    inputs = _prepare(model, engine, gpus, backend_parameters, engine_version)
+    inputs = _prepare(model, engine, gpus, backend_parameters, engine_version, env)
     gpu = inputs.gpu
     on_total = _plan(inputs, engine, "total", gpu.memory_total_bytes)
     on_free = (
@@ -447,9 +465,9 @@ def estimate_memory(
     return MemoryEstimate(
         engine=engine,
         gpu=gpu,
-        gpu_count=inputs.arguments.gpus_per_replica,
-        tensor_parallel=inputs.arguments.tensor_parallel,
-        pipeline_parallel=inputs.arguments.pipeline_parallel,
+        gpu_count=inputs.layout.gpus_needed,
+        tensor_parallel=inputs.layout.tensor_parallel,
+        pipeline_parallel=inputs.layout.pipeline_parallel,
         context_tokens=inputs.context_tokens,
         memory_knob=inputs.arguments.memory_knob,
         memory_fraction=inputs.fraction,

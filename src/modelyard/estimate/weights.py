@@ -9,7 +9,7 @@ declared dtype and ``quantization_config`` imply (embeddings and head stay at th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.estimate.architecture import ModelShape
@@ -77,6 +77,8 @@ class WeightParts:
     other_bytes: int
     # "headers" when read from safetensors headers, "config" when computed from config.json.
     source: str
+    # The routed experts' share of each MoE layer's bytes (split over the MoE ranks, not TP).
+    expert_bytes: dict[int, int] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -90,7 +92,25 @@ class WeightParts:
         )
 
 
-def parts_from_headers(summary: WeightSummary) -> WeightParts:
+def expert_share(shape: ModelShape, index: int) -> float:
+    """The routed experts' share of layer ``index``'s parameters (0 for dense layers)."""
+    if not shape.is_moe or index in shape.dense_layer_indices:
+        return 0.0
+    experts = shape.expert_count * 3 * shape.hidden_size * shape.expert_intermediate_size
+    attention = shape.attention_parameters.get(
+        shape.layer_kinds[index] if index < shape.layer_count else "full", 0
+    )
+    return experts / max(1, _mlp_parameters(shape, index) + attention)
+
+
+def parts_from_headers(summary: WeightSummary, shape: ModelShape | None = None) -> WeightParts:
+    """The checkpoint's bytes by part; with the ``shape``, each MoE layer's routed-expert share is
+    split off by its parameter share (headers do not say which bytes are experts)."""
+    experts = (
+        {index: int(size * expert_share(shape, index)) for index, size in summary.layer_bytes.items()}
+        if shape is not None and shape.is_moe
+        else {}
+    )
     return WeightParts(
         layer_bytes=dict(summary.layer_bytes),
         embedding_bytes=summary.embedding_bytes,
@@ -99,6 +119,7 @@ def parts_from_headers(summary: WeightSummary) -> WeightParts:
         mtp_bytes=summary.mtp_bytes,
         other_bytes=summary.other_bytes,
         source="headers",
+        expert_bytes={index: size for index, size in experts.items() if size},
     )
 
 
@@ -118,10 +139,14 @@ def parts_from_config(
     base = dtype_bytes(model_dtype)
     linear_bytes = quantized_bytes_per_parameter(quantization, base)
     layer_bytes: dict[int, int] = {}
+    expert_bytes: dict[int, int] = {}
     for index, kind in enumerate(shape.layer_kinds):
         attention = shape.attention_parameters.get(kind, shape.attention_parameters.get("full", 0))
         parameters = attention + _mlp_parameters(shape, index)
         layer_bytes[index] = int(parameters * linear_bytes + 2 * shape.hidden_size * base)
+        if shape.is_moe and index not in shape.dense_layer_indices:
+            routed = shape.expert_count * 3 * shape.hidden_size * shape.expert_intermediate_size
+            expert_bytes[index] = int(routed * linear_bytes)
     embedding = int(shape.vocabulary_size * shape.hidden_size * base)
     head = 0 if shape.tie_word_embeddings else embedding
     mtp_layer = (
@@ -137,11 +162,22 @@ def parts_from_config(
         mtp_bytes=int(shape.mtp_layer_count * mtp_layer * linear_bytes),
         other_bytes=int(shape.hidden_size * base),
         source="config",
+        expert_bytes=expert_bytes,
     )
 
 
-def pipeline_stages(layer_count: int, pipeline_parallel: int) -> list[range]:
-    """Layers per pipeline stage, split as evenly as the engines do (earlier stages get fewer)."""
+def pipeline_stages(
+    layer_count: int, pipeline_parallel: int, stage_layers: tuple[int, ...] | None = None
+) -> list[range]:
+    """Layers per pipeline stage, split as evenly as the engines do (earlier stages get fewer), or
+    as ``stage_layers`` (vLLM's ``VLLM_PP_LAYER_PARTITION``) place them when they add up."""
+    if stage_layers and len(stage_layers) == pipeline_parallel and sum(stage_layers) == layer_count:
+        placed: list[range] = []
+        first = 0
+        for size in stage_layers:
+            placed.append(range(first, first + size))
+            first += size
+        return placed
     base, remainder = divmod(layer_count, pipeline_parallel)
     stages: list[range] = []
     start = 0
@@ -160,14 +196,20 @@ def weight_bytes_per_gpu(
     *,
     load_encoder: bool,
     load_mtp: bool,
+    moe_ranks: int | None = None,
+    stage_layers: tuple[int, ...] | None = None,
 ) -> int:
-    """The largest weight share any one GPU holds: layers of its stage, over TP ranks; embeddings on
-    the first stage, head on the last (both vocabulary-parallel); encoder and MTP when loaded."""
+    """The largest weight share any one GPU holds: layers of its stage, over TP ranks (routed
+    experts over the ``moe_ranks``: TP x DP on vLLM, expert parallel or not); embeddings on the
+    first stage, head on the last (both vocabulary-parallel); encoder and MTP when loaded."""
     largest = 0
-    stages = pipeline_stages(layer_count, pipeline_parallel)
+    experts_over = moe_ranks or tensor_parallel
+    stages = pipeline_stages(layer_count, pipeline_parallel, stage_layers)
     for number, stage in enumerate(stages):
         first, last = number == 0, number == len(stages) - 1
-        stage_bytes = sum(parts.layer_bytes.get(index, 0) for index in stage)
+        routed = sum(parts.expert_bytes.get(index, 0) for index in stage)
+        stage_bytes = sum(parts.layer_bytes.get(index, 0) for index in stage) - routed
+        stage_bytes += math.ceil(routed * tensor_parallel / experts_over)
         if first:
             stage_bytes += parts.embedding_bytes + (parts.encoder_bytes if load_encoder else 0)
         if last:

@@ -1,9 +1,11 @@
-"""Parameter checks (``param.*``): the flags and env of a deployment, before the engine starts.
+"""Checks of a planned start (``param.*`` and some ``model.*`` / ``host.*``), before the engine starts.
 
 vLLM and SGLang flags are checked against the tables of their version
 (``modelyard.backends.flag_tables``); transformers serve and custom engines get the checks that
-need no table (stray characters, broken lines, env in the args, JSON values, env syntax).
-Every check id has an entry in ``docs/doctor/param.md``.
+need no table (stray characters, broken lines, env in the args, JSON values, env syntax). With the
+model's config, the GPUs and the machine (``ParameterContext.host``) they also check the parallel
+layout, what the config allows, the environment the engine calls through, and what the machine
+gives a multi-GPU start. Every check id has an entry in ``docs/doctor/<area>.md``.
 
 Usage::
 
@@ -23,8 +25,11 @@ from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
 from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
+from modelyard.doctor.parameters.layout import check_layout
+from modelyard.doctor.parameters.machine import check_machine
+from modelyard.doctor.parameters.model_config import check_model_config
 from modelyard.doctor.parameters.model_family import check_mtp, check_parsers, check_served_model_name
-from modelyard.doctor.parameters.parallel import check_parallel_sizes
+from modelyard.doctor.parameters.network import check_hub_ids, check_proxy, check_visible_devices
 from modelyard.doctor.parameters.text import (
     check_broken_lines,
     check_characters,
@@ -50,7 +55,12 @@ CHECKS: tuple[Check, ...] = (
     check_env_read,
     check_flags,
     check_auto_tool_choice,
-    check_parallel_sizes,
+    check_layout,
+    check_model_config,
+    check_proxy,
+    check_hub_ids,
+    check_visible_devices,
+    check_machine,
     check_parsers,
     check_mtp,
     check_served_model_name,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from modelyard.backends.flag_tables import EngineHistory, FlagTable, load_engine_history, load_flag_table
 from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.doctor.findings import Finding
+from modelyard.doctor.host_facts import HostFacts
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts
 
@@ -56,6 +57,10 @@ class ParameterContext:
     # Every release of the engine: what was removed, renamed or added, and when.
     history: EngineHistory | None = None
     parsed: ParsedParameters | None = None
+    # The machine the engine starts on (environment it inherits, shared memory, driver, ports).
+    host: HostFacts | None = None
+    # What the engine gets as the model: a local path (modelyard's case), or a hub id.
+    model_argument: str | None = None
 
     @classmethod
     def build(
@@ -69,6 +74,8 @@ class ParameterContext:
         model: ModelFacts | None = None,
         gpus: list[GpuInfo] | None = None,
         gpu_count: int | None = None,
+        host: HostFacts | None = None,
+        model_argument: str | None = None,
     ) -> ParameterContext:
         table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
         history = load_engine_history(engine) if table is not None else None
@@ -84,6 +91,8 @@ class ParameterContext:
             table=table,
             history=history,
             parsed=parse_backend_parameters(backend_parameters, table),
+            host=host,
+            model_argument=model_argument,
         )
 
     @property
@@ -97,6 +106,18 @@ class ParameterContext:
         if self.table is None:
             return findings
         return [replace(finding, table_version=self.table.version) for finding in findings]
+
+    @property
+    def engine_environment(self) -> dict[str, str]:
+        """The variables the engine sees: the host's it inherits, then the deployment's."""
+        from modelyard.doctor.parameters.environment import env_values
+
+        inherited = dict(self.host.environment) if self.host is not None else {}
+        return {**inherited, **env_values(self.env)}
+
+    @property
+    def version_known(self) -> bool:
+        return bool(self.version)
 
     @property
     def label(self) -> str:

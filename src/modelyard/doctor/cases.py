@@ -1,0 +1,191 @@
+"""Real failure reports as case files, and doctor's verdict on each: caught before start, from the log,
+or missed.
+
+A case (YAML, ``tests/doctor/corpus/``) is one public report: its source URL, what the user had
+before the start (engine and version, backend parameters, env, the model's config.json facts,
+the GPUs, the machine) and what the engine said. ``evaluate_case`` runs ``check_plan`` on the
+plan and ``diagnose_log`` on the log; a case counts as caught when a finding names its cause
+(one of its ``expected`` ids) at error severity.
+
+Case fields: ``source_url``, ``summary``, ``category``, ``engine``, ``engine_version`` (null when
+the report does not say), ``backend_parameters``, ``env``, ``gpus`` (``2xRTX3090``) and/or
+``gpu_count``, ``gpu_free_gib``, ``host`` (``in_container``, ``shm_bytes``, ``driver_version``,
+``ports_in_use``), ``model_argument``, ``config`` or ``config_file``, ``log`` or ``log_file``,
+``stalled``, ``expected``; ``log_is_outcome: true`` when the outcome is the engine's own words.
+
+Usage::
+
+    verdict = evaluate_case(load_case(Path("tests/doctor/corpus/vllm-596-llama2-13b-tp3.yaml")))
+    verdict.caught     # "before start", "from the log" or "missed"
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from modelyard.backends.parameters import parse_backend_parameters
+from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.host_facts import HostFacts
+from modelyard.doctor.log_signatures import diagnose_log
+from modelyard.doctor.plan import DeploymentPlan, check_plan
+from modelyard.estimate.gpus import GIB, GpuSpec, parse_gpu_specs
+from modelyard.modeldir import ModelFacts
+
+Caught = Literal["before start", "from the log", "missed"]
+# A report that says the start hung is a log with no new line for at least this long.
+STALLED_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class FailureCase:
+    path: Path
+    source_url: str
+    summary: str
+    category: str
+    engine: str
+    version: str | None
+    backend_parameters: str | list[str]
+    env: dict[str, str]
+    gpus: list[GpuSpec]
+    gpu_count: int | None
+    host: HostFacts
+    model: ModelFacts | None
+    model_argument: str | None
+    log: str
+    stalled: bool
+    expected: tuple[str, ...]
+    launcher: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    case: FailureCase
+    before_start: list[Finding] = field(default_factory=list)
+    from_log: list[Finding] = field(default_factory=list)
+
+    def _names_cause(self, findings: list[Finding]) -> bool:
+        return any(
+            finding.check_id in self.case.expected and finding.severity is Severity.ERROR
+            for finding in findings
+        )
+
+    @property
+    def caught(self) -> Caught:
+        if self._names_cause(self.before_start):
+            return "before start"
+        if self._names_cause(self.from_log):
+            return "from the log"
+        return "missed"
+
+
+def _host(data: dict[str, Any] | None, env: dict[str, str]) -> HostFacts:
+    data = data or {}
+    shm = data.get("shm_bytes")
+    return HostFacts(
+        in_container=bool(data.get("in_container", False)),
+        shm_bytes=int(shm) if shm is not None else None,
+        driver_version=str(data["driver_version"]) if data.get("driver_version") else None,
+        ports_in_use=frozenset(int(port) for port in data.get("ports_in_use") or ()),
+        environment={},
+        hub_cache_dir=Path("/nonexistent/hub-cache"),
+    )
+
+
+def _gpus(data: dict[str, Any]) -> list[GpuSpec]:
+    spec = data.get("gpus")
+    if not spec:
+        return []
+    gpus = parse_gpu_specs(str(spec))
+    free = data.get("gpu_free_gib")
+    if free is None:
+        return gpus
+    return [GpuSpec(gpu.name, gpu.memory_total_bytes, int(float(free) * GIB)) for gpu in gpus]
+
+
+def _model(path: Path, data: dict[str, Any]) -> ModelFacts | None:
+    if data.get("config_file"):
+        config = yaml.safe_load((path.parent / data["config_file"]).read_text(encoding="utf-8"))
+    else:
+        config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: config must be a mapping")
+    config = {key: value for key, value in config.items() if not key.startswith("_")}
+    return ModelFacts(directory=Path(f"/corpus/{path.stem}"), config=config) if config else None
+
+
+def load_case(path: Path) -> FailureCase:
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    env = {str(key): str(value) for key, value in (data.get("env") or {}).items()}
+    log = data.get("log") or (data.get("outcome") if data.get("log_is_outcome") else "") or ""
+    if data.get("log_file"):
+        log = (path.parent / data["log_file"]).read_text(encoding="utf-8")
+    version = data.get("engine_version")
+    return FailureCase(
+        path=path,
+        source_url=str(data["source_url"]),
+        summary=str(data.get("summary", "")),
+        category=str(data["category"]),
+        engine=str(data["engine"]),
+        version=str(version) if version is not None else None,
+        backend_parameters=data.get("backend_parameters") or "",
+        env=env,
+        gpus=_gpus(data),
+        gpu_count=int(data["gpu_count"]) if data.get("gpu_count") is not None else None,
+        host=_host(data.get("host"), env),
+        model=_model(path, data),
+        model_argument=data.get("model_argument"),
+        log=str(log),
+        stalled=bool(data.get("stalled", False)),
+        expected=tuple(data.get("expected") or ()),
+        launcher=data.get("launcher"),
+    )
+
+
+def load_cases(directory: Path) -> list[FailureCase]:
+    return [load_case(path) for path in sorted(directory.glob("*.yaml"))]
+
+
+def evaluate_case(case: FailureCase) -> CaseVerdict:
+    plan = DeploymentPlan(
+        engine=case.engine,
+        version=case.version,
+        backend_parameters=case.backend_parameters,
+        env=case.env,
+        model=case.model,
+        gpus=case.gpus,
+        gpu_count=case.gpu_count if case.gpu_count is not None else (len(case.gpus) or None),
+        host=case.host,
+        model_argument=case.model_argument,
+    )
+    before = check_plan(plan)
+    arguments = parse_backend_parameters(case.backend_parameters).argv
+    from_log = (
+        diagnose_log(
+            case.log,
+            engine=case.engine,
+            engine_args=arguments,
+            stalled_seconds=STALLED_SECONDS if case.stalled else None,
+        )
+        if case.log.strip()
+        else []
+    )
+    return CaseVerdict(case=case, before_start=before, from_log=from_log)
+
+
+def catch_rates(verdicts: Iterable[CaseVerdict]) -> dict[str, Counter[Caught]]:
+    """Per category (and ``all``): how many cases were caught before start, from the log, or missed."""
+    rates: dict[str, Counter[Caught]] = {}
+    for verdict in verdicts:
+        for key in (verdict.case.category, "all"):
+            rates.setdefault(key, Counter())[verdict.caught] += 1
+    return rates

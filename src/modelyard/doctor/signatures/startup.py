@@ -1,0 +1,353 @@
+"""Log signatures of a start that stops early: arguments, parsers, architectures, the driver, the program."""
+
+from __future__ import annotations
+
+import re
+
+from modelyard.doctor.findings import Severity
+from modelyard.doctor.signatures.base import (
+    LogContext,
+    LogSignature,
+    first_group,
+)
+
+
+def _explain_driver_too_old(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        f"the NVIDIA driver is too old for the engine's CUDA build: {match.group(0).strip()[:160]}",
+        "upgrade the NVIDIA driver (`modelyard doctor` names the minimum for each engine version), "
+        "or use an engine build for an older CUDA",
+    )
+
+
+def _explain_auto_tool_choice(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "vLLM refused --enable-auto-tool-choice without --tool-call-parser",
+        "add --tool-call-parser NAME for the model family (qwen3_coder for Qwen3.5/3.6, hermes for "
+        "Qwen2.5/Qwen3), or remove --enable-auto-tool-choice",
+    )
+
+
+def _explain_parser(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    kind = "tool-call" if "tool" in match.group(0).lower() else "reasoning"
+    name = (first_group(match, "name", "bare", "quoted", "sglang", "choice") or "").strip("'\"")
+    message = f"the engine has no {kind} parser named {name!r}"
+    if name != name.strip():
+        message += " (note the whitespace: a trailing space or tab copied into the value)"
+    flag = "--tool-call-parser" if kind == "tool-call" else "--reasoning-parser"
+    fix = (
+        f"set {flag} to a name this engine version lists (names differ between vLLM and SGLang, "
+        "e.g. Qwen3.5/3.6 use qwen3_coder and qwen3); `modelyard doctor --args` checks them"
+    )
+    return message, fix
+
+
+def _explain_unknown_architecture(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    architectures = match["architectures"]
+    message = f"the engine does not support the model architecture {architectures}"
+    fix = (
+        "use an engine version that lists this architecture (a newer release), or the "
+        "transformers backend; check `architectures` in the model's config.json"
+    )
+    return message, fix
+
+
+def _explain_unrecognized_arguments(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    arguments = match["arguments"].strip()
+    return (
+        f"the engine does not accept the argument(s) {arguments}",
+        "remove or rename them: flags differ between engines and engine versions; "
+        "`modelyard doctor --backend B --version V --args ...` names the valid spelling",
+    )
+
+
+def _explain_address_in_use(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    port = match.groupdict().get("port")
+    where = f"port {port}" if port else "its port"
+    return (
+        f"the engine could not listen on {where}: another process already uses it",
+        f"stop the process on {where} (`ss -ltnp | grep {port or 'PORT'}`) or let modelyard pick "
+        "another port; a previous engine that was not stopped is the usual culprit",
+    )
+
+
+def _explain_executable_not_found(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    program = first_group(match, "program", "docker", "shell") or "the engine's program"
+    return (
+        f"the engine program {program} was not found",
+        "install the engine into the Python environment modelyard runs from (e.g. `pip install vllm`), "
+        "or set the backend version's executable to the full path, or its image for a container",
+    )
+
+
+def _supported_list_names_it(match: re.Match[str], text: str) -> bool:
+    """The architecture is in the very list of supported ones the engine printed."""
+    named = re.findall(r"'([\w.]+)'", match.group("architectures"))
+    listed = text[match.end() : match.end() + 20000]
+    head = listed.split("\n", 1)[0]
+    return bool(named) and "Supported architectures" in head and all(f"'{name}'" in head for name in named)
+
+
+def _not_in_the_list(match: re.Match[str], text: str) -> bool:
+    return not _supported_list_names_it(match, text)
+
+
+def _explain_registry_import(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        f"the engine lists {match['architectures']} among its supported architectures yet says it is not "
+        "supported: its model registry could not import the model classes (a broken or mixed install, "
+        "usually after an upgrade)",
+        "reinstall the engine in a clean environment (its pinned torch and transformers), then read the "
+        'first traceback above this line ("Error in inspecting model architecture"): it names the import',
+    )
+
+
+def _explain_transformers_too_old(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    model_type = match["model_type"]
+    return (
+        f"the transformers library inside the engine does not know model type {model_type!r}: the engine "
+        "release predates this model",
+        f"deploy an engine release that supports {model_type} (and the transformers it pins); check the "
+        "engine's supported-models list",
+    )
+
+
+def _explain_forward_compatibility(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "CUDA error 804, forward compatibility on unsupported hardware: the engine's CUDA (its container "
+        "image) is newer than the host driver, and this GPU (not a data-center board) cannot run it",
+        "upgrade the host's NVIDIA driver to the one the image's CUDA needs, or use an engine image built "
+        "for the driver's CUDA; `modelyard doctor` names the minimum driver per engine version",
+    )
+
+
+def _explain_no_kernel_image(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "the engine's CUDA kernels are not built for this GPU's architecture (\"no kernel image is "
+        'available for execution on the device")',
+        "use an engine release built for this GPU (RTX 50xx / B200 need CUDA 12.8 builds: vLLM 0.9+, "
+        "SGLang 0.5+), or a GPU the build supports",
+    )
+
+
+def _explain_no_cuda_gpus(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "the engine sees no GPU: none is visible to its process",
+        "run the container with --gpus (and the NVIDIA container runtime), check CUDA_VISIBLE_DEVICES is "
+        "not empty or wrong, and that the host driver supports the image's CUDA (`nvidia-smi` inside it)",
+    )
+
+
+def _gpu_not_visible(match: re.Match[str], text: str) -> bool:
+    visible = [item for item in (match.groupdict().get("visible") or "").split(",") if item.strip()]
+    gpu_id = match.groupdict().get("gpu_id")
+    if gpu_id is None:
+        return True
+    return bool(visible) and int(gpu_id) >= len(visible)
+
+
+def _explain_gpu_not_visible(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    gpu_id, visible = match.groupdict().get("gpu_id"), match.groupdict().get("visible")
+    if gpu_id is not None and visible is not None:
+        message = (
+            f"a rank wants GPU {gpu_id} but CUDA_VISIBLE_DEVICES={visible} shows the engine only "
+            f"{len(visible.split(','))}: the layout needs more GPUs than the replica was given"
+        )
+    else:
+        message = "a rank asked for a GPU index that is not visible to the engine (invalid device ordinal)"
+    return (
+        message,
+        "give the replica as many GPUs as TP x PP (x DP) asks, or lower the parallel sizes",
+    )
+
+
+def _explain_world_size(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    world, local = match["world"], match["local"]
+    return (
+        f"the layout has {world} ranks but this node has {local} GPU(s), and the engine runs all ranks "
+        "locally",
+        "give the replica that many GPUs, or, to spread the ranks over a Ray cluster, add "
+        "--distributed-executor-backend ray (and start the engine on the Ray head)",
+    )
+
+
+def _explain_unexpected_keyword(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    name = match.groupdict().get("name")
+    what = f"'{name}'" if name else "an argument"
+    return (
+        f"the launcher passed {what} to the engine's Python API (EngineArgs), which does not take it: it is "
+        "an option of the engine's server command line, or of another engine version",
+        "pass that option where the launcher forwards server flags, or drop it; check the launcher's list of "
+        "the engine options it supports for this engine version",
+    )
+
+
+def _explain_no_c_compiler(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "Triton could not build its CUDA helpers: there is no C compiler where the engine runs",
+        "install a compiler (`apt-get install build-essential`, or gcc in the image), or set CC to one; "
+        "runtime-only container images lack it",
+    )
+
+
+SIGNATURES: tuple[LogSignature, ...] = (
+    LogSignature(
+        "log.driver-too-old",
+        Severity.ERROR,
+        re.compile(
+            r"The NVIDIA driver on your system is too old[^\n]*"
+            r"|CUDA driver version is insufficient for CUDA runtime version"
+            r"|cuda>=\d+\.\d+, please update your driver[^\n]*"
+        ),
+        _explain_driver_too_old,
+        "torch/cuda/__init__.py (_check_driver); CUDA runtime error 35; nvidia-container-cli",
+    ),
+    LogSignature(
+        "log.auto-tool-choice-without-parser",
+        Severity.ERROR,
+        re.compile(r"--enable-auto-tool-choice requires --tool-call-parser"),
+        _explain_auto_tool_choice,
+        "vllm/entrypoints/openai/cli_args.py (validate_parsed_serve_args)",
+    ),
+    LogSignature(
+        "log.parser-not-found",
+        Severity.ERROR,
+        re.compile(
+            r"invalid (?:tool call|reasoning) parser: (?P<name>[^\n{]+?) \(chose from"
+            r"|invalid (?:tool call|reasoning) parser: (?P<bare>[\w.\-]+)"
+            r"|Reasoning parser (?P<quoted>'[^']*') not found"
+            r"|Unsupported (?:tool_call_parser|reasoning_parser|model type): (?P<sglang>'?[\w.\-]+)"
+            r"|argument --(?:tool-call-parser|reasoning-parser): invalid choice: (?P<choice>'[^']*')"
+        ),
+        _explain_parser,
+        "vllm/entrypoints/openai/api_server.py (validate_api_server_args); "
+        "sglang/srt/function_call/function_call_parser.py; argparse",
+    ),
+    LogSignature(
+        "log.unknown-architecture",
+        Severity.ERROR,
+        re.compile(
+            r"Model architectures (?P<architectures>\[[^\]]*\]) (?:are not supported for now"
+            r"|failed to be inspected)"
+        ),
+        _explain_unknown_architecture,
+        "vllm/model_executor/models/registry.py (_raise_for_unsupported)",
+        when=_not_in_the_list,
+    ),
+    LogSignature(
+        "log.unrecognized-arguments",
+        Severity.ERROR,
+        re.compile(r"error: unrecognized arguments: (?P<arguments>[^\n]+)"),
+        _explain_unrecognized_arguments,
+        "argparse (vllm serve, sglang.launch_server)",
+    ),
+    LogSignature(
+        "log.address-in-use",
+        Severity.ERROR,
+        re.compile(
+            r"error while attempting to bind on address \('[^']*', (?P<port>\d+)\)[^\n]*"
+            r"|\[Errno 98\] Address already in use"
+            r"|[Aa]ddress already in use"
+        ),
+        _explain_address_in_use,
+        "uvicorn (server startup); OSError errno 98; zmq",
+    ),
+    LogSignature(
+        "log.executable-not-found",
+        Severity.ERROR,
+        re.compile(
+            r"No such file or directory: '(?P<program>[^'/]+|[^']*/bin/[^'/]+)'"
+            r"|exec: \"(?P<docker>[^\"]+)\": executable file not found in \$PATH"
+            r"|(?P<shell>\S+): command not found"
+        ),
+        _explain_executable_not_found,
+        "Python subprocess (FileNotFoundError); Docker (OCI runtime create failed); shells",
+    ),
+)
+
+
+# Failures of a start, read after the memory refusals (``REFUSALS``) and before generic errors.
+MORE_SIGNATURES: tuple[LogSignature, ...] = (
+    LogSignature(
+        "log.model-registry-import-failed",
+        Severity.ERROR,
+        re.compile(r"Model architectures (?P<architectures>\[[^\]]*\]) are not supported for now"),
+        _explain_registry_import,
+        "vllm/model_executor/models/registry.py (_raise_for_unsupported after _try_inspect_model_cls)",
+        when=_supported_list_names_it,
+        supersedes=("log.unknown-architecture",),
+    ),
+    LogSignature(
+        "log.transformers-too-old",
+        Severity.ERROR,
+        re.compile(
+            r"checkpoint you are trying to load has model type `?(?P<model_type>[\w.\-]+)`? but Transformers "
+            r"does not recognize this architecture"
+        ),
+        _explain_transformers_too_old,
+        "transformers/models/auto/configuration_auto.py (AutoConfig.from_pretrained)",
+    ),
+    LogSignature(
+        "log.cuda-forward-compatibility",
+        Severity.ERROR,
+        re.compile(r"forward compatibility was attempted on non supported HW"),
+        _explain_forward_compatibility,
+        "CUDA runtime error 804 (cudaErrorCompatNotSupportedOnDevice), as torch reports it",
+        supersedes=("log.driver-too-old",),
+    ),
+    LogSignature(
+        "log.no-kernel-image",
+        Severity.ERROR,
+        re.compile(
+            r"no kernel image is available for execution on the device"
+            r"|with CUDA capability sm_\d+ is not compatible with the current PyTorch installation"
+        ),
+        _explain_no_kernel_image,
+        "CUDA error 209 (cudaErrorNoKernelImageForDevice); torch/cuda/__init__.py (_check_capability)",
+    ),
+    LogSignature(
+        "log.no-cuda-gpus",
+        Severity.ERROR,
+        re.compile(r"No CUDA GPUs are available|Found no NVIDIA driver on your system"),
+        _explain_no_cuda_gpus,
+        "torch/cuda/__init__.py (_lazy_init)",
+    ),
+    LogSignature(
+        "log.gpu-id-not-visible",
+        Severity.ERROR,
+        re.compile(
+            r"self\.gpu_id=(?P<gpu_id>\d+) os\.environ\.get\('CUDA_VISIBLE_DEVICES'\)='(?P<visible>[^']*)'"
+            r"|CUDA error: invalid device ordinal"
+        ),
+        _explain_gpu_not_visible,
+        "sglang/srt/model_executor/model_runner.py (init_torch_distributed context); CUDA error 101",
+        when=_gpu_not_visible,
+    ),
+    LogSignature(
+        "log.world-size-exceeds-local-gpus",
+        Severity.ERROR,
+        re.compile(
+            r"please ensure that world_size \((?P<world>\d+)\) is less than (?:than )?max local gpu count "
+            r"\((?P<local>\d+)\)"
+        ),
+        _explain_world_size,
+        "vllm/executor/multiproc_executor.py / mp_distributed_executor.py (_check_cuda)",
+    ),
+    LogSignature(
+        "log.launcher-passed-unknown-argument",
+        Severity.ERROR,
+        re.compile(
+            r"(?:Async)?EngineArgs\.(?:__)?init(?:__)?\(\) got an unexpected keyword argument"
+            r"(?: '(?P<name>\w+)')?"
+        ),
+        _explain_unexpected_keyword,
+        "Python TypeError from vllm.engine.arg_utils.(Async)EngineArgs, when a wrapper builds it from kwargs",
+    ),
+    LogSignature(
+        "log.no-c-compiler",
+        Severity.ERROR,
+        re.compile(r"Failed to find C compiler"),
+        _explain_no_c_compiler,
+        "triton/runtime/build.py (_build)",
+    ),
+)
