@@ -35,7 +35,7 @@ from typer.testing import CliRunner, Result
 from model_cache import ModelCache
 from modelyard.cli.main import app as cli_app
 from modelyard.downloads import DownloadManager, DownloadOptions
-from modelyard.hardware.gpus import GpuInventory
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.hub.transfer import TransferOptions
 from modelyard.server.api.router import api_router
 from modelyard.server.context import ServerContext
@@ -103,13 +103,34 @@ def fast_options(hf_hub: HuggingFaceHubDouble, modelscope_hub: ModelScopeDouble)
 
 
 class ControllerDouble:
-    """The controller is not the subject: deployments are stored, no engine starts."""
+    """The controller is not the subject: deployments are stored, no engine starts. It reports
+    the GPUs a test asks for (doubles of the hardware, as NVML would describe them)."""
+
+    def __init__(self, gpus: list[GpuInfo]) -> None:
+        self.gpus = gpus
 
     def poke(self) -> None:
         return None
 
     def gpu_inventory(self) -> GpuInventory:
-        return GpuInventory(unavailable_reason="no GPUs (controller double)")
+        if not self.gpus:
+            return GpuInventory(unavailable_reason="no GPUs (controller double)")
+        return GpuInventory(gpus=self.gpus, driver_version="580.95.05", cuda_driver_version="13.0")
+
+
+def h100s(count: int) -> list[GpuInfo]:
+    total = int(79.19 * (1 << 30))
+    return [
+        GpuInfo(
+            index=index,
+            uuid=f"GPU-double-{index}",
+            name="NVIDIA H100 80GB HBM3",
+            memory_total_bytes=total,
+            memory_free_bytes=total,
+            memory_used_bytes=0,
+        )
+        for index in range(count)
+    ]
 
 
 @dataclass
@@ -177,10 +198,12 @@ StartServer = Callable[..., PullServer]
 
 @pytest.fixture
 def start_server(tmp_path: Path, fast_options: DownloadOptions) -> Iterator[StartServer]:
-    """``start_server(name="a", database_url=None, **option_changes)``: a running server."""
+    """``start_server(name="a", database_url=None, gpus=[], **option_changes)``: a running server."""
     stoppers: list[Callable[[], None]] = []
 
-    def start(name: str = "data", database_url: str | None = None, **changes: Any) -> PullServer:
+    def start(
+        name: str = "data", database_url: str | None = None, gpus: list[GpuInfo] | None = None, **changes: Any
+    ) -> PullServer:
         data_dir = tmp_path / name
         listener = _free_socket()
         settings = Settings(
@@ -192,7 +215,7 @@ def start_server(tmp_path: Path, fast_options: DownloadOptions) -> Iterator[Star
         database = Database.open(settings.database_url)
         password = ensure_admin(database, settings.admin_password_file)
         assert password is not None
-        context = ServerContext(settings=settings, database=database, controller=ControllerDouble())
+        context = ServerContext(settings=settings, database=database, controller=ControllerDouble(gpus or []))
         holder: list[DownloadManager] = []
         server = uvicorn.Server(
             uvicorn.Config(_app(context, replace(fast_options, **changes), holder), log_level="warning")

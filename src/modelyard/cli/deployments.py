@@ -85,8 +85,11 @@ def deploy(
     name: str | None = typer.Option(
         None, "--name", help="Name clients send as 'model' (default: the model's)."
     ),
-    backend: str = typer.Option(
-        "transformers", "--backend", help="The engine (see `modelyard backends list`)."
+    backend: str | None = typer.Option(
+        None, "--backend", help="The engine (see `modelyard backends list`; default: transformers)."
+    ),
+    preset: str | None = typer.Option(
+        None, "--preset", help="A tested recipe (`modelyard presets list`): backend, version, GPUs, flags."
     ),
     version: str | None = typer.Option(None, "--version", help="The backend version (default: its default)."),
     replicas: int = typer.Option(1, "--replicas", help="How many copies to run."),
@@ -121,6 +124,12 @@ def deploy(
         "skip_verification": skip_verification,
     }
     client = ApiClient.from_context(ctx)
+    if preset is not None:
+        from modelyard.cli.presets import apply_preset
+
+        body = apply_preset(client, preset, body)
+    elif body["backend"] is None:
+        body["backend"] = "transformers"
     deployment: dict[str, Any] = client.post("/deployments", body)
     _print_warnings(deployment)
     stderr.print(

@@ -20,6 +20,7 @@ from modelyard.cli import (
     keys,
     model_transfers,
     models,
+    presets,
     serve,
     tasks,
 )
@@ -72,6 +73,7 @@ for module in (
     models,
     model_transfers,
     tasks,
+    presets,
     backends,
     deployments,
     keys,
