@@ -6,6 +6,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble, ModelScopeDouble, RepositoryDouble
 
 from .conftest import FAST_TRANSFER, REPO_ID, SHARD_1, SHARD_2, StartServer
@@ -131,3 +133,34 @@ def test_pull_from_modelscope(
     model = server.api("GET", "/models/tiny-ms").json()
     assert model["state"] == "valid" and model["path"] == str(target)
     assert {request.file for request in modelscope_hub.log.downloads()} >= {SHARD_1, SHARD_2}
+
+
+def test_a_shard_lost_after_the_pull_blocks_the_deploy_and_show_names_it(
+    start_server: StartServer, hf_hub: HuggingFaceHubDouble
+) -> None:
+    server = start_server()
+    assert server.cli("models", "pull", SOURCE).exit_code == 0
+    model = server.api("GET", "/models/tiny-qwen3").json()
+    shard = Path(model["path"]) / SHARD_1
+    with shard.open("r+b") as handle:
+        handle.truncate(1000)
+    shown = server.cli("models", "show", "tiny-qwen3")
+    assert f"wrong-size {SHARD_1}: 1000 bytes, expected" in shown.stdout
+    assert "1 missing or damaged" in shown.stdout
+    refused = server.api("POST", "/deployments", json={"model": "tiny-qwen3"})
+    assert refused.status_code == 400
+    assert f"{SHARD_1} (1000 bytes, expected" in refused.json()["error"]["message"]
+
+
+def test_a_server_told_to_stay_offline_refuses_to_pull(
+    start_server: StartServer, hf_hub: HuggingFaceHubDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    server = start_server()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    result = server.cli("models", "pull", SOURCE)
+    assert result.exit_code == 1
+    assert "HF_HUB_OFFLINE is set in the server's environment" in result.stderr
+    assert "modelyard models export / import" in result.stderr
+    assert hf_hub.log.requests == []
