@@ -11,6 +11,18 @@ from typing import Any
 from engine_flags.archive import Sources
 
 HELP_CHARACTERS = 120
+# Subscripted annotations whose first argument is the type: typing's and pydantic's markers.
+TYPE_WRAPPERS = {
+    "Annotated",
+    "A",
+    "SkipValidation",
+    "ClassVar",
+    "Final",
+    "InitVar",
+    "Required",
+    "NotRequired",
+    "ReadOnly",
+}
 UNKNOWN = object()
 
 
@@ -296,7 +308,7 @@ def type_atoms(node: ast.AST | None, aliases: dict[str, ast.AST], depth: int = 0
             return [("literal", values)]
         if outer in {"Optional", "Union"}:
             return [atom for item in items for atom in type_atoms(item, aliases, depth + 1)]
-        if outer in {"Annotated", "A"}:
+        if outer in TYPE_WRAPPERS:  # Annotated[int, ...], SkipValidation[int]: the type inside
             return type_atoms(items[0], aliases, depth + 1)
         lowered = outer.lower()
         if lowered in {"list", "tuple", "set", "sequence"}:
@@ -317,10 +329,11 @@ def type_atoms(node: ast.AST | None, aliases: dict[str, ast.AST], depth: int = 0
 
 
 def literal_choices(atoms: list[Any]) -> list[Any]:
+    """The values of the Literal atoms, in order, each once."""
     values: list[Any] = []
     for atom in atoms:
         if isinstance(atom, tuple) and atom[0] == "literal":
-            values.extend(value for value in atom[1] if value is not UNKNOWN)
+            values.extend(value for value in atom[1] if value is not UNKNOWN and value not in values)
     return values
 
 

@@ -96,6 +96,17 @@ def test_vllm_0_6_explicit_argparse_flags_with_choices() -> None:
     assert table.lookup("--reasoning-parser") is None  # first registered in 0.7.1
 
 
+def test_vllm_pydantic_wrapped_fields_keep_their_type() -> None:
+    # 0.9.2 vllm/config.py: max_num_seqs: SkipValidation[int] = None;
+    # quantization: SkipValidation[Optional[QuantizationMethods]] (a Literal of the method names)
+    table = _table("vllm", "0.9.2")
+    seqs = table.lookup("--max-num-seqs")
+    assert seqs is not None and seqs.type == "int"
+    quantization = table.lookup("--quantization")
+    assert quantization is not None and quantization.choices is not None
+    assert {"awq", "fp8", "gptq", "compressed-tensors"} <= set(quantization.choices)
+
+
 def test_sglang_mamba_strategy_renamed_between_versions() -> None:
     # 0.5.10.post1 server_args.py: --mamba-scheduler-strategy with MAMBA_SCHEDULER_STRATEGY_CHOICES
     old = _table("sglang", "0.5.10.post1").lookup("--mamba-scheduler-strategy")
