@@ -98,8 +98,12 @@ def test_xml_parser_on_a_json_tool_template(qwen3: ModelFacts) -> None:
 
 
 def test_reasoning_parser_of_another_family_on_qwen36(qwen36: ModelFacts) -> None:
-    found = _with(_run(["--reasoning-parser deepseek_r1"], qwen36), "param.reasoning-parser-mismatch")
+    found = _with(_run(["--reasoning-parser granite"], qwen36), "param.reasoning-parser-mismatch")
     assert found and found[0].fix == "use --reasoning-parser qwen3"
+    assert found[0].severity is Severity.WARNING
+    # The vLLM Qwen3.5 recipe's deepseek_r1 starts and reads thinking: a note, not a warning.
+    found = _with(_run(["--reasoning-parser deepseek_r1"], qwen36), "param.reasoning-parser-mismatch")
+    assert found and found[0].severity is Severity.INFO
     assert _with(_run(["--reasoning-parser qwen3"], qwen36), "param.reasoning-parser-mismatch") == []
 
 

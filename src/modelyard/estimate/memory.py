@@ -29,6 +29,7 @@ from typing import Any, Literal
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate.architecture import ModelShape, read_model_shape
+from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, serving_dtype
@@ -223,7 +224,8 @@ def _prepare(
         graphs = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
     else:
         graphs = sglang_cuda_graph_bytes(batched, graph_batch)
-    context = arguments.context_tokens or shape.max_position_embeddings or 4096
+    derived = context_length_of(overridden_text_config(model.text_config, engine, parsed))
+    context = arguments.context_tokens or (derived[0] if derived else None) or 4096
     if arguments.memory_fraction is not None:
         fraction, is_default = arguments.memory_fraction, False
     elif engine == "vllm":

@@ -7,29 +7,17 @@ scaling), ``model.dtype-unsupported-by-gpu`` (bfloat16 on GPUs before compute ca
 
 from __future__ import annotations
 
-from typing import Any
-
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.errors import InvalidInput
+from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.versions import version_before
 from modelyard.modeldir import ModelFacts
 
-# The config.json keys engines read a model's length from; they take the smallest present
-# (vllm/config/model.py _get_and_verify_max_len; sglang/srt/configs/model_config.py).
-LENGTH_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-# Rope scalings whose factor does not extend max_position_embeddings (it already counts them).
-_NO_EXTENSION_ROPE = {"su", "longrope", "llama3", "mrope", "default"}
+# The length is the smallest length key of config.json (vllm/config/model.py
+# _get_and_verify_max_len; sglang/srt/configs/model_config.py), after the command line's
+# --hf-overrides / --rope-scaling / --json-model-override-args (estimate/config_overrides.py).
 ALLOW_LONGER = {
     "vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
     "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
@@ -50,28 +38,6 @@ _COMPATIBLE_QUANTIZATION = {
 }
 
 
-def derived_length(config: dict[str, Any]) -> tuple[int, str] | None:
-    """(length, key) the engine derives from ``config``: the smallest length key, times the rope
-    scaling factor where the scaling extends the positions (yarn, linear, dynamic)."""
-    present = [
-        (value, key)
-        for key in LENGTH_KEYS
-        if isinstance(value := config.get(key), int) and not isinstance(value, bool) and value > 0
-    ]
-    if not present:
-        return None
-    length, key = min(present)
-    scaling = config.get("rope_scaling") or config.get("rope_parameters")
-    if isinstance(scaling, dict):
-        kind = str(scaling.get("rope_type") or scaling.get("type") or "default").lower()
-        factor = scaling.get("factor")
-        if kind not in _NO_EXTENSION_ROPE and isinstance(factor, (int, float)) and factor > 1:
-            original = scaling.get("original_max_position_embeddings")
-            base = original if isinstance(original, int) and kind == "yarn" else length
-            return int(base * factor), f"{key} x rope_scaling factor {factor:g}"
-    return length, key
-
-
 def check_model_config(context: ParameterContext) -> list[Finding]:
     model = context.model
     if model is None or context.engine not in CONTEXT_FLAGS:
@@ -88,7 +54,8 @@ def _context_length(context: ParameterContext, model: ModelFacts) -> list[Findin
         asked = context.parameters.integer(flag)
     except InvalidInput:
         return []  # param.invalid-number names a value that is not a number
-    derived = derived_length(model.text_config)
+    text_config = overridden_text_config(model.text_config, context.engine, context.parameters)
+    derived = context_length_of(text_config)
     if asked is None or derived is None or asked <= derived[0]:
         return []
     variable = ALLOW_LONGER[context.engine]

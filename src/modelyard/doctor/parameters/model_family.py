@@ -98,6 +98,19 @@ def _reasoning(context: ParameterContext, model: ModelFacts) -> list[Finding]:
     if not parser or parser in {"auto", "none"}:
         return []
     template = model.chat_template.text
+    if is_qwen35_family(model) and parser in {"deepseek_r1", "deepseek-r1"}:
+        # The vLLM recipes for Qwen3.5 use it: it reads the thinking the template opens in the
+        # prompt, but takes a whole answer for reasoning when enable_thinking is false.
+        return [
+            Finding(
+                "param.reasoning-parser-mismatch",
+                Severity.INFO,
+                f"--reasoning-parser {parser} reads {_model_name(model)}'s thinking, but a request with "
+                "enable_thinking false comes back with its whole answer as reasoning",
+                fix="use --reasoning-parser qwen3 if clients turn thinking off",
+                details={"parser": parser},
+            )
+        ]
     if is_qwen35_family(model) and parser != "qwen3":
         return [
             Finding(
