@@ -52,9 +52,10 @@ class Settings:
         return f"sqlite:///{self.data_dir / 'modelyard.db'}"
 
     @property
-    def logs_dir(self) -> Path:
-        """Engine logs: ``logs/<deployment>/<replica>/start-<n>.log``."""
-        return self.data_dir / "logs"
+    def instances_dir(self) -> Path:
+        """One folder per instance, named by its uid (never reused): ``start-<n>.log`` for each
+        start, and ``work/``, the engine's working directory."""
+        return self.data_dir / "instances"
 
     @property
     def models_dir(self) -> Path:

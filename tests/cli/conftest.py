@@ -38,9 +38,9 @@ FAIL_VARIABLE = "ENGINE_DOUBLE_FAIL"
 class InstantControllerDouble:
     """Reconciles desired state at once, without engines. Implements ``ControllerHandle``."""
 
-    def __init__(self, database: Database, logs_dir: Path) -> None:
+    def __init__(self, database: Database, instances_dir: Path) -> None:
         self.database = database
-        self.logs_dir = logs_dir
+        self.instances_dir = instances_dir
         # What the double reports as NVML's reading; a test may set GPUs here.
         self.inventory = GpuInventory(unavailable_reason="no GPUs (controller double)")
 
@@ -73,12 +73,7 @@ class InstantControllerDouble:
 
     def _start(self, session: Session, deployment: Deployment, instance: Instance) -> None:
         instance.start_count += 1
-        log = (
-            self.logs_dir
-            / deployment.name
-            / f"replica-{instance.replica_index}"
-            / f"start-{instance.start_count}.log"
-        )
+        log = self.instances_dir / instance.uid / f"start-{instance.start_count}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"engine double start {instance.start_count}\nline 2\nline 3\n")
         instance.log_path = str(log)
@@ -143,7 +138,7 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     database = Database.open(settings.database_url)
     password = ensure_admin(database, settings.admin_password_file)
     assert password is not None
-    controller = InstantControllerDouble(database, settings.logs_dir)
+    controller = InstantControllerDouble(database, settings.instances_dir)
     context = ServerContext(settings=settings, database=database, controller=controller)
     app = FastAPI()
     app.state.context = context

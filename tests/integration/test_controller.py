@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.control.endpoints import EndpointRegistry
-from modelyard.runtimes.process import ProcessRuntime
+from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, ModelFile
@@ -131,7 +131,7 @@ async def harness(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
     _add_deployment(database, model_dir)
     endpoints = EndpointRegistry()
     controller = Controller(
-        settings=settings, database=database, endpoints=endpoints, runtime=ProcessRuntime(), options=FAST
+        settings=settings, database=database, endpoints=endpoints, runtimes=RuntimeSet(), options=FAST
     )
     await controller.start()
     try:
@@ -158,7 +158,7 @@ async def test_deployment_reaches_running_and_is_published(harness: Harness) -> 
     [instance] = harness.instances()
     assert instance.reason.startswith("ready in")
     assert _alive(instance.pid)
-    assert instance.log_path is not None and instance.log_path.endswith("replica-0/start-1.log")
+    assert instance.log_path == str(harness.settings.instances_dir / instance.uid / "start-1.log")
     assert endpoint.base_url == f"http://127.0.0.1:{instance.port}"
     assert endpoint.served_model_name == "chat"
     assert endpoint.reasoning_field == "reasoning"
@@ -225,7 +225,7 @@ async def test_restarted_controller_adopts_the_running_engine(harness: Harness) 
         settings=harness.settings,
         database=harness.database,
         endpoints=harness.endpoints,
-        runtime=ProcessRuntime(),
+        runtimes=RuntimeSet(),
         options=FAST,
     )
     harness.controller = successor

@@ -187,7 +187,7 @@ def test_cpu_only_version_refuses_gpus() -> None:
         render(version, gpu_ids=[0])
 
 
-def test_container_version_renders_docker_run_without_env_values(programs_folder: Path) -> None:
+def test_container_version_renders_the_entrypoint_and_arguments_for_the_image() -> None:
     version = BackendVersion(
         version="1.2.0",
         image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0",
@@ -195,18 +195,12 @@ def test_container_version_renders_docker_run_without_env_values(programs_folder
         run_command="{{model_path}} --host {{worker_ip}} --port {{port}}",
         env={"HF_TOKEN": "secret-value"},
     )
-    launch = render(version, gpu_ids=[0, 1], search_path=str(programs_folder))
-    argv = launch.argv
-    assert argv[:2] == [str(programs_folder / "docker"), "run"]
-    assert argv[argv.index("--gpus") + 1] == '"device=0,1"'
-    assert argv[argv.index("-e") + 1] == "HF_TOKEN"
-    assert "secret-value" not in argv
-    assert launch.env["HF_TOKEN"] == "secret-value"
-    assert f"{MODEL_PATH}:{MODEL_PATH}:ro" in argv
-    image_at = argv.index(version.image or "")
-    assert argv[argv.index("--entrypoint") + 1] == "trtllm-serve"
-    assert argv[image_at + 1 :] == ["serve", MODEL_PATH, "--host", "127.0.0.1", "--port", "8001"]
+    launch = render(version, gpu_ids=[0, 1])
     assert launch.in_container
+    assert launch.image == "nvcr.io/nvidia/tensorrt-llm/release:1.2.0"
+    assert launch.program == ["trtllm-serve", "serve"]
+    assert launch.arguments == [MODEL_PATH, "--host", "127.0.0.1", "--port", "8001"]
+    assert launch.env == {"HF_TOKEN": "secret-value", "CUDA_VISIBLE_DEVICES": "0,1"}
 
 
 def test_check_before_storing_refuses_a_repeated_flag_without_the_program(catalog: BackendCatalog) -> None:

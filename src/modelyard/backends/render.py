@@ -14,8 +14,9 @@ is ever run through a shell::
     launch.env   # {'VLLM_NO_USAGE_STATS': '1', 'CUDA_VISIBLE_DEVICES': '0,1'}
 
 ``LaunchCommand.env`` holds only what modelyard sets; the runtime starts the process with its
-own environment updated by it. For container versions ``argv`` is a ``docker run`` command;
-the variables are passed by name (``-e KEY``) so their values never appear in the argv.
+own environment updated by it. For container versions the command is the entrypoint and its
+arguments inside the container; the Docker runtime wraps it in ``docker run``, passing the
+variables by name (``-e KEY``) so that their values never appear in an argv.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelyard.backends.arguments import check_env_name
+from modelyard.backends.launch_limits import check_launchable
 from modelyard.backends.spec import BackendVersion
 from modelyard.errors import EngineStartFailed, InvalidInput
 
@@ -44,11 +46,24 @@ _PYTHON_NAMES = ("python3", "python")
 
 @dataclass(frozen=True)
 class LaunchCommand:
-    """What to start: ``argv`` (no shell) with ``env`` laid over the runtime's environment."""
+    """What to start: ``program`` then ``arguments`` (no shell), with ``env`` laid over the
+    runtime's environment. For a container version ``image`` is set and ``program`` is the
+    entrypoint override (empty: the image's own); the runtime (``runtimes/docker.py``) turns
+    it into a container."""
 
-    argv: list[str]
+    program: list[str]
+    arguments: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    in_container: bool = False
+    image: str | None = None
+
+    @property
+    def in_container(self) -> bool:
+        return self.image is not None
+
+    @property
+    def argv(self) -> list[str]:
+        """The engine's own command line (inside the container for an image)."""
+        return [*self.program, *self.arguments]
 
     @property
     def display(self) -> str:
@@ -153,37 +168,6 @@ def _merged_env(version: BackendVersion, env: Mapping[str, str], gpu_ids: list[i
     return merged
 
 
-def _docker_argv(
-    version: BackendVersion,
-    entrypoint: list[str],
-    arguments: list[str],
-    *,
-    model_path: str,
-    gpu_ids: list[int],
-    env: Mapping[str, str],
-    container_name: str | None,
-    search_path: str | None,
-) -> list[str]:
-    docker = resolve_executable(
-        "docker", install_hint="install Docker to run container backends", search_path=search_path
-    )
-    argv = [docker, "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
-    if container_name:
-        argv += ["--name", container_name]
-    if gpu_ids:
-        # Docker reads --gpus as CSV: the quotes keep "device=0,1" one field.
-        argv += ["--gpus", '"device=' + ",".join(str(gpu_id) for gpu_id in gpu_ids) + '"']
-    for name in env:
-        if name != GPU_VARIABLE:  # inside the container the assigned GPUs are numbered from 0
-            argv += ["-e", name]
-    mount = os.path.abspath(model_path)
-    argv += ["-v", f"{mount}:{mount}:ro"]
-    if entrypoint:
-        argv += ["--entrypoint", entrypoint[0]]
-    assert version.image is not None
-    return [*argv, version.image, *entrypoint[1:], *arguments]
-
-
 def _prepare(
     version: BackendVersion,
     *,
@@ -225,21 +209,27 @@ def _prepare(
         and not (_flags(version.cpu_parameters) & _flags(backend_parameters))
     ):
         arguments += version.cpu_parameters
+    check_launchable([*entrypoint, *arguments], merged_env)
     return entrypoint, arguments, merged_env
 
 
 def check_launch(
-    version: BackendVersion, *, backend_parameters: list[str], env: Mapping[str, str], gpu_count: int = 0
+    version: BackendVersion,
+    *,
+    backend_parameters: list[str],
+    env: Mapping[str, str],
+    gpu_count: int = 0,
+    model_path: str = "/model",
 ) -> None:
     """Check a deployment's parameters and env against ``version`` before it is stored.
 
     Raises what ``render_launch`` would (unknown placeholder, a repeated platform flag, a bad env
-    name, GPUs for a CPU-only version) without looking for the program, which may be installed
-    later.
+    name, GPUs for a CPU-only version, control characters or an argument list the kernel would
+    refuse) without looking for the program, which may be installed later.
     """
     _prepare(
         version,
-        model_path="/model",
+        model_path=model_path,
         port=8000,
         worker_ip="127.0.0.1",
         model_name="model",
@@ -259,14 +249,13 @@ def render_launch(
     gpu_ids: list[int],
     backend_parameters: list[str],
     env: Mapping[str, str],
-    container_name: str | None = None,
     search_path: str | None = None,
 ) -> LaunchCommand:
     """Render ``version`` for one instance.
 
     Raises ``InvalidInput`` for an unknown placeholder, a parameter that repeats a flag the
     template sets, GPUs given to a CPU-only version or a bad env name; ``EngineStartFailed``
-    when the program (or ``docker``) cannot be found. ``search_path`` stands for ``$PATH``.
+    when the program cannot be found. ``search_path`` stands for ``$PATH``.
     """
     entrypoint, arguments, merged_env = _prepare(
         version,
@@ -279,19 +268,9 @@ def render_launch(
         env=env,
     )
     if version.runs_in_container:
-        argv = _docker_argv(
-            version,
-            entrypoint,
-            arguments,
-            model_path=model_path,
-            gpu_ids=gpu_ids,
-            env=merged_env,
-            container_name=container_name,
-            search_path=search_path,
-        )
-        return LaunchCommand(argv=argv, env=merged_env, in_container=True)
+        return LaunchCommand(program=entrypoint, arguments=arguments, env=merged_env, image=version.image)
     assert version.executable is not None
     program = resolve_executable(
         version.executable, install_hint=version.install_hint, search_path=search_path
     )
-    return LaunchCommand(argv=[program, *arguments], env=merged_env)
+    return LaunchCommand(program=[program], arguments=arguments, env=merged_env)

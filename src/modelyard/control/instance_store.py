@@ -14,19 +14,26 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from modelyard.control.states import InstanceState
+from modelyard.control.states import InstanceState, check_transition
+from modelyard.runtimes.base import EngineHandle
+from modelyard.runtimes.process import process_handle
 from modelyard.store.database import Database
-from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, utc_now
+from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, new_uid, utc_now
 
 
 @dataclass(frozen=True)
 class InstanceView:
     id: int
+    uid: str
     replica_index: int
     state: InstanceState
     reason: str
+    runtime: str
+    handle: EngineHandle | None
+    launch_token: str | None
     pid: int | None
     process_start_time: float | None
+    host: str
     port: int | None
     gpu_ids: list[int]
     log_path: str | None
@@ -34,11 +41,21 @@ class InstanceView:
     restart_count: int
     next_start_at: datetime | None
     started_at: datetime | None
+    verification: list[dict[str, Any]]
+    verified_at: datetime | None
+    verification_requested_at: datetime | None
+
+    @property
+    def verification_wanted(self) -> bool:
+        """A user asked for the verification suite again since it last passed."""
+        requested = self.verification_requested_at
+        return requested is not None and (self.verified_at is None or requested > self.verified_at)
 
 
 @dataclass(frozen=True)
 class DeploymentView:
     id: int
+    uid: str
     name: str
     desired_state: str
     replicas: int
@@ -54,14 +71,31 @@ class DeploymentView:
     instances: list[InstanceView]
 
 
+def _handle(instance: Instance) -> EngineHandle | None:
+    if instance.handle:
+        try:
+            return EngineHandle.from_json(instance.handle)
+        except (KeyError, ValueError):
+            return None
+    if instance.pid is not None and instance.process_start_time is not None:
+        # An engine started by a release before the runtime contract: a process.
+        return process_handle(instance.pid, instance.process_start_time)
+    return None
+
+
 def _instance_view(instance: Instance) -> InstanceView:
     return InstanceView(
         id=instance.id,
+        uid=instance.uid,
         replica_index=instance.replica_index,
         state=InstanceState(instance.state),
         reason=instance.reason,
+        runtime=instance.runtime or "process",
+        handle=_handle(instance),
+        launch_token=instance.launch_token,
         pid=instance.pid,
         process_start_time=instance.process_start_time,
+        host=instance.host,
         port=instance.port,
         gpu_ids=list(instance.gpu_ids or []),
         log_path=instance.log_path,
@@ -69,6 +103,9 @@ def _instance_view(instance: Instance) -> InstanceView:
         restart_count=instance.restart_count,
         next_start_at=instance.next_start_at,
         started_at=instance.started_at,
+        verification=list(instance.verification or []),
+        verified_at=instance.verified_at,
+        verification_requested_at=instance.verification_requested_at,
     )
 
 
@@ -84,6 +121,7 @@ class InstanceStore:
             return [
                 DeploymentView(
                     id=deployment.id,
+                    uid=deployment.uid,
                     name=deployment.name,
                     desired_state=deployment.desired_state,
                     replicas=deployment.replicas,
@@ -110,6 +148,7 @@ class InstanceStore:
             for index in replica_indices:
                 session.add(
                     Instance(
+                        uid=new_uid(),
                         deployment_id=deployment_id,
                         replica_index=index,
                         state=InstanceState.PENDING,
@@ -132,23 +171,35 @@ class InstanceStore:
                 session.delete(deployment)
                 session.commit()
 
-    def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> bool:
-        """Set the state (and any other columns given); record the event. False if the row is gone."""
+    def transition(
+        self,
+        instance_id: int,
+        state: InstanceState,
+        reason: str,
+        *,
+        record_event: bool = False,
+        **fields: Any,
+    ) -> bool:
+        """Set the state (and any other columns given); record the event (always for a new state or
+        a new start, else when ``record_event``). False if the row is gone."""
         with self._database.session() as session:
             instance = session.get(Instance, instance_id, options=[selectinload(Instance.deployment)])
             if instance is None:
                 return False
             previous = instance.state
+            check_transition(InstanceState(previous), state, instance_id)
             instance.state = state
             instance.reason = reason
             for key, value in fields.items():
                 setattr(instance, key, value)
             instance.updated_at = utc_now()
-            if previous != state or fields.get("start_count") is not None:
+            if previous != state or fields.get("start_count") is not None or record_event:
                 session.add(
                     InstanceEvent(
                         deployment_name=instance.deployment.name,
+                        deployment_uid=instance.deployment.uid,
                         instance_id=instance.id,
+                        instance_uid=instance.uid,
                         replica_index=instance.replica_index,
                         from_state=previous,
                         to_state=state,

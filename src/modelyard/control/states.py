@@ -1,34 +1,65 @@
-"""The instance state machine: which states exist and which transitions are allowed."""
+"""The instance state machine: which states exist and which transitions are allowed.
+
+``InstanceStore.transition`` enforces the table: a move it does not allow is a bug in the
+controller, raised as ``IllegalTransition`` and turned into that instance's ``error`` state by
+the reconcile loop's guard (never into a stopped loop). ``error`` and ``stopped`` can be reached
+from every state: anything can fail, and anything can be stopped.
+
+    pending --launch--> starting --ready--> running
+       ^                   |  ^                |
+       |                   v  | re-adopted,    v
+       +---- back-off -- error  not healthy  stopping --> stopped --start--> pending
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from modelyard.errors import ModelyardError
 
 
 class InstanceState(StrEnum):
     """States of an instance (external API: shown by `ps`, the REST API and the console)."""
 
     PENDING = "pending"  # waiting for a placement or for its restart back-off to pass
-    STARTING = "starting"  # engine process launched, not yet ready
+    STARTING = "starting"  # launch recorded (and engine launched), not yet ready
     RUNNING = "running"  # ready: health answers, a tiny chat succeeded, verification passed
-    ERROR = "error"  # the engine exited or failed readiness; will restart after back-off
+    ERROR = "error"  # the engine exited, could not be launched or failed readiness/verification
     STOPPING = "stopping"  # being stopped (SIGTERM sent, waiting)
-    STOPPED = "stopped"  # no process; desired state is stopped
+    STOPPED = "stopped"  # no engine; desired state is stopped
 
+
+class IllegalTransition(ModelyardError):
+    """The controller tried a move the state machine does not allow (a bug, reported as such)."""
+
+    code = "illegal_transition"
+
+
+_FROM_ANYWHERE = frozenset({InstanceState.ERROR, InstanceState.STOPPED})
 
 ALLOWED_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
-    InstanceState.PENDING: frozenset({InstanceState.STARTING, InstanceState.STOPPED, InstanceState.ERROR}),
-    InstanceState.STARTING: frozenset(
-        {InstanceState.RUNNING, InstanceState.ERROR, InstanceState.STOPPING, InstanceState.STOPPED}
-    ),
-    InstanceState.RUNNING: frozenset({InstanceState.ERROR, InstanceState.STOPPING, InstanceState.STOPPED}),
+    InstanceState.PENDING: frozenset({InstanceState.STARTING}),
+    # Back to pending: the launch was refused before anything ran (no placement yet).
+    InstanceState.STARTING: frozenset({InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.PENDING}),
+    # Back to starting: a re-adopted engine that does not answer its health check yet.
+    InstanceState.RUNNING: frozenset({InstanceState.STOPPING, InstanceState.STARTING}),
+    # Running again from error: a re-run verification passed on the same engine.
     InstanceState.ERROR: frozenset(
-        {InstanceState.PENDING, InstanceState.STARTING, InstanceState.STOPPING, InstanceState.STOPPED}
+        {InstanceState.PENDING, InstanceState.STARTING, InstanceState.STOPPING, InstanceState.RUNNING}
     ),
-    InstanceState.STOPPING: frozenset({InstanceState.STOPPED, InstanceState.ERROR}),
+    InstanceState.STOPPING: frozenset(),
     InstanceState.STOPPED: frozenset({InstanceState.PENDING, InstanceState.STARTING}),
 }
 
 
 def can_transition(current: InstanceState, target: InstanceState) -> bool:
-    return current == target or target in ALLOWED_TRANSITIONS[current]
+    return current == target or target in _FROM_ANYWHERE or target in ALLOWED_TRANSITIONS[current]
+
+
+def check_transition(current: InstanceState, target: InstanceState, instance_id: int) -> None:
+    if not can_transition(current, target):
+        allowed = sorted({*ALLOWED_TRANSITIONS[current], *_FROM_ANYWHERE})
+        raise IllegalTransition(
+            f"instance {instance_id}: {current} -> {target} is not a transition of the state machine "
+            f"(from {current}: {', '.join(allowed)})"
+        )

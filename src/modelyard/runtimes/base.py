@@ -1,74 +1,201 @@
-"""The Runtime contract: how the controller starts, watches, adopts and stops engine processes.
+"""The Runtime contract: how the controller starts, watches, adopts, logs and stops engines.
 
-The controller is the only caller. It calls ``start`` when an instance is placed, ``exit_status``
-on every reconcile tick for every instance it believes alive, ``adopt`` once per instance when
-the server starts (to take back engines that outlived a previous server process), and ``stop``
-when an instance must go. Implementations: ``ProcessRuntime`` (child processes on this host).
+An engine is known by an opaque ``EngineHandle`` (the runtime's kind and an id: a pid and its
+start time, a container id, an actor). The controller never assumes a pid or 127.0.0.1: it asks
+the runtime for an address, gives it the engine's argv, env, GPU ids and model path as data in a
+``LaunchSpec``, and keeps the handle the runtime returns. Implementations:
+``ProcessRuntime`` (child processes of this host), ``DockerRuntime`` (containers through the
+Docker CLI); the Ray runtime implements the same contract. All of them pass the contract test
+suite in ``tests/runtimes/``.
+
+When each method is called (the controller is the only caller):
+
+- ``engine_model_path`` and ``mounts``: while rendering a launch, and by the doctor's host checks
+  before a deployment is stored (what the engine will see, and which host folders it gets).
+- ``allocate_address``: once per start, before the argv is rendered (it fills ``{{port}}`` and
+  ``{{worker_ip}}``).
+- ``start``: after the instance has recorded its launch token in the store (intent before action).
+  The runtime marks the engine with ``EngineIdentity`` (an env marker, container labels) so that
+  ``find_engines`` finds it again even if the server dies before the handle is written.
+- ``exit_status``: on every reconcile tick for every engine the controller believes alive.
+- ``find_engines``: once when the server starts (re-adoption and the orphan sweep), and from time
+  to time after that (orphans of a start that failed half-way).
+- ``resume``: once per engine re-adopted after a server restart (e.g. follow its logs again).
+- ``stop``: when an instance must go; returns when nothing of the engine is left, reaped.
+- ``close``: when the server stops; engines keep running (the next server re-adopts them).
 """
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+RuntimeKind = Literal["process", "docker", "ray"]
+RUNTIME_KINDS: tuple[RuntimeKind, ...] = ("process", "docker", "ray")
 SignalTarget = Literal["group", "launcher"]
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
-    """One engine start: the argv (never a shell string), extra environment and the log file."""
+class EngineHandle:
+    """An engine as its runtime knows it. ``id`` is opaque to everyone but that runtime;
+    ``label`` is for people (``pid 4242``, ``container modelyard-chat-0-3``)."""
 
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    working_directory: Path | None = None
+    runtime: RuntimeKind
+    id: str
+    label: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"runtime": self.runtime, "id": self.id, "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EngineHandle:
+        runtime = data.get("runtime")
+        if runtime not in RUNTIME_KINDS:
+            raise ValueError(f"unknown runtime {runtime!r} in an engine handle")
+        return cls(runtime=runtime, id=str(data["id"]), label=str(data.get("label", data["id"])))
 
 
 @dataclass(frozen=True)
-class EngineProcess:
-    """A running engine's launcher process. ``start_time`` (seconds since the epoch, as the
-    kernel reports it) tells a re-used pid apart from the engine it once was."""
+class Mount:
+    """A host folder the engine sees at ``engine_path`` (the same path for a process)."""
 
-    pid: int
-    start_time: float
+    host_path: str
+    engine_path: str
+    read_only: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host_path": self.host_path, "engine_path": self.engine_path, "read_only": self.read_only}
+
+
+@dataclass(frozen=True)
+class EngineAddress:
+    """Where the engine is told to listen (``bind_host``/``port``, the values of ``{{worker_ip}}``
+    and ``{{port}}``) and where the gateway reaches it (``reach_host``/``reach_port``)."""
+
+    bind_host: str
+    port: int
+    reach_host: str
+    reach_port: int
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.reach_host}]" if ":" in self.reach_host else self.reach_host
+        return f"http://{host}:{self.reach_port}"
+
+
+@dataclass(frozen=True)
+class EngineIdentity:
+    """What an engine carries so that a restarted server can find it without any other record.
+
+    ``owner`` names the server installation (its data directory), so that two servers on one
+    host never take each other's engines; ``launch_token`` is unique per start and recorded on
+    the instance before the start.
+    """
+
+    owner: str
+    launch_token: str
+    deployment: str
+    instance_uid: str
+    replica_index: int
+    start_number: int
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One engine start, as data. ``program`` is the executable (or the container entrypoint
+    override, empty for the image's own), ``arguments`` follow it; nothing goes through a shell."""
+
+    identity: EngineIdentity
+    program: list[str]
+    arguments: list[str]
+    env: dict[str, str]
+    gpu_ids: list[int]
+    model_path: str
+    address: EngineAddress
     log_path: Path
-    argv: list[str] = field(default_factory=list)
+    working_directory: Path
+    image: str | None = None
+    # Values that must not appear in logs (secret flags' values, secret env values).
+    secrets: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class StartedEngine:
+    """What ``start`` returns: the handle, and the command as the runtime ran it (for ``ps``)."""
+
+    handle: EngineHandle
+    command: list[str]
+
+
+@dataclass(frozen=True)
+class FoundEngine:
+    """An engine ``find_engines`` came across: alive, carrying ``identity`` (partly known for
+    engines of older releases: ``launch_token`` may be empty)."""
+
+    handle: EngineHandle
+    identity: EngineIdentity
 
 
 @dataclass(frozen=True)
 class ExitStatus:
-    """How an engine process ended: an exit code, or the signal that killed it."""
+    """How an engine ended: an exit code, the signal that killed it, and what else is known."""
 
     exit_code: int | None
     signal_number: int | None
+    detail: str = ""
 
     def describe(self) -> str:
         if self.signal_number is not None:
-            import signal
-
             try:
                 name = signal.Signals(self.signal_number).name
             except ValueError:
                 name = f"signal {self.signal_number}"
-            return f"killed by {name}"
-        if self.exit_code is None:
-            return "exited (status unknown: not our child)"
-        return f"exited with code {self.exit_code}"
+            text = f"killed by {name}"
+        elif self.exit_code is None:
+            text = "exited (status unknown: not our child)"
+        else:
+            text = f"exited with code {self.exit_code}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+    @property
+    def code_for_diagnosis(self) -> int | None:
+        """The exit code, negative for a signal (as ``subprocess`` reports it)."""
+        return -self.signal_number if self.signal_number is not None else self.exit_code
 
 
 class Runtime(Protocol):
-    def start(self, spec: LaunchSpec) -> EngineProcess:
-        """Launch the engine in its own process group; raise ``EngineStartFailed`` if it cannot run."""
+    """See the module docstring for when each method is called."""
 
-    def exit_status(self, process: EngineProcess) -> ExitStatus | None:
-        """None while the launcher is alive; how it ended otherwise. Reaps our own children."""
+    @property
+    def kind(self) -> RuntimeKind: ...
 
-    def adopt(self, pid: int, start_time: float, log_path: Path) -> EngineProcess | None:
-        """The engine with this pid and start time, if it is still alive; None otherwise."""
+    def engine_model_path(self, model_path: str) -> str:
+        """The model directory's path as the engine sees it."""
 
-    async def stop(
-        self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float
-    ) -> None:
-        """SIGTERM (to the group or the launcher), wait up to ``grace_seconds``, then SIGKILL
-        whatever is left of the process group. Returns when no process of the group remains."""
+    def mounts(self, model_path: str) -> list[Mount]:
+        """The host folders the engine will get (none for a process: it sees the host)."""
+
+    async def allocate_address(self, worker_host: str) -> EngineAddress:
+        """A free address for one engine on ``worker_host``."""
+
+    async def start(self, spec: LaunchSpec) -> StartedEngine:
+        """Launch the engine; its output goes to ``spec.log_path``. Raises ``EngineStartFailed``
+        (with the reason) when it cannot be launched; nothing of it is left running then."""
+
+    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
+        """None while the engine lives; how it ended otherwise (reaping it)."""
+
+    async def find_engines(self, owner: str) -> list[FoundEngine]:
+        """Every live engine this runtime launched for ``owner``."""
+
+    async def resume(self, handle: EngineHandle, log_path: Path) -> None:
+        """Take back an engine found alive after a server restart (its logs go on to ``log_path``)."""
+
+    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+        """SIGTERM (to the process group or the launcher), up to ``grace_seconds``, then SIGKILL;
+        returns when nothing of the engine is left."""
+
+    async def close(self) -> None:
+        """The server stops: release what the runtime holds (log followers), not the engines."""

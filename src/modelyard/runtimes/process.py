@@ -2,30 +2,99 @@
 
 The launcher's pid is also its process group id (``start_new_session=True``), so a stop reaches
 every process the engine spawned (vLLM's engine core, SGLang's scheduler and detokenizer), and
-``os.killpg`` still works after the launcher itself is gone. Engines outlive a killed server
-on purpose: the next server re-adopts them by pid and start time.
+``os.killpg`` still works after the launcher itself is gone. Every engine carries its identity in
+its environment (``MODELYARD_ENGINE_OWNER``, ``MODELYARD_LAUNCH_TOKEN``, ...), inherited by all
+its children, so a restarted server finds each engine it ever launched by reading
+``/proc/<pid>/environ``, even one whose pid was never written down. Engines outlive a killed
+server on purpose; the next server re-adopts them. The handle's id is ``"<pid>:<start time>"``:
+the start time tells a re-used pid apart from the engine it once was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import psutil
 
 from modelyard.errors import EngineStartFailed
-from modelyard.runtimes.base import EngineProcess, ExitStatus, LaunchSpec, SignalTarget
+from modelyard.runtimes.base import (
+    EngineAddress,
+    EngineHandle,
+    EngineIdentity,
+    ExitStatus,
+    FoundEngine,
+    LaunchSpec,
+    Mount,
+    RuntimeKind,
+    SignalTarget,
+    StartedEngine,
+)
+from modelyard.runtimes.log_files import open_engine_log, shown_command
 
 logger = logging.getLogger(__name__)
 
+ENV_OWNER = "MODELYARD_ENGINE_OWNER"
+ENV_LAUNCH_TOKEN = "MODELYARD_LAUNCH_TOKEN"
+ENV_DEPLOYMENT = "MODELYARD_DEPLOYMENT"
+ENV_INSTANCE = "MODELYARD_INSTANCE_UID"
+ENV_REPLICA = "MODELYARD_REPLICA_INDEX"
+ENV_START = "MODELYARD_START_NUMBER"
+
 # Start times of the same process read twice differ by rounding only.
 _START_TIME_TOLERANCE_SECONDS = 1.0
-_POLL_INTERVAL_SECONDS = 0.1
+_POLL_INTERVAL_SECONDS = 0.05
+_KILL_WAIT_POLLS = 100
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now (the engine binds it a moment later)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def reachable_host(bind_host: str) -> str:
+    """Where to reach an engine that listens on ``bind_host`` (a wildcard means loopback here)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(bind_host, bind_host)
+
+
+def identity_env(identity: EngineIdentity) -> dict[str, str]:
+    """The environment markers an engine carries (also used by the Docker runtime as labels)."""
+    return {
+        ENV_OWNER: identity.owner,
+        ENV_LAUNCH_TOKEN: identity.launch_token,
+        ENV_DEPLOYMENT: identity.deployment,
+        ENV_INSTANCE: identity.instance_uid,
+        ENV_REPLICA: str(identity.replica_index),
+        ENV_START: str(identity.start_number),
+    }
+
+
+def _identity_from_env(environment: dict[str, str]) -> EngineIdentity:
+    def number(name: str) -> int:
+        try:
+            return int(environment.get(name, "0"))
+        except ValueError:
+            return 0
+
+    return EngineIdentity(
+        owner=environment.get(ENV_OWNER, ""),
+        launch_token=environment.get(ENV_LAUNCH_TOKEN, ""),
+        deployment=environment.get(ENV_DEPLOYMENT, ""),
+        instance_uid=environment.get(ENV_INSTANCE, ""),
+        replica_index=number(ENV_REPLICA),
+        start_number=number(ENV_START),
+    )
 
 
 def _group_members(process_group_id: int) -> list[psutil.Process]:
@@ -41,6 +110,40 @@ def _group_members(process_group_id: int) -> list[psutil.Process]:
     return members
 
 
+def _parse_handle(handle: EngineHandle) -> tuple[int, float]:
+    pid_text, _, start_text = handle.id.partition(":")
+    try:
+        return int(pid_text), float(start_text or 0.0)
+    except ValueError as error:
+        raise ValueError(f"not a process handle: {handle.id!r}") from error
+
+
+def process_handle(pid: int, start_time: float) -> EngineHandle:
+    return EngineHandle(runtime="process", id=f"{pid}:{start_time:.3f}", label=f"pid {pid}")
+
+
+def _launch_error(error: OSError | ValueError, program: str) -> EngineStartFailed:
+    if isinstance(error, ValueError):  # "embedded null byte"
+        return EngineStartFailed(
+            f"cannot launch: {error} in the command or its environment",
+            hint="remove NUL bytes from the backend parameters and env",
+        )
+    if isinstance(error, FileNotFoundError):
+        return EngineStartFailed(
+            f"executable not found: {program!r}",
+            hint="install the engine, or give the backend version the full path of its executable",
+        )
+    if isinstance(error, PermissionError):
+        return EngineStartFailed(f"cannot execute {program!r}: permission denied", hint="chmod +x it")
+    if error.errno == errno.E2BIG:
+        return EngineStartFailed(
+            "cannot launch: argument list too long (the backend parameters or env are larger than "
+            "the kernel accepts)",
+            hint="pass large values through files",
+        )
+    return EngineStartFailed(f"cannot launch {program!r}: {error.strerror or error}")
+
+
 class ProcessRuntime:
     """Starts engines with ``subprocess.Popen``; see the module docstring."""
 
@@ -49,15 +152,42 @@ class ProcessRuntime:
         # How reaped children ended, so that every caller sees the same status.
         self._exited: dict[int, ExitStatus] = {}
 
-    def start(self, spec: LaunchSpec) -> EngineProcess:
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        environment = {**os.environ, **spec.env}
-        with open(spec.log_path, "ab") as log_file:
-            log_file.write(f"$ {' '.join(spec.argv)}\n".encode())
+    @property
+    def kind(self) -> RuntimeKind:
+        return "process"
+
+    def engine_model_path(self, model_path: str) -> str:
+        return model_path
+
+    def mounts(self, model_path: str) -> list[Mount]:
+        return []
+
+    async def allocate_address(self, worker_host: str) -> EngineAddress:
+        port = free_port(worker_host)
+        return EngineAddress(
+            bind_host=worker_host, port=port, reach_host=reachable_host(worker_host), reach_port=port
+        )
+
+    async def start(self, spec: LaunchSpec) -> StartedEngine:
+        return await asyncio.to_thread(self._start, spec)
+
+    def _start(self, spec: LaunchSpec) -> StartedEngine:
+        argv = [*spec.program, *spec.arguments]
+        environment = {**os.environ, **spec.env, **identity_env(spec.identity)}
+        with open_engine_log(spec.log_path) as log_file:
+            try:
+                spec.working_directory.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise EngineStartFailed(
+                    f"cannot create the engine's working directory {spec.working_directory}: "
+                    f"{error.strerror or error}",
+                    hint="check the data directory's disk space and permissions",
+                ) from error
+            log_file.write(f"$ {shown_command(argv, spec.secrets)}\n".encode())
             log_file.flush()
             try:
                 child = subprocess.Popen(
-                    spec.argv,
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -65,65 +195,80 @@ class ProcessRuntime:
                     cwd=spec.working_directory,
                     start_new_session=True,
                 )
-            except FileNotFoundError as error:
-                log_file.write(f"executable not found: {spec.argv[0]}\n".encode())
-                raise EngineStartFailed(
-                    f"executable not found: {spec.argv[0]!r}",
-                    hint="install the engine, or give the backend version the full path of its executable",
-                ) from error
-            except PermissionError as error:
-                log_file.write(f"permission denied: {spec.argv[0]}\n".encode())
-                raise EngineStartFailed(
-                    f"cannot execute {spec.argv[0]!r}: permission denied", hint="chmod +x it"
-                ) from error
+            except (OSError, ValueError) as error:
+                failure = _launch_error(error, argv[0] if argv else "")
+                log_file.write(f"{failure.message}\n".encode())
+                raise failure from error
         self._children[child.pid] = child
         self._exited.pop(child.pid, None)
         try:
             start_time = psutil.Process(child.pid).create_time()
         except psutil.NoSuchProcess:
             start_time = 0.0
-        logger.info("started engine pid %s: %s", child.pid, spec.argv[0])
-        return EngineProcess(
-            pid=child.pid, start_time=start_time, log_path=spec.log_path, argv=list(spec.argv)
-        )
+        logger.info("started engine pid %s: %s", child.pid, argv[0])
+        return StartedEngine(handle=process_handle(child.pid, start_time), command=argv)
 
-    def exit_status(self, process: EngineProcess) -> ExitStatus | None:
-        if process.pid in self._exited:
-            return self._exited[process.pid]
-        child = self._children.get(process.pid)
+    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
+        return self._exit_status(*_parse_handle(handle))
+
+    def _exit_status(self, pid: int, start_time: float) -> ExitStatus | None:
+        if pid in self._exited:
+            return self._exited[pid]
+        child = self._children.get(pid)
         if child is not None:
             code = child.poll()
             if code is None:
                 return None
-            del self._children[process.pid]
+            del self._children[pid]
             status = (
                 ExitStatus(exit_code=None, signal_number=-code)
                 if code < 0
                 else ExitStatus(exit_code=code, signal_number=None)
             )
-            self._exited[process.pid] = status
+            self._exited[pid] = status
             return status
-        if self._is_same_process_alive(process.pid, process.start_time):
+        if _is_same_process_alive(pid, start_time):
             return None
         return ExitStatus(exit_code=None, signal_number=None)
 
-    def adopt(self, pid: int, start_time: float, log_path: Path) -> EngineProcess | None:
-        if not self._is_same_process_alive(pid, start_time):
-            return None
-        try:
-            argv = psutil.Process(pid).cmdline()
-        except psutil.Error:
-            argv = []
-        logger.info("re-adopted engine pid %s", pid)
-        return EngineProcess(pid=pid, start_time=start_time, log_path=log_path, argv=argv)
+    async def find_engines(self, owner: str) -> list[FoundEngine]:
+        return await asyncio.to_thread(self._find_engines, owner)
 
-    async def stop(
-        self, process: EngineProcess, *, signal_target: SignalTarget, grace_seconds: float
-    ) -> None:
-        group = process.pid
+    def _find_engines(self, owner: str) -> list[FoundEngine]:
+        # One engine per launch token: the oldest process group carrying it (an engine whose
+        # children made groups of their own is still one engine).
+        groups: dict[int, EngineIdentity] = {}
+        for candidate in psutil.process_iter(["pid", "status"]):
+            try:
+                if candidate.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                environment = candidate.environ()
+                if environment.get(ENV_OWNER) != owner:
+                    continue
+                group = os.getpgid(candidate.pid)
+            except (psutil.Error, ProcessLookupError, PermissionError, OSError):
+                continue
+            groups.setdefault(group, _identity_from_env(environment))
+        by_token: dict[str, FoundEngine] = {}
+        for group, identity in sorted(groups.items()):
+            try:
+                start_time = psutil.Process(group).create_time()
+            except psutil.NoSuchProcess:
+                start_time = 0.0  # the launcher is gone, its children are not: an orphan to stop
+            key = identity.launch_token or f"group-{group}"
+            if key not in by_token:
+                by_token[key] = FoundEngine(handle=process_handle(group, start_time), identity=identity)
+        return list(by_token.values())
+
+    async def resume(self, handle: EngineHandle, log_path: Path) -> None:
+        logger.info("re-adopted engine %s", handle.label)
+
+    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+        pid, start_time = _parse_handle(handle)
+        group = pid
         try:
-            if signal_target == "launcher" and self.exit_status(process) is None:
-                os.kill(process.pid, signal.SIGTERM)
+            if signal_target == "launcher" and self._exit_status(pid, start_time) is None:
+                os.kill(pid, signal.SIGTERM)
             else:
                 os.killpg(group, signal.SIGTERM)
         except ProcessLookupError:
@@ -131,31 +276,53 @@ class ProcessRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_seconds
         while loop.time() < deadline:
-            self.exit_status(process)  # reaps our child as soon as it exits
+            self._exit_status(pid, start_time)  # reaps our child as soon as it exits
             if not _group_members(group):
-                return
+                break
             await asyncio.sleep(_POLL_INTERVAL_SECONDS)
-        leftovers = _group_members(group)
-        logger.warning(
-            "engine pid %s still has %d process(es) after %.0f s: killing its group",
-            process.pid,
-            len(leftovers),
-            grace_seconds,
-        )
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
-        for _ in range(50):
-            self.exit_status(process)
-            if not _group_members(group):
-                return
-            await asyncio.sleep(_POLL_INTERVAL_SECONDS)
+        else:
+            leftovers = _group_members(group)
+            logger.warning(
+                "engine %s still has %d process(es) after %.0f s: killing its group",
+                handle.label,
+                len(leftovers),
+                grace_seconds,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+            for _ in range(_KILL_WAIT_POLLS):
+                self._exit_status(pid, start_time)
+                if not _group_members(group):
+                    break
+                await asyncio.sleep(_POLL_INTERVAL_SECONDS)
+        await asyncio.to_thread(self._reap, pid)
 
-    @staticmethod
-    def _is_same_process_alive(pid: int, start_time: float) -> bool:
+    def _reap(self, pid: int) -> None:
+        """Wait for our launcher child, so that no zombie is left (its group is gone by now)."""
+        child = self._children.get(pid)
+        if child is None:
+            return
         try:
-            candidate = psutil.Process(pid)
-            if candidate.status() == psutil.STATUS_ZOMBIE:
-                return False
-            return abs(candidate.create_time() - start_time) < _START_TIME_TOLERANCE_SECONDS
-        except psutil.NoSuchProcess:
+            code = child.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            logger.warning("engine pid %s did not exit after its group was killed", pid)
+            return
+        self._children.pop(pid, None)
+        self._exited[pid] = (
+            ExitStatus(exit_code=None, signal_number=-code)
+            if code < 0
+            else ExitStatus(exit_code=code, signal_number=None)
+        )
+
+    async def close(self) -> None:
+        return None
+
+
+def _is_same_process_alive(pid: int, start_time: float) -> bool:
+    try:
+        candidate = psutil.Process(pid)
+        if candidate.status() == psutil.STATUS_ZOMBIE:
             return False
+        return abs(candidate.create_time() - start_time) < _START_TIME_TOLERANCE_SECONDS
+    except psutil.NoSuchProcess:
+        return False

@@ -18,7 +18,6 @@ from fastapi import FastAPI
 from modelyard import __version__
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.downloads import DownloadManager, DownloadOptions
-from modelyard.runtimes.process import ProcessRuntime
 from modelyard.server.api.router import api_router
 from modelyard.server.console.router import install_console
 from modelyard.server.context import ServerContext
@@ -62,7 +61,7 @@ def create_app(
             settings=context.settings,
             database=context.database,
             endpoints=context.endpoints,
-            runtime=ProcessRuntime(),
+            runtimes=context.runtimes,
             options=controller_options,
         )
         await controller.start()

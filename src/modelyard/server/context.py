@@ -16,6 +16,7 @@ from modelyard.control.endpoints import EndpointRegistry
 from modelyard.demo.status import DemoStatus
 from modelyard.downloads.options import DownloadOptions
 from modelyard.server.door.limits import RequestLimits
+from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
@@ -100,6 +101,9 @@ class ServerContext:
     cli_token: str | None = None
     # Tasks started with the server (the demo's preparation); cancelled when it stops.
     background_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # The runtimes engines run on (processes, Docker; Ray on a cluster), shared by the controller
+    # and the deployment checks (what a runtime mounts for the engine).
+    runtimes: RuntimeSet = field(default_factory=RuntimeSet)
 
 
 def server_context(request: Request) -> ServerContext:

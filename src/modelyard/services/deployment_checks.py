@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.runtimes.base import Mount
 from modelyard.store.tables import ModelFile
 
 if TYPE_CHECKING:
@@ -45,8 +46,12 @@ def _host_findings(
     raw_backend_parameters: str | list[str],
     replica_gpus: list[GpuInfo],
     inventory: GpuInventory,
+    mounts: list[Mount],
 ) -> list[Finding]:
-    """This host against what the engine needs: driver, GPU links, Docker, RAM for the loader."""
+    """This host against what the engine needs: driver, GPU links, Docker, RAM for the loader.
+
+    ``mounts`` are the folders the runtime will give the engine (asked of the runtime, not guessed).
+    """
     from modelyard.doctor.host import HostCheckRequest, check_host
     from modelyard.doctor.host_sources import NvmlGpuSource
 
@@ -63,6 +68,7 @@ def _host_findings(
         tensor_parallel_size=max(1, len(replica_gpus)),
         speculative_decoding="--speculative" in text,
         runs_in_container=version.runs_in_container,
+        volume_mounts={mount.host_path: mount.engine_path for mount in mounts},
         model_path=Path(model.path),
         model_size_bytes=model.size_bytes,
     )
@@ -81,6 +87,7 @@ def run_preflight(
     gpus_per_replica: int,
     gpu_ids: list[int] | None,
     inventory: GpuInventory,
+    mounts: list[Mount] | None = None,
 ) -> list[dict[str, Any]]:
     """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
 
@@ -104,7 +111,9 @@ def run_preflight(
         gpus=replica_gpus,
         gpu_count=gpus_per_replica,
     )
-    findings += _host_findings(model, spec, version, raw_backend_parameters, replica_gpus, inventory)
+    findings += _host_findings(
+        model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
+    )
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:
         first = errors[0]

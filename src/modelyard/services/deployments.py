@@ -27,12 +27,13 @@ from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.control.scheduler import check_request_fits
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
+from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import run_preflight
 from modelyard.services.instances import instance_to_json
 from modelyard.services.model_files import file_problems, get_model
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import Deployment, ModelFile
+from modelyard.store.tables import Deployment, ModelFile, utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +163,18 @@ def list_deployments(session: Session) -> list[Deployment]:
     )
 
 
-def create_deployment(session: Session, request: DeploymentRequest, inventory: GpuInventory) -> Deployment:
-    """Validate the whole request, run doctor's preflight, then store the deployment."""
-    deployment = check_deployment(session, request, inventory)
+def create_deployment(
+    session: Session,
+    request: DeploymentRequest,
+    inventory: GpuInventory,
+    runtimes: RuntimeSet | None = None,
+) -> Deployment:
+    """Validate the whole request, run doctor's preflight, then store the deployment.
+
+    ``runtimes`` says what each runtime will mount for the engine (the doctor checks that the
+    model directory is among it); the server passes its own.
+    """
+    deployment = check_deployment(session, request, inventory, runtimes)
     session.add(deployment)
     commit_new(session, "deployment", deployment.name)
     logger.info(
@@ -177,7 +187,12 @@ def create_deployment(session: Session, request: DeploymentRequest, inventory: G
     return get_deployment(session, deployment.name)
 
 
-def check_deployment(session: Session, request: DeploymentRequest, inventory: GpuInventory) -> Deployment:
+def check_deployment(
+    session: Session,
+    request: DeploymentRequest,
+    inventory: GpuInventory,
+    runtimes: RuntimeSet | None = None,
+) -> Deployment:
     """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
     added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
     model = _usable_model(session, request.model)
@@ -199,7 +214,14 @@ def check_deployment(session: Session, request: DeploymentRequest, inventory: Gp
     parameters = split_backend_parameters(request.backend_parameters)
     env = parse_env(request.env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
-    check_launch(version, backend_parameters=parameters, env=env, gpu_count=gpus_per_replica)
+    runtime = (runtimes or RuntimeSet()).for_version(version)
+    check_launch(
+        version,
+        backend_parameters=parameters,
+        env=env,
+        gpu_count=gpus_per_replica,
+        model_path=runtime.engine_model_path(model.path),
+    )
     check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
     warnings = run_preflight(
         deployment_name=name,
@@ -211,6 +233,7 @@ def check_deployment(session: Session, request: DeploymentRequest, inventory: Gp
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
         inventory=inventory,
+        mounts=runtime.mounts(model.path),
     )
     deployment = Deployment(
         name=name,
@@ -285,9 +308,32 @@ def deployment_summary_state(deployment: Deployment) -> str:
     return "starting"
 
 
+def request_verification(session: Session, name: str) -> Deployment:
+    """Ask the controller to run the verification suite again on every instance with an engine
+    (running, or kept out of rotation by a failed check); a pass puts it back into rotation."""
+    deployment = _live_deployment(session, name, "verified")
+    eligible = [
+        instance
+        for instance in deployment.instances
+        if instance.state in ("running", "error") and instance.handle is not None
+    ]
+    if not eligible:
+        states = ", ".join(f"replica {i.replica_index}: {i.state}" for i in deployment.instances) or "none"
+        raise Conflict(
+            f"deployment {name!r} has no engine to verify (instances: {states})",
+            hint="verification runs on a started engine: start the deployment first (modelyard start)",
+        )
+    now = utc_now()
+    for instance in eligible:
+        instance.verification_requested_at = now
+    session.commit()
+    return get_deployment(session, name)
+
+
 def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, Any]:
     return {
         "name": deployment.name,
+        "uid": deployment.uid,
         "model": deployment.model_file.name,
         "model_path": deployment.model_file.path,
         "backend": deployment.backend,

@@ -1,6 +1,7 @@
 """Actual state as users see it: instances, their transitions (events) and their log files.
 
-Engine logs live in ``<data-dir>/logs/<deployment>/replica-<i>/start-<n>.log``; an instance's
+Engine logs live in ``<data-dir>/instances/<instance uid>/start-<n>.log`` (the uid is never
+reused, so a name deployed again after ``rm`` starts with logs of its own); an instance's
 ``log_path`` is the current start's file, and earlier starts' files stay beside it.
 """
 
@@ -28,13 +29,22 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
     uptime_seconds = None
     if instance.state == "running" and instance.started_at is not None:
         uptime_seconds = max(0.0, now_seconds - instance.started_at.timestamp())
+    handle = instance.handle or {}
     return {
         "id": instance.id,
+        "uid": instance.uid,
         "replica_index": instance.replica_index,
         "state": instance.state,
         "reason": instance.reason,
+        # Which runtime runs the engine (process, docker, ray) and the engine as it knows it.
+        "runtime": instance.runtime,
+        "engine": handle.get("label"),
+        "engine_id": handle.get("id"),
+        # Where the gateway reaches the engine, and the port the engine itself was told.
         "host": instance.host,
         "port": instance.port,
+        "engine_port": instance.engine_port,
+        "mounts": instance.mounts or [],
         "gpu_ids": instance.gpu_ids,
         "pid": instance.pid,
         "start_count": instance.start_count,
@@ -45,6 +55,7 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
         "uptime_seconds": uptime_seconds,
         "diagnosis": instance.diagnosis,
         "verification": instance.verification,
+        "verified_at": _iso(instance.verified_at),
         "log_path": instance.log_path,
         "command": instance.command,
     }
@@ -53,7 +64,9 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
 def event_to_json(event: InstanceEvent) -> dict[str, Any]:
     return {
         "deployment": event.deployment_name,
+        "deployment_uid": event.deployment_uid,
         "instance_id": event.instance_id,
+        "instance_uid": event.instance_uid,
         "replica_index": event.replica_index,
         "from_state": event.from_state,
         "to_state": event.to_state,
@@ -63,18 +76,22 @@ def event_to_json(event: InstanceEvent) -> dict[str, Any]:
 
 
 def list_events(session: Session, deployment_name: str, limit: int = 200) -> list[InstanceEvent]:
-    """The newest ``limit`` transitions of a deployment's instances, oldest first."""
+    """The newest ``limit`` transitions of a deployment's instances, oldest first.
+
+    For a deployment that exists, its own events only (not those of an earlier deployment of the
+    same name); for a name no deployment has now, the events recorded under it (the history of
+    removed deployments).
+    """
     if limit < 1:
         raise InvalidInput(f"limit must be 1 or more, got {limit}")
+    current_uid = session.scalar(select(Deployment.uid).where(Deployment.name == deployment_name))
+    query = select(InstanceEvent).where(InstanceEvent.deployment_name == deployment_name)
+    if current_uid is not None:
+        query = query.where(InstanceEvent.deployment_uid == current_uid)
     events = list(
-        session.scalars(
-            select(InstanceEvent)
-            .where(InstanceEvent.deployment_name == deployment_name)
-            .order_by(InstanceEvent.at.desc(), InstanceEvent.id.desc())
-            .limit(limit)
-        )
+        session.scalars(query.order_by(InstanceEvent.at.desc(), InstanceEvent.id.desc()).limit(limit))
     )
-    if not events and session.scalar(select(Deployment.id).where(Deployment.name == deployment_name)) is None:
+    if not events and current_uid is None:
         raise NotFound(f"no deployment named {deployment_name!r} and no events recorded for that name")
     return list(reversed(events))
 

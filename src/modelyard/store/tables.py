@@ -8,6 +8,7 @@ history survives a server restart. Changing a table means a new Alembic revision
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -28,6 +29,11 @@ from sqlalchemy.types import TypeDecorator
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def new_uid() -> str:
+    """A unique id that is never reused (log folders, events, engine labels)."""
+    return uuid.uuid4().hex
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -175,6 +181,8 @@ class Deployment(Base):
     __tablename__ = "deployments"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    # Unique for ever: a name deployed again after `rm` is another deployment with its own events.
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     model_file_id: Mapped[int] = mapped_column(ForeignKey("model_files.id"))
     backend: Mapped[str] = mapped_column(String(128))
@@ -198,17 +206,29 @@ class Deployment(Base):
 
 
 class Instance(Base):
-    """Actual state: one replica of a deployment, i.e. one engine process (gang) at a time.
+    """Actual state: one replica of a deployment, i.e. one engine (or gang of ranks) at a time.
 
     ``state`` is one of ``modelyard.control.states.InstanceState``; ``reason`` says why it is
-    there. ``pid`` / ``process_start_time`` identify the engine's launcher process so that a
-    restarted server can re-adopt it; ``start_count`` numbers the log files.
+    there. ``runtime`` and ``handle`` (``modelyard.runtimes.base.EngineHandle`` as JSON) identify
+    the engine so that a restarted server can re-adopt it; ``launch_token`` is written before each
+    start and carried by the engine, so that an engine whose handle was never written is found
+    too. ``host``/``port`` are where the gateway reaches the engine (``engine_port``: the port
+    the engine itself was told, inside a container); ``uid`` names the log folder and is never
+    reused (nor is ``id``); ``start_count`` numbers the log files. ``pid`` is the launcher's pid
+    for process engines, shown to people.
     """
 
     __tablename__ = "instances"
-    __table_args__ = (UniqueConstraint("deployment_id", "replica_index"),)
+    __table_args__ = (UniqueConstraint("deployment_id", "replica_index"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
+    runtime: Mapped[str] = mapped_column(String(16), default="process", server_default="process")
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    launch_token: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    engine_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the engine sees of the host: [{"host_path", "engine_path", "read_only"}].
+    mounts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True, default=list)
     deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
     replica_index: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="pending")
@@ -228,6 +248,9 @@ class Instance(Base):
     # After-start results: doctor's log diagnosis and the verification suite's checks.
     diagnosis: Mapped[str | None] = mapped_column(Text, nullable=True)
     verification: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # When the verification suite last ran on this start, and when a user asked for it again.
+    verified_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    verification_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
     deployment: Mapped[Deployment] = relationship(back_populates="instances")
@@ -240,7 +263,9 @@ class InstanceEvent(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     deployment_name: Mapped[str] = mapped_column(String(128), index=True)
+    deployment_uid: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     instance_id: Mapped[int] = mapped_column(Integer, index=True)
+    instance_uid: Mapped[str | None] = mapped_column(String(32), nullable=True)
     replica_index: Mapped[int] = mapped_column(Integer)
     from_state: Mapped[str] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from modelyard.hardware.gpus import GpuInventory
+from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
@@ -76,9 +77,12 @@ def _now() -> float:
     return time.time()
 
 
-def _create(session: Session, body: DeploymentCreate, inventory: GpuInventory) -> dict[str, Any]:
+def _create(
+    session: Session, body: DeploymentCreate, inventory: GpuInventory, runtimes: RuntimeSet
+) -> dict[str, Any]:
     request = deployments.DeploymentRequest(**body.model_dump())
-    return deployments.deployment_to_json(deployments.create_deployment(session, request, inventory), _now())
+    created = deployments.create_deployment(session, request, inventory, runtimes)
+    return deployments.deployment_to_json(created, _now())
 
 
 def _list(session: Session) -> list[dict[str, Any]]:
@@ -112,7 +116,7 @@ async def list_deployments(context: ServerContext = Depends(server_context)) -> 
 async def create_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    result = await in_session(context, _create, body, context.controller.gpu_inventory())
+    result = await in_session(context, _create, body, context.controller.gpu_inventory(), context.runtimes)
     context.controller.poke()
     return result
 
@@ -127,6 +131,19 @@ async def stop_deployment(name: str, context: ServerContext = Depends(server_con
 @router.post("/deployments/{name:path}/start")
 async def start_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
     result = await in_session(context, _set_state, name, "running")
+    context.controller.poke()
+    return result
+
+
+def _verify(session: Session, name: str) -> dict[str, Any]:
+    return deployments.deployment_to_json(deployments.request_verification(session, name), _now())
+
+
+@router.post("/deployments/{name:path}/verify", status_code=202)
+async def verify_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    """Run the verification suite again on the deployment's engines (202: the controller runs it;
+    each instance's ``verified_at`` and ``verification`` show the result)."""
+    result = await in_session(context, _verify, name)
     context.controller.poke()
     return result
 

@@ -1,0 +1,170 @@
+"""What the controller's parts share while it runs: the store, the runtimes, the engines it holds,
+the slow task of each instance, the GPU ledger, the clock and its options.
+
+The parts (``launch``, ``bring_up``, ``stopping``, ``adoption``, ``reconcile``) are functions of a
+``ControlContext``; ``Controller`` (``controller.py``) builds one and runs the loop. Everything
+runs in one event loop, so nothing here needs a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
+from modelyard.backends.spec import BackendVersion
+from modelyard.control.endpoints import EndpointRegistry
+from modelyard.control.instance_store import DeploymentView, InstanceStore
+from modelyard.control.placement import GpuLedger
+from modelyard.control.states import InstanceState
+from modelyard.errors import ModelyardError
+from modelyard.hardware.gpus import GpuInventory
+from modelyard.runtimes.base import EngineHandle, Runtime
+from modelyard.runtimes.selection import RuntimeSet
+from modelyard.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+TaskKind = Literal["bring-up", "stop", "verify"]
+
+
+class Clock(Protocol):
+    """Time as the controller sees it; tests pass their own."""
+
+    def monotonic(self) -> float: ...
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    tick_seconds: float = 1.0
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 60.0
+    startup_timeout_seconds: float = 1800.0
+    gpu_refresh_seconds: float = 5.0
+    # How often the runtimes are asked for engines nobody claims (a start killed half-way).
+    orphan_sweep_seconds: float = 60.0
+    # How long an orphan gets between SIGTERM and SIGKILL.
+    orphan_grace_seconds: float = 10.0
+    # The address engines listen on; the gateway reaches them where the runtime says.
+    worker_ip: str = "127.0.0.1"
+
+
+@dataclass
+class LiveEngine:
+    """An engine the controller holds for one instance."""
+
+    runtime: Runtime
+    handle: EngineHandle
+    log_path: Path
+    base_url: str
+    launch_token: str | None = None
+
+
+class TaskBoard:
+    """At most one slow task per instance (bringing it up, stopping it, verifying it)."""
+
+    def __init__(self, on_done: Callable[[], None]) -> None:
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._kinds: dict[int, TaskKind] = {}
+        self._on_done = on_done
+
+    def spawn(self, instance_id: int, work: Coroutine[Any, Any, None], kind: TaskKind) -> None:
+        task = asyncio.create_task(work, name=f"instance-{instance_id}-{kind}")
+        self._tasks[instance_id] = task
+        self._kinds[instance_id] = kind
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._tasks.get(instance_id) is finished:
+                del self._tasks[instance_id]
+                del self._kinds[instance_id]
+            if not finished.cancelled() and finished.exception() is not None:
+                logger.error("instance %s %s task failed", instance_id, kind, exc_info=finished.exception())
+            self._on_done()
+
+        task.add_done_callback(done)
+
+    def kind(self, instance_id: int) -> TaskKind | None:
+        return self._kinds.get(instance_id)
+
+    def busy(self, instance_id: int) -> bool:
+        return instance_id in self._tasks
+
+    def cancel(self, instance_id: int, kind: TaskKind) -> None:
+        if self._kinds.get(instance_id) == kind:
+            self._tasks.pop(instance_id).cancel()
+            del self._kinds[instance_id]
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._kinds.clear()
+
+
+@dataclass
+class ControlContext:
+    settings: Settings
+    store: InstanceStore
+    endpoints: EndpointRegistry
+    runtimes: RuntimeSet
+    options: ControllerOptions
+    clock: Clock
+    owner: str
+    client: httpx.AsyncClient
+    tasks: TaskBoard
+    poke: Callable[[], None]
+    engines: dict[int, LiveEngine] = field(default_factory=dict)
+    ledger: GpuLedger = field(default_factory=GpuLedger)
+    # Consecutive failed starts per instance (the back-off's exponent).
+    failures: dict[int, int] = field(default_factory=dict)
+    inventory: GpuInventory = field(default_factory=lambda: GpuInventory(unavailable_reason="not read yet"))
+    catalog: BackendCatalog = field(default_factory=lambda: BackendCatalog(builtin=load_builtin_backends()))
+    deployment_of: dict[int, DeploymentView] = field(default_factory=dict)
+    # Launch tokens of starts in flight: an engine carrying one is not an orphan.
+    launching: set[str] = field(default_factory=set)
+    # Instances in the gateway's rotation (ready, verified, engine alive). Kept here rather than
+    # read from a pass's snapshot, which may be older than a bring-up that just finished.
+    in_rotation: set[int] = field(default_factory=set)
+
+    def version_or_none(self, deployment: DeploymentView) -> BackendVersion | None:
+        try:
+            return self.catalog.resolve_version(deployment.backend, deployment.backend_version)
+        except ModelyardError:
+            return None
+
+    def engine_family(self, deployment: DeploymentView | None) -> str | None:
+        if deployment is None:
+            return None
+        try:
+            return self.catalog.get(deployment.backend).family
+        except ModelyardError:
+            return None
+
+    def served_name(self, deployment: DeploymentView) -> str:
+        version = self.version_or_none(deployment)
+        if version is not None and version.served_model_name == "model_path":
+            return self.runtimes.for_version(version).engine_model_path(deployment.model_path)
+        return deployment.name
+
+    async def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> None:
+        await asyncio.to_thread(self.store.transition, instance_id, state, reason, **fields)
+        logger.info("instance %s -> %s: %s", instance_id, state, reason)

@@ -1,0 +1,107 @@
+"""Ending engines: a stop the user asked for, a failed bring-up, an engine that exited by itself.
+
+Every path releases the GPUs and forgets the engine only after the runtime says nothing of it is
+left (reaped), so a GPU is never booked twice and no zombie stays behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+
+from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.failures import fail_start
+from modelyard.control.instance_store import InstanceView
+from modelyard.control.rotation import leave_rotation
+from modelyard.control.states import InstanceState
+from modelyard.control.verification import diagnose_engine_log
+from modelyard.runtimes.base import ExitStatus, SignalTarget
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 30.0
+LEFTOVER_GRACE_SECONDS = 5.0
+
+
+def stop_policy(context: ControlContext, instance_id: int) -> tuple[SignalTarget, float]:
+    deployment = context.deployment_of.get(instance_id)
+    version = context.version_or_none(deployment) if deployment is not None else None
+    if version is None:
+        return "group", DEFAULT_GRACE_SECONDS
+    return version.stop_signal_target, version.stop_grace_seconds
+
+
+async def stop_instance(
+    context: ControlContext,
+    instance_id: int,
+    reason: str,
+    *,
+    final_state: InstanceState = InstanceState.STOPPED,
+) -> None:
+    engine = context.engines.get(instance_id)
+    leave_rotation(context, instance_id)
+    if engine is None:
+        await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+        return
+    await context.transition(instance_id, InstanceState.STOPPING, reason)
+    signal_target, grace = stop_policy(context, instance_id)
+    await engine.runtime.stop(engine.handle, signal_target=signal_target, grace_seconds=grace)
+    context.engines.pop(instance_id, None)
+    context.ledger.release(instance_id)
+    await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+
+
+async def stop_and_delete(context: ControlContext, instance_id: int, reason: str) -> None:
+    await stop_instance(context, instance_id, reason)
+    await asyncio.to_thread(context.store.delete_instance, instance_id)
+
+
+async def fail_running_engine(context: ControlContext, instance_id: int, reason: str) -> None:
+    """Readiness failed while the engine lives: stop it, then restart after back-off."""
+    await stop_instance(context, instance_id, reason, final_state=InstanceState.ERROR)
+    instance = await _current_view(context, instance_id)
+    if instance is not None:
+        await fail_start(context, instance, reason)
+
+
+async def _current_view(context: ControlContext, instance_id: int) -> InstanceView | None:
+    deployment = context.deployment_of.get(instance_id)
+    if deployment is None:  # re-adopted before the first reconcile
+        for candidate in await asyncio.to_thread(context.store.load_deployments):
+            if any(instance.id == instance_id for instance in candidate.instances):
+                deployment = candidate
+    if deployment is None:
+        return None
+    return next((instance for instance in deployment.instances if instance.id == instance_id), None)
+
+
+async def on_engine_exit(
+    context: ControlContext, instance: InstanceView, engine: LiveEngine, status: ExitStatus
+) -> None:
+    """The engine ended by itself: record why (with the doctor's reading of its log), restart later."""
+    leave_rotation(context, instance.id)
+    context.engines.pop(instance.id, None)
+    context.ledger.release(instance.id)
+    context.tasks.cancel(instance.id, "bring-up")
+    context.tasks.cancel(instance.id, "verify")
+    # The launcher is gone; make sure nothing of it lingers (it could hold the GPU).
+    await engine.runtime.stop(engine.handle, signal_target="group", grace_seconds=LEFTOVER_GRACE_SECONDS)
+    starting = instance.state == InstanceState.STARTING
+    phase = "while starting" if starting else "while running"
+    deployment = context.deployment_of.get(instance.id)
+    diagnosis = await asyncio.to_thread(
+        functools.partial(
+            diagnose_engine_log,
+            engine.log_path,
+            # A SIGKILL while loading points at the OOM killer; while serving it may be anyone.
+            exit_code=status.code_for_diagnosis if starting else None,
+            engine=context.engine_family(deployment),
+            engine_args=deployment.backend_parameters if deployment else (),
+        )
+    )
+    reason = f"engine {status.describe()} {phase}"
+    if diagnosis:
+        reason += f": {diagnosis}"
+    await fail_start(context, instance, reason, diagnosis=diagnosis)
+    context.poke()

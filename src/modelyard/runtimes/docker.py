@@ -1,0 +1,305 @@
+"""Engines as Docker containers, through the Docker CLI (``docker run -d``, ``inspect``, ``stop``).
+
+Each start is one named container, ``modelyard-<deployment>-<replica>-<start>-<uid>``, labelled
+with the server's owner id, the launch token, the deployment, the instance and the start number,
+so that re-adoption after a server restart and the orphan sweep find it by label (also one whose
+``docker run`` was killed before it printed the id). What a container gets, stated:
+
+- the model directory, read-only, at ``/models/<folder name>`` (``{{model_path}}`` is that path);
+  extra volumes from the server's settings (``DockerOptions.extra_volumes``);
+- host networking (the engine listens on ``{{worker_ip}}:{{port}}`` as a process would) or, with
+  ``network="bridge"``, the engine on ``0.0.0.0:8000`` inside, published on a free loopback port;
+- ``--ipc host`` (tensor parallelism needs shared memory), or ``--shm-size`` when set;
+- ``--gpus "device=..."`` from the placement (inside, the GPUs are numbered from 0);
+- the env by name (``-e NAME``: values go through the CLI's environment, never an argv);
+- ``--init``, so signals reach the engine and zombies are reaped inside;
+- ``--pull never``: images are never pulled by modelyard.
+
+The container's output is copied into the per-start log file by ``docker logs -f`` (restarted
+with ``--since`` the log's last write when an engine is re-adopted). Stopping is ``docker stop``
+with the version's grace period (SIGTERM, then SIGKILL), then ``docker rm``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from modelyard.errors import EngineStartFailed
+from modelyard.runtimes.base import (
+    EngineAddress,
+    EngineHandle,
+    EngineIdentity,
+    ExitStatus,
+    FoundEngine,
+    LaunchSpec,
+    Mount,
+    RuntimeKind,
+    SignalTarget,
+    StartedEngine,
+)
+from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
+from modelyard.runtimes.log_files import open_engine_log, shown_command
+from modelyard.runtimes.process import free_port, reachable_host
+
+logger = logging.getLogger(__name__)
+
+LABEL_OWNER = "modelyard.owner"
+LABEL_LAUNCH_TOKEN = "modelyard.launch-token"
+LABEL_DEPLOYMENT = "modelyard.deployment"
+LABEL_INSTANCE = "modelyard.instance"
+LABEL_REPLICA = "modelyard.replica"
+LABEL_START = "modelyard.start"
+MODEL_MOUNT_ROOT = "/models"
+BRIDGE_ENGINE_PORT = 8000
+GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """How containers are run on this host (server settings)."""
+
+    network: Literal["host", "bridge"] = "host"
+    # None: --ipc host. A size such as "16g": a private /dev/shm of that size instead.
+    shm_size: str | None = None
+    extra_volumes: tuple[Mount, ...] = field(default_factory=tuple)
+    docker_executable: str = "docker"
+
+
+def container_name(identity: EngineIdentity) -> str:
+    slug = _NAME_UNSAFE.sub("-", identity.deployment).strip("-._")[:64] or "deployment"
+    return f"modelyard-{slug}-{identity.replica_index}-{identity.start_number}-{identity.instance_uid[:8]}"
+
+
+def _labels(identity: EngineIdentity) -> dict[str, str]:
+    return {
+        LABEL_OWNER: identity.owner,
+        LABEL_LAUNCH_TOKEN: identity.launch_token,
+        LABEL_DEPLOYMENT: identity.deployment,
+        LABEL_INSTANCE: identity.instance_uid,
+        LABEL_REPLICA: str(identity.replica_index),
+        LABEL_START: str(identity.start_number),
+    }
+
+
+def _identity_from_labels(labels: dict[str, str]) -> EngineIdentity:
+    def number(name: str) -> int:
+        try:
+            return int(labels.get(name, "0"))
+        except ValueError:
+            return 0
+
+    return EngineIdentity(
+        owner=labels.get(LABEL_OWNER, ""),
+        launch_token=labels.get(LABEL_LAUNCH_TOKEN, ""),
+        deployment=labels.get(LABEL_DEPLOYMENT, ""),
+        instance_uid=labels.get(LABEL_INSTANCE, ""),
+        replica_index=number(LABEL_REPLICA),
+        start_number=number(LABEL_START),
+    )
+
+
+def _handle(container_id: str, name: str) -> EngineHandle:
+    return EngineHandle(runtime="docker", id=container_id, label=f"container {name}")
+
+
+def exit_status_from_state(state: dict[str, object]) -> ExitStatus | None:
+    """None while the container runs; otherwise how it ended (``docker inspect``'s ``State``)."""
+    if state.get("Running") or state.get("Restarting") or state.get("Status") == "created":
+        return None
+    raw_code = state.get("ExitCode")
+    code = raw_code if isinstance(raw_code, int) else None
+    details = []
+    if state.get("OOMKilled"):
+        details.append("the kernel's OOM killer stopped it")
+    if state.get("Error"):
+        details.append(str(state["Error"]))
+    detail = "; ".join(details)
+    if code is not None and code > 128:
+        # --init (tini) exits 128+N when the engine was killed by signal N.
+        return ExitStatus(exit_code=None, signal_number=code - 128, detail=detail or f"exit code {code}")
+    return ExitStatus(exit_code=code, signal_number=None, detail=detail)
+
+
+class DockerRuntime:
+    """See the module docstring."""
+
+    def __init__(self, options: DockerOptions | None = None, *, cli: DockerCli | None = None) -> None:
+        self._options = options or DockerOptions()
+        self._cli = cli or DockerCli(self._options.docker_executable)
+        self._followers: dict[str, asyncio.subprocess.Process] = {}
+        self._log_paths: dict[str, Path] = {}
+        self._exited: dict[str, ExitStatus] = {}
+
+    @property
+    def kind(self) -> RuntimeKind:
+        return "docker"
+
+    def engine_model_path(self, model_path: str) -> str:
+        folder = Path(os.path.abspath(model_path)).name or "model"
+        return f"{MODEL_MOUNT_ROOT}/{folder}"
+
+    def mounts(self, model_path: str) -> list[Mount]:
+        model = Mount(os.path.abspath(model_path), self.engine_model_path(model_path), read_only=True)
+        return [model, *self._options.extra_volumes]
+
+    async def allocate_address(self, worker_host: str) -> EngineAddress:
+        if self._options.network == "host":
+            port = free_port(worker_host)
+            return EngineAddress(
+                bind_host=worker_host, port=port, reach_host=reachable_host(worker_host), reach_port=port
+            )
+        published = free_port(worker_host)
+        return EngineAddress(
+            bind_host="0.0.0.0",
+            port=BRIDGE_ENGINE_PORT,
+            reach_host=reachable_host(worker_host),
+            reach_port=published,
+        )
+
+    def run_arguments(self, spec: LaunchSpec) -> list[str]:
+        """The ``docker run`` argv for ``spec`` (shown in ``ps`` and the log's first line)."""
+        if spec.image is None:
+            raise EngineStartFailed("the Docker runtime was given a backend version without an image")
+        name = container_name(spec.identity)
+        argv = [self._cli.executable, "run", "--detach", "--init", "--pull", "never", "--name", name]
+        for key, value in _labels(spec.identity).items():
+            argv += ["--label", f"{key}={value}"]
+        if self._options.network == "host":
+            argv += ["--network", "host"]
+        else:
+            address = spec.address
+            argv += ["--publish", f"{address.reach_host}:{address.reach_port}:{address.port}"]
+        argv += ["--shm-size", self._options.shm_size] if self._options.shm_size else ["--ipc", "host"]
+        if spec.gpu_ids:
+            # Docker reads --gpus as CSV: the quotes keep "device=0,1" one field.
+            argv += ["--gpus", '"device=' + ",".join(str(gpu_id) for gpu_id in spec.gpu_ids) + '"']
+        for env_name in spec.env:
+            if env_name != GPU_VARIABLE:  # inside the container the assigned GPUs are numbered from 0
+                argv += ["--env", env_name]
+        for mount in self.mounts(spec.model_path):
+            suffix = ":ro" if mount.read_only else ""
+            argv += ["--volume", f"{mount.host_path}:{mount.engine_path}{suffix}"]
+        if spec.program:
+            argv += ["--entrypoint", spec.program[0]]
+        return [*argv, spec.image, *spec.program[1:], *spec.arguments]
+
+    async def start(self, spec: LaunchSpec) -> StartedEngine:
+        argv = self.run_arguments(spec)
+        with open_engine_log(spec.log_path) as log_file:
+            log_file.write(f"$ {shown_command(argv, spec.secrets)}\n".encode())
+        environment = {**os.environ, **{k: v for k, v in spec.env.items() if k != GPU_VARIABLE}}
+        try:
+            output = await self._cli.run(argv[1:], env=environment)
+        except DockerCliError as error:
+            await self._remove_by_token(spec.identity)
+            with open_engine_log(spec.log_path) as log_file:
+                log_file.write(f"docker run failed: {error.message}\n".encode())
+            raise EngineStartFailed(
+                f"cannot start the container: {error.message}", hint=error.hint
+            ) from error
+        container_id = output.strip().splitlines()[-1] if output.strip() else ""
+        if not container_id:
+            await self._remove_by_token(spec.identity)
+            raise EngineStartFailed("docker run printed no container id")
+        handle = _handle(container_id, container_name(spec.identity))
+        await self._follow_logs(handle, spec.log_path, since=None)
+        logger.info("started engine %s (%s)", handle.label, spec.image)
+        return StartedEngine(handle=handle, command=argv)
+
+    async def _remove_by_token(self, identity: EngineIdentity) -> None:
+        """A failed ``docker run`` may still have created (or started) the container: remove it."""
+        try:
+            ids = await self._cli.container_ids({LABEL_LAUNCH_TOKEN: identity.launch_token})
+            if ids:
+                await self._cli.run(["rm", "--force", *ids])
+        except DockerCliError as error:
+            logger.warning("could not remove the container of a failed start: %s", error.message)
+
+    async def _follow_logs(self, handle: EngineHandle, log_path: Path, since: float | None) -> None:
+        self._log_paths[handle.id] = log_path
+        log_file = open_engine_log(log_path)
+        arguments = ["logs", "--follow"]
+        if since is not None:
+            arguments += ["--since", f"{since:.9f}"]
+        try:
+            self._followers[handle.id] = await self._cli.spawn([*arguments, handle.id], output=log_file)
+        finally:
+            log_file.close()
+
+    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
+        if handle.id in self._exited:
+            return self._exited[handle.id]
+        follower = self._followers.get(handle.id)
+        if follower is not None and follower.returncode is None:
+            return None  # `docker logs -f` ends when the container does
+        try:
+            state = await self._cli.inspect_state(handle.id)
+        except DockerCliError as error:
+            if error.no_such_container:
+                gone = ExitStatus(exit_code=None, signal_number=None, detail="the container is gone")
+                self._exited[handle.id] = gone
+                return gone
+            logger.warning("docker inspect %s failed: %s", handle.label, error.message)
+            return None
+        status = exit_status_from_state(state)
+        if status is not None:
+            self._exited[handle.id] = status
+        elif follower is not None and handle.id in self._log_paths:
+            # The follower ended, the container did not (dockerd restarted): follow it again.
+            await self.resume(handle, self._log_paths[handle.id])
+        return status
+
+    async def find_engines(self, owner: str) -> list[FoundEngine]:
+        try:
+            ids = await self._cli.container_ids({LABEL_OWNER: owner}, include_stopped=True)
+            described = await self._cli.inspect_labels(ids)
+        except DockerCliError as error:
+            logger.warning("cannot list containers: %s", error.message)
+            return []
+        return [
+            FoundEngine(handle=_handle(container_id, name), identity=_identity_from_labels(labels))
+            for container_id, name, labels in described
+        ]
+
+    async def resume(self, handle: EngineHandle, log_path: Path) -> None:
+        try:
+            since: float | None = log_path.stat().st_mtime
+        except OSError:
+            since = None
+        await self._follow_logs(handle, log_path, since=since)
+        logger.info("re-adopted engine %s", handle.label)
+
+    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+        # `docker stop` signals the container's init, which passes SIGTERM on to the engine.
+        try:
+            await self._cli.run(["stop", "--time", str(max(0, round(grace_seconds))), handle.id])
+        except DockerCliError as error:
+            if not error.no_such_container:
+                logger.warning("docker stop %s failed: %s", handle.label, error.message)
+        await self.exit_status(handle)  # the exit code, before the container is removed
+        try:
+            await self._cli.run(["rm", "--force", handle.id])
+        except DockerCliError as error:
+            if not error.no_such_container:
+                logger.warning("docker rm %s failed: %s", handle.label, error.message)
+        await self._end_follower(handle.id)
+
+    async def _end_follower(self, container_id: str) -> None:
+        self._log_paths.pop(container_id, None)
+        follower = self._followers.pop(container_id, None)
+        if follower is None or follower.returncode is not None:
+            return
+        follower.terminate()
+        await follower.wait()
+
+    async def close(self) -> None:
+        for container_id in list(self._followers):
+            await self._end_follower(container_id)
+        self._exited.clear()

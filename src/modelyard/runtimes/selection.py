@@ -1,0 +1,42 @@
+"""Which runtime runs an engine: chosen per backend version (an ``image`` means Docker).
+
+``RuntimeSet`` holds one runtime of each kind the server has; the controller asks it for the
+runtime of a version when it starts an engine, and for the runtime of a kind when it re-adopts
+one (the kind is recorded on the instance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelyard.backends.spec import BackendVersion
+from modelyard.errors import EngineStartFailed
+from modelyard.runtimes.base import Runtime, RuntimeKind
+from modelyard.runtimes.docker import DockerRuntime
+from modelyard.runtimes.process import ProcessRuntime
+
+
+@dataclass
+class RuntimeSet:
+    process: Runtime = field(default_factory=ProcessRuntime)
+    docker: Runtime = field(default_factory=DockerRuntime)
+    # Set by the server when it runs a cluster (the Ray runtime).
+    ray: Runtime | None = None
+
+    def for_version(self, version: BackendVersion) -> Runtime:
+        return self.docker if version.runs_in_container else self.process
+
+    def by_kind(self, kind: str) -> Runtime:
+        runtime = {"process": self.process, "docker": self.docker, "ray": self.ray}.get(kind)
+        if runtime is None:
+            raise EngineStartFailed(
+                f"no {kind} runtime in this server",
+                hint="start the server with the runtime the instance was launched on (--cluster for ray)",
+            )
+        return runtime
+
+    def all(self) -> list[Runtime]:
+        return [runtime for runtime in (self.process, self.docker, self.ray) if runtime is not None]
+
+    def kinds(self) -> list[RuntimeKind]:
+        return [runtime.kind for runtime in self.all()]
