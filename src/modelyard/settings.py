@@ -44,6 +44,11 @@ class Settings:
     # None: a SQLite file in the data directory.
     database_url_override: str | None = None
     deploy_demo: bool = True
+    # Containers (backend versions with an image): host networking or a published port,
+    # --ipc host or a private /dev/shm of this size, extra volumes "HOST:CONTAINER[:ro|rw]".
+    docker_network: str = "host"
+    docker_shm_size: str | None = None
+    docker_volumes: tuple[str, ...] = ()
 
     @property
     def database_url(self) -> str:

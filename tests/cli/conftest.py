@@ -93,7 +93,9 @@ class InstantControllerDouble:
         session.add(
             InstanceEvent(
                 deployment_name=deployment.name,
+                deployment_uid=deployment.uid,
                 instance_id=instance.id,
+                instance_uid=instance.uid,
                 replica_index=instance.replica_index,
                 from_state=instance.state,
                 to_state=state,

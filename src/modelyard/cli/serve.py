@@ -129,6 +129,19 @@ def serve(
     access_log: bool = typer.Option(
         False, "--access-log", help="Log every HTTP request (never their bodies)."
     ),
+    docker_network: str = typer.Option(
+        "host",
+        "--docker-network",
+        help="Containers on the host's network (host) or with a published loopback port (bridge).",
+    ),
+    docker_shm_size: str | None = typer.Option(
+        None, "--docker-shm-size", help="A private /dev/shm of this size (e.g. 16g) instead of --ipc host."
+    ),
+    docker_volumes: list[str] = typer.Option(
+        [],
+        "--docker-volume",
+        help="An extra volume for every container, HOST:CONTAINER[:ro|rw] (repeatable; read-only unless rw).",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     started_at = time.monotonic()
@@ -139,6 +152,9 @@ def serve(
         port=port,
         database_url_override=database_url,
         deploy_demo=not no_demo,
+        docker_network=docker_network,
+        docker_shm_size=docker_shm_size,
+        docker_volumes=tuple(docker_volumes),
     )
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
 
@@ -158,6 +174,7 @@ def _run(settings: Settings, listener: socket.socket, started_at: float, access_
     import uvicorn
     from sqlalchemy.exc import SQLAlchemyError
 
+    from modelyard.runtimes.selection import RuntimeSet
     from modelyard.server.app import create_app
     from modelyard.server.auth import ensure_cli_token
     from modelyard.server.context import ServerContext
@@ -181,7 +198,13 @@ def _run(settings: Settings, listener: socket.socket, started_at: float, access_
             raise data_directory_error(settings.data_dir, error) from None
         _print_banner(settings, password)
         limits = RequestLimits.from_environment(os.environ)
-        context = ServerContext(settings=settings, database=database, cli_token=cli_token, limits=limits)
+        context = ServerContext(
+            settings=settings,
+            database=database,
+            cli_token=cli_token,
+            limits=limits,
+            runtimes=RuntimeSet.from_settings(settings),
+        )
         if settings.deploy_demo:
             context.demo.state = "preparing"
             context.demo.message = "demo is being prepared (0%)"

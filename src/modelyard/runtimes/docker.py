@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from modelyard.errors import EngineStartFailed
+from modelyard.errors import EngineStartFailed, InvalidInput
 from modelyard.runtimes.base import (
     EngineAddress,
     EngineHandle,
@@ -70,6 +70,20 @@ class DockerOptions:
     shm_size: str | None = None
     extra_volumes: tuple[Mount, ...] = field(default_factory=tuple)
     docker_executable: str = "docker"
+
+
+def parse_volume(text: str) -> Mount:
+    """``HOST:CONTAINER[:ro|rw]`` (read-only unless ``rw``), both absolute paths."""
+    parts = text.split(":")
+    mode = "ro"
+    if len(parts) == 3:
+        mode = parts.pop()
+    if len(parts) != 2 or mode not in ("ro", "rw") or not all(part.startswith("/") for part in parts):
+        raise InvalidInput(
+            f"docker volume {text!r} is not HOST:CONTAINER[:ro|rw] with absolute paths",
+            hint="e.g. --docker-volume /data/hf-cache:/root/.cache/huggingface:rw",
+        )
+    return Mount(host_path=parts[0], engine_path=parts[1], read_only=mode == "ro")
 
 
 def container_name(identity: EngineIdentity) -> str:

@@ -8,12 +8,14 @@ one (the kind is recorded on the instance).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from modelyard.backends.spec import BackendVersion
-from modelyard.errors import EngineStartFailed
+from modelyard.errors import EngineStartFailed, InvalidInput
 from modelyard.runtimes.base import Runtime, RuntimeKind
-from modelyard.runtimes.docker import DockerRuntime
+from modelyard.runtimes.docker import DockerOptions, DockerRuntime, parse_volume
 from modelyard.runtimes.process import ProcessRuntime
+from modelyard.settings import Settings
 
 
 @dataclass
@@ -40,3 +42,19 @@ class RuntimeSet:
 
     def kinds(self) -> list[RuntimeKind]:
         return [runtime.kind for runtime in self.all()]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RuntimeSet:
+        """The runtimes ``modelyard serve`` uses (Docker as its settings say)."""
+        if settings.docker_network not in ("host", "bridge"):
+            raise InvalidInput(
+                f"docker network {settings.docker_network!r} is not 'host' or 'bridge'",
+                hint="--docker-network host (the engine on the host's network) or bridge (a published port)",
+            )
+        network: Literal["host", "bridge"] = "host" if settings.docker_network == "host" else "bridge"
+        options = DockerOptions(
+            network=network,
+            shm_size=settings.docker_shm_size,
+            extra_volumes=tuple(parse_volume(volume) for volume in settings.docker_volumes),
+        )
+        return cls(process=ProcessRuntime(), docker=DockerRuntime(options))

@@ -1,0 +1,171 @@
+"""The Runtime contract, run against every runtime (``runtimes/base.py`` says what each method
+promises). Each test starts a real engine: a process on this host, or a container on Docker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+
+import httpx
+import psutil
+import pytest
+
+from modelyard.errors import EngineStartFailed
+from modelyard.runtimes.base import EngineHandle, ExitStatus, Runtime
+from modelyard.runtimes.process import ENV_OWNER
+
+from .conftest import RuntimeUnderTest, wait_until_healthy
+
+EXIT_WAIT_SECONDS = 30.0
+
+
+async def wait_for_exit(runtime: Runtime, handle: EngineHandle) -> ExitStatus:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EXIT_WAIT_SECONDS
+    while (status := await runtime.exit_status(handle)) is None:
+        if loop.time() > deadline:
+            raise AssertionError(f"{handle.label} did not exit")
+        await asyncio.sleep(0.05)
+    return status
+
+
+def kill_engine(kind: str, handle: EngineHandle) -> None:
+    """SIGKILL the engine from outside, as the OOM killer or an operator would."""
+    if kind == "process":
+        os.killpg(int(handle.id.split(":")[0]), signal.SIGKILL)
+    else:
+        subprocess.run(["docker", "kill", handle.id], capture_output=True, check=True)
+
+
+def engine_left(kind: str, owner: str) -> list[str]:
+    """Anything of this owner's engines still there: processes (zombies included) or containers."""
+    if kind == "process":
+        left = []
+        for process in psutil.process_iter(["pid", "status"]):
+            try:
+                if process.environ().get(ENV_OWNER) == owner:
+                    left.append(f"pid {process.pid} ({process.info['status']})")
+            except psutil.Error:
+                continue
+        return left
+    output = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=modelyard.owner={owner}"], capture_output=True, text=True
+    ).stdout
+    return output.split()
+
+
+async def test_started_engine_answers_where_the_runtime_says(runtime_under_test: RuntimeUnderTest) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=runtime)
+    started = await runtime.start(spec)
+    try:
+        assert started.handle.runtime == runtime_under_test.kind
+        await wait_until_healthy(spec.address)
+        async with httpx.AsyncClient(trust_env=False) as client:
+            models = (await client.get(spec.address.base_url + "/v1/models")).json()
+        assert [model["id"] for model in models["data"]] == ["chat"]
+        assert await runtime.exit_status(started.handle) is None
+    finally:
+        await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+        await runtime.close()
+
+
+async def test_the_log_starts_with_the_command_masked_and_holds_the_engine_output(
+    runtime_under_test: RuntimeUnderTest,
+) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(
+        "--api-key", "s3cret-canary", runtime=runtime, secrets=frozenset({"s3cret-canary"})
+    )
+    started = await runtime.start(spec)
+    try:
+        await wait_until_healthy(spec.address)
+    finally:
+        await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+        await runtime.close()
+    text = spec.log_path.read_text()
+    first_line = text.splitlines()[0]
+    assert (first_line.startswith("$ ") and "--api-key '***'" in first_line) or "--api-key ***" in first_line
+    assert "s3cret-canary" not in first_line
+    assert "Application startup complete." in text
+    assert oct(spec.log_path.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_a_restarted_server_finds_its_engine_by_identity_and_only_its_own(
+    runtime_under_test: RuntimeUnderTest,
+) -> None:
+    first = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=first)
+    started = await first.start(spec)
+    await first.close()  # the server goes away; the engine does not
+    successor = runtime_under_test.make()
+    try:
+        [found] = await successor.find_engines(runtime_under_test.owner)
+        assert found.identity == spec.identity
+        assert found.handle.id == started.handle.id
+        assert await successor.find_engines("another-installation") == []
+        await successor.resume(found.handle, spec.log_path)
+        assert await successor.exit_status(found.handle) is None
+        await wait_until_healthy(spec.address)
+    finally:
+        await successor.stop(started.handle, signal_target="group", grace_seconds=10)
+        await successor.close()
+
+
+async def test_stop_leaves_nothing_behind(runtime_under_test: RuntimeUnderTest) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=runtime)
+    started = await runtime.start(spec)
+    await wait_until_healthy(spec.address)
+    await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
+    assert await runtime.exit_status(started.handle) is not None
+    assert await runtime.find_engines(runtime_under_test.owner) == []
+    await runtime.close()
+
+
+async def test_an_engine_that_fails_at_start_reports_its_exit_code(
+    runtime_under_test: RuntimeUnderTest,
+) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec("--fail-start", "CUDA out of memory", runtime=runtime)
+    started = await runtime.start(spec)
+    status = await wait_for_exit(runtime, started.handle)
+    await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+    await runtime.close()
+    assert status.exit_code == 1 and status.signal_number is None
+    assert "CUDA out of memory" in spec.log_path.read_text()
+
+
+async def test_an_engine_killed_from_outside_reports_the_signal(runtime_under_test: RuntimeUnderTest) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=runtime)
+    started = await runtime.start(spec)
+    await wait_until_healthy(spec.address)
+    kill_engine(runtime_under_test.kind, started.handle)
+    status = await wait_for_exit(runtime, started.handle)
+    await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+    await runtime.close()
+    assert status.signal_number == signal.SIGKILL, status.describe()
+    assert "killed by SIGKILL" in status.describe()
+    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
+
+
+async def test_a_start_that_cannot_launch_says_why_and_leaves_nothing(
+    runtime_under_test: RuntimeUnderTest,
+) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=runtime)
+    if runtime_under_test.kind == "process":
+        broken = type(spec)(**{**spec.__dict__, "program": ["/nonexistent/engine"]})
+        expected = "executable not found"
+    else:
+        broken = type(spec)(**{**spec.__dict__, "image": "modelyard-test-absent:0"})
+        expected = "modelyard-test-absent:0"
+    with pytest.raises(EngineStartFailed, match=expected) as raised:
+        await runtime.start(broken)
+    await runtime.close()
+    assert raised.value.message in spec.log_path.read_text() or expected in spec.log_path.read_text()
+    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
