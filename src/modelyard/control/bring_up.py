@@ -64,7 +64,8 @@ async def bring_up(
     started = context.clock.monotonic()
     timeout = context.options.startup_timeout_seconds
     try:
-        await asyncio.wait_for(wait_for_health(context.client, target), timeout=timeout)
+        async with asyncio.timeout(timeout):
+            await wait_for_health(context.client, target)
     except TimeoutError:
         await fail_running_engine(context, instance_id, f"not healthy after {timeout:.0f} s")
         return

@@ -62,6 +62,7 @@ class Controller:
         self._inventory_source = inventory_source
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._inventory_read_at = float("-inf")
         self._swept_at = 0.0
         self._warned_backends: set[str] = set()
@@ -105,6 +106,7 @@ class Controller:
     async def shutdown(self, *, stop_engines: bool = True) -> None:
         """Stop the loop; with ``stop_engines``, stop every engine (they start again with the server)."""
         context = self._context
+        self._stopping = True
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -123,13 +125,16 @@ class Controller:
         await context.client.aclose()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.reconcile()
             except Exception:
                 logger.exception("reconcile pass failed; trying again at the next tick")
+            # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that
+            # arrives as the event is set, and the loop would never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self._context.options.tick_seconds)
+                async with asyncio.timeout(self._context.options.tick_seconds):
+                    await self._wakeup.wait()
             self._wakeup.clear()
 
     # -- one pass -------------------------------------------------------------------------

@@ -95,7 +95,8 @@ class DockerCli:
                 hint="install Docker (Debian: apt-get install docker.io) to run container backends",
             ) from error
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=self._timeout_seconds)
+            async with asyncio.timeout(self._timeout_seconds):
+                stdout, stderr = await process.communicate()
         except TimeoutError as error:
             process.kill()
             await process.wait()
@@ -103,6 +104,16 @@ class DockerCli:
                 f"docker {arguments[0]} did not answer in {self._timeout_seconds:.0f} s",
                 hint="check that dockerd is healthy (`docker info`)",
             ) from error
+        if process.returncode is not None and process.returncode < 0:
+            name = (
+                signal.Signals(-process.returncode).name
+                if -process.returncode in signal.valid_signals()
+                else ""
+            )
+            raise DockerCliError(
+                f"docker {arguments[0]} was killed by {name or f'signal {-process.returncode}'}",
+                hint="see the host's kernel log (an OOM kill?) and dockerd's log",
+            )
         if process.returncode != 0:
             text = stderr.decode(errors="replace")
             raise DockerCliError(_meaningful_line(text), hint=_hint_for(text))

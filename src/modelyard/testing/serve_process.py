@@ -95,11 +95,15 @@ class ServeProcess:
         return (self.data_dir / "admin-password").read_text().strip()
 
     def api(self, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, auth=("admin", self.password()), timeout=timeout, trust_env=False)
+        return httpx.Client(
+            base_url=self.url, auth=("admin", self.password()), timeout=timeout, trust_env=False
+        )
 
     def answering(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"modelyard serve exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+            raise AssertionError(
+                f"modelyard serve exited with {self.process.returncode}:\n{self.log()[-3000:]}"
+            )
         try:
             with self.api(timeout=2.0) as client:
                 return client.get("/api/v1/system").status_code == 200
