@@ -196,6 +196,27 @@ def _print_diagnoses(deployments: list[dict[str, Any]]) -> None:
                 )
 
 
+def _print_engines(deployment: dict[str, Any]) -> None:
+    """Where each instance's engine runs: runtime, engine, address, and what it sees of the host."""
+    rows = []
+    for instance in deployment["instances"]:
+        if not instance.get("engine"):
+            continue
+        address = f"{instance['host']}:{instance['port']}"
+        if instance.get("engine_port") not in (None, instance["port"]):
+            address += f" (engine port {instance['engine_port']})"
+        mounts = "; ".join(
+            f"{mount['host_path']} -> {mount['engine_path']}" + (" (ro)" if mount.get("read_only") else "")
+            for mount in instance.get("mounts") or []
+        )
+        rows.append([instance["id"], instance.get("runtime", ""), instance["engine"], address, mounts or "-"])
+    if rows:
+        stdout.print()
+        print_table(
+            ["INSTANCE", "RUNTIME", "ENGINE", "ADDRESS", "MOUNTS (HOST -> ENGINE)"], rows, title="engines"
+        )
+
+
 def _print_verification(deployment: dict[str, Any]) -> None:
     """The verification suite's results of each instance (run before it took traffic)."""
     rows = [
@@ -240,6 +261,7 @@ def ps(
     print_table(PS_COLUMNS, _instance_rows(deployments))
     _print_diagnoses(deployments)
     if name:
+        _print_engines(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:
         _print_warnings(deployment)
