@@ -7,7 +7,7 @@ writing outside the data directory.
 
 Usage::
 
-    log_path = path_inside(settings.logs_dir, deployment.name, "replica-0", "start-1.log")
+    log_path = path_inside(settings.instances_dir, instance.uid, "start-1.log")
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ custom backend whose command line is vLLM's. Each test runs on SQLite and on Pos
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +22,7 @@ from sqlalchemy import select
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.runtimes.selection import RuntimeSet
+from modelyard.services.deployments import request_verification
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, ModelFile
@@ -266,3 +268,69 @@ async def test_stop_while_the_engine_is_still_loading_does_not_wait_for_it(harne
     harness.set_deployment(desired_state="stopped")
     await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped while loading")
     assert not _alive(loading_pid)
+
+
+def _set_metrics_path(harness: Harness, metrics_path: str) -> None:
+    with harness.database.session() as session:
+        backend = session.scalar(select(CustomBackend).where(CustomBackend.name == "vllm-double"))
+        assert backend is not None
+        spec = json.loads(json.dumps(backend.spec))
+        spec["versions"]["1.0"]["metrics_path"] = metrics_path
+        backend.spec = spec
+        session.commit()
+
+
+async def _restart_verified(harness: Harness) -> None:
+    harness.set_deployment(desired_state="stopped", skip_verification=False)
+    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
+    harness.set_deployment(desired_state="running")
+
+
+async def test_a_readopted_running_engine_is_back_in_rotation_at_once_with_its_verification(
+    harness: Harness,
+) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    await _restart_verified(harness)
+    await harness.wait_for(lambda: harness.running_count() == 1, "running and verified")
+    [before] = harness.instances()
+    assert before.verified_at is not None and before.verification
+    await harness.controller.shutdown(stop_engines=False)
+    harness.endpoints.forget("chat")  # a new server process starts with no endpoints
+    successor = Controller(
+        settings=harness.settings,
+        database=harness.database,
+        endpoints=harness.endpoints,
+        runtimes=RuntimeSet(),
+        options=FAST,
+    )
+    harness.controller = successor
+    await successor.start()
+    # In rotation when start() returns: no readiness wait, no verification run again.
+    [endpoint] = harness.endpoints.endpoints_for("chat")
+    [after] = harness.instances()
+    assert endpoint.instance_id == after.id and after.state == "running"
+    assert after.verified_at == before.verified_at and after.verification == before.verification
+    assert "back in rotation" in after.reason
+    assert not any(
+        event.to_state == "starting" and event.at > before.updated_at for event in harness.events()
+    )
+
+
+async def test_verification_run_again_puts_a_fixed_instance_back_into_rotation(harness: Harness) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    _set_metrics_path(harness, "/no-such-metrics")
+    await _restart_verified(harness)
+    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
+    [failed] = harness.instances()
+    assert "verification failed, kept out of rotation" in failed.reason and "metrics" in failed.reason
+    assert harness.endpoints.endpoints_for("chat") == ()
+    pid = failed.pid
+    _set_metrics_path(harness, "/metrics")  # the user fixes the backend, then asks again
+    with harness.database.session() as session:
+        request_verification(session, "chat")
+    harness.controller.poke()
+    await harness.wait_for(lambda: harness.running_count() == 1, "running after the suite passed again")
+    [fixed] = harness.instances()
+    assert fixed.pid == pid  # the same engine, verified again, not restarted
+    assert "verification run again on request" in fixed.reason
+    await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 1, "back in rotation")

@@ -15,8 +15,8 @@ from fastapi import Request
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.demo.status import DemoStatus
 from modelyard.downloads.options import DownloadOptions
-from modelyard.server.door.limits import RequestLimits
 from modelyard.runtimes.selection import RuntimeSet
+from modelyard.server.door.limits import RequestLimits
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
