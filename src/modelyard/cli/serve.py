@@ -7,6 +7,7 @@ inside ``serve``, so that other commands never pay for it.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -141,8 +142,12 @@ def serve(
         deploy_demo=not no_demo,
     )
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
+    from modelyard.store.data_directory import secure_data_directory
 
     check_data_directory(settings.data_dir)
+    # Files the server makes are its own (0600, folders 0700); older ones are tightened.
+    os.umask(0o077)
+    secure_data_directory(settings.data_dir)
     check_database_driver(settings.database_url)
     listener = bind_listener(host, port)
     try:

@@ -38,8 +38,10 @@ from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory, read_gpu_inventory
 from modelyard.runtimes.base import EngineProcess, ExitStatus, LaunchSpec, Runtime, SignalTarget
 from modelyard.safe_paths import path_inside
+from modelyard.secret_names import mask_arguments
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.store.secret_box import SecretBox
 from modelyard.store.tables import utc_now
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class Controller:
         options: ControllerOptions | None = None,
     ) -> None:
         self._settings = settings
+        # Opens the sealed secrets of deployments (env values, --api-key ...) to launch engines.
+        self._secrets = SecretBox.for_data_dir(settings.data_dir)
         self._store = InstanceStore(database)
         self._endpoints = endpoints
         self._runtime = runtime
@@ -287,8 +291,8 @@ class Controller:
                 worker_ip=self._options.worker_ip,
                 model_name=deployment.name,
                 gpu_ids=gpu_ids,
-                backend_parameters=deployment.backend_parameters,
-                env=deployment.env,
+                backend_parameters=self._secrets.reveal_arguments(deployment.backend_parameters),
+                env=self._secrets.reveal_env(deployment.env),
             )
             start_number = instance.start_count + 1
             log_path = path_inside(
@@ -324,7 +328,7 @@ class Controller:
             process_start_time=process.start_time,
             port=port,
             gpu_ids=gpu_ids,
-            command=launch.argv,
+            command=mask_arguments(launch.argv),
             log_path=str(log_path),
             start_count=start_number,
             started_at=utc_now(),

@@ -20,6 +20,7 @@ import psutil
 
 from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.base import EngineProcess, ExitStatus, LaunchSpec, SignalTarget
+from modelyard.secret_names import mask_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +51,12 @@ class ProcessRuntime:
         self._exited: dict[int, ExitStatus] = {}
 
     def start(self, spec: LaunchSpec) -> EngineProcess:
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         environment = {**os.environ, **spec.env}
-        with open(spec.log_path, "ab") as log_file:
-            log_file.write(f"$ {' '.join(spec.argv)}\n".encode())
+        # Readable by the server's user only (0600); the command line without its secrets.
+        descriptor = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(descriptor, "ab") as log_file:
+            log_file.write(f"$ {' '.join(mask_arguments(spec.argv))}\n".encode())
             log_file.flush()
             try:
                 child = subprocess.Popen(

@@ -18,6 +18,7 @@ from modelyard.downloads.options import DownloadOptions
 from modelyard.server.door.limits import RequestLimits
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.store.secret_box import SecretBox
 
 if TYPE_CHECKING:
     from modelyard.hardware.gpus import GpuInventory
@@ -100,6 +101,11 @@ class ServerContext:
     cli_token: str | None = None
     # Tasks started with the server (the demo's preparation); cancelled when it stops.
     background_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Seals secret values before they are stored (its key is <data-dir>/secret-key).
+    secrets: SecretBox = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.secrets = SecretBox.for_data_dir(self.settings.data_dir)
 
 
 def server_context(request: Request) -> ServerContext:

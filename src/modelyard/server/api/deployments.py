@@ -19,6 +19,7 @@ from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
+from modelyard.store.secret_box import SecretBox
 
 router = APIRouter(tags=["deployments"])
 
@@ -63,6 +64,8 @@ class DeploymentCreate(BaseModel):
         | ParameterLines
         | Annotated[dict[EnvName, EnvValue], Field(max_length=MAXIMUM_LIST_ITEMS)]
     ) = Field(default_factory=dict)
+    # Variables of env to keep secret besides those whose names say so (HF_TOKEN, *_API_KEY, ...).
+    secret_env: Annotated[list[EnvName], Field(max_length=MAXIMUM_LIST_ITEMS)] = Field(default_factory=list)
     skip_verification: bool = False
 
 
@@ -76,9 +79,12 @@ def _now() -> float:
     return time.time()
 
 
-def _create(session: Session, body: DeploymentCreate, inventory: GpuInventory) -> dict[str, Any]:
+def _create(
+    session: Session, body: DeploymentCreate, inventory: GpuInventory, secrets: SecretBox
+) -> dict[str, Any]:
     request = deployments.DeploymentRequest(**body.model_dump())
-    return deployments.deployment_to_json(deployments.create_deployment(session, request, inventory), _now())
+    created = deployments.create_deployment(session, request, inventory, secrets)
+    return deployments.deployment_to_json(created, _now())
 
 
 def _list(session: Session) -> list[dict[str, Any]]:
@@ -112,7 +118,7 @@ async def list_deployments(context: ServerContext = Depends(server_context)) -> 
 async def create_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    result = await in_session(context, _create, body, context.controller.gpu_inventory())
+    result = await in_session(context, _create, body, context.controller.gpu_inventory(), context.secrets)
     context.controller.poke()
     return result
 
