@@ -16,6 +16,7 @@ from modelyard.control.endpoints import EndpointRegistry
 from modelyard.demo.status import DemoStatus
 from modelyard.downloads.options import DownloadOptions
 from modelyard.server.door.limits import RequestLimits
+from modelyard.server.throttle import FailureThrottle
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.secret_box import SecretBox
@@ -101,6 +102,9 @@ class ServerContext:
     cli_token: str | None = None
     # Tasks started with the server (the demo's preparation); cancelled when it stops.
     background_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Wrong admin credentials and wrong API keys per client address (server/throttle.py).
+    login_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="login"))
+    key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
     # Seals secret values before they are stored (its key is <data-dir>/secret-key).
     secrets: SecretBox = field(init=False)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelyard.errors import InvalidInput, NotFound, Unauthorized
+from modelyard.errors import NotFound, Unauthorized
 from modelyard.services.password_hashing import hash_password, verify_password
 from modelyard.services.password_policy import check_new_password
 from modelyard.store.database import Database
