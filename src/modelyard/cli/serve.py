@@ -144,9 +144,9 @@ def serve(
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
     from modelyard.store.data_directory import secure_data_directory
 
-    check_data_directory(settings.data_dir)
     # Files the server makes are its own (0600, folders 0700); older ones are tightened.
     os.umask(0o077)
+    check_data_directory(settings.data_dir)
     secure_data_directory(settings.data_dir)
     check_database_driver(settings.database_url)
     listener = bind_listener(host, port)
