@@ -85,7 +85,7 @@ def test_too_short_new_password_is_refused(api: ApiHarness) -> None:
         "/api/v1/auth/password", json={"current_password": api.password, "new_password": "short"}
     )
     assert response.status_code == 400
-    assert_error(response.json(), "invalid_input", "at least 8")
+    assert_error(response.json(), "invalid_input", "at least 12")
 
 
 def test_login_cache_remembers_a_login_until_the_password_changes() -> None:

@@ -77,3 +77,21 @@ def test_a_name_taken_by_a_concurrent_request_is_409_not_500(api: ApiHarness) ->
             commit_new(session, "key", "ci")
     with api.database.session() as session:
         assert len(session.scalars(select(ApiKey)).all()) == 1
+
+
+def test_rotate_gives_a_new_secret_and_the_old_one_stops_matching(api: ApiHarness) -> None:
+    old = api.client.post("/api/v1/keys", json={"name": "ci"}).json()["key"]
+    api.client.delete("/api/v1/keys/ci")
+    response = api.client.post("/api/v1/keys/ci/rotate")
+    assert response.status_code == 200
+    new = response.json()["key"]
+    assert new != old and response.json()["active"] is True
+    with api.database.session() as session:
+        [record] = session.scalars(select(ApiKey)).all()
+    assert record.key_hash == hash_key(new) != hash_key(old)
+    assert record.prefix == new[:8]
+    assert api.key_cache.invalidations == 3  # create, revoke, rotate: the gateway forgets the old one
+
+
+def test_rotate_of_an_unknown_key_is_404(api: ApiHarness) -> None:
+    assert api.client.post("/api/v1/keys/ghost/rotate").status_code == 404

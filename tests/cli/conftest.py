@@ -2,7 +2,9 @@
 
 Engines cannot be the subject here, so the controller is a double (``InstantControllerDouble``):
 on every poke it makes the database look as the real controller would once it has finished
-(instances running with a log file, stopped, or gone), synchronously.
+(instances running with a log file, stopped, or gone), synchronously, or, with
+``transition_seconds`` set, that long after the poke, showing ``starting``/``stopping`` meanwhile
+(as a real engine takes its time).
 """
 
 from __future__ import annotations
@@ -43,11 +45,37 @@ class InstantControllerDouble:
         self.instances_dir = instances_dir
         # What the double reports as NVML's reading; a test may set GPUs here.
         self.inventory = GpuInventory(unavailable_reason="no GPUs (controller double)")
+        # > 0: transitions finish this long after a poke (instances show starting/stopping first).
+        self.transition_seconds = 0.0
+        self._timers: list[threading.Timer] = []
 
     def gpu_inventory(self) -> GpuInventory:
         return self.inventory
 
     def poke(self) -> None:
+        if self.transition_seconds > 0:
+            self._show_in_progress()
+            timer = threading.Timer(self.transition_seconds, self._reconcile_all)
+            self._timers.append(timer)
+            timer.start()
+            return
+        self._reconcile_all()
+
+    def cancel_pending(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    def _show_in_progress(self) -> None:
+        with self.database.session() as session:
+            for deployment in session.scalars(select(Deployment).options(selectinload(Deployment.instances))):
+                for instance in deployment.instances:
+                    if deployment.desired_state == "stopped" and instance.state == "running":
+                        self._move(session, deployment, instance, "stopping", "stopping: SIGTERM sent")
+                    elif deployment.desired_state == "running" and instance.state in ("stopped", "pending"):
+                        self._move(session, deployment, instance, "starting", "engine starting")
+            session.commit()
+
+    def _reconcile_all(self) -> None:
         with self.database.session() as session:
             for deployment in session.scalars(select(Deployment).options(selectinload(Deployment.instances))):
                 self._reconcile(session, deployment)
@@ -68,7 +96,7 @@ class InstantControllerDouble:
         for instance in deployment.instances:
             if deployment.desired_state == "stopped":
                 self._move(session, deployment, instance, "stopped", "stopped by request")
-            elif instance.state in ("pending", "stopped"):
+            elif instance.state in ("pending", "stopped", "starting"):
                 self._start(session, deployment, instance)
 
     def _start(self, session: Session, deployment: Deployment, instance: Instance) -> None:
@@ -159,6 +187,7 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     try:
         yield LiveServer(f"http://127.0.0.1:{port}", data_dir, password, database, CliRunner(), controller)
     finally:
+        controller.cancel_pending()
         server.should_exit = True
         thread.join(timeout=10)
         listener.close()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.store.tables import Instance
@@ -146,3 +150,79 @@ def test_gpus_on_a_host_without_them_says_why(live_server: LiveServer) -> None:
     result = live_server.cli("gpus")
     assert result.exit_code == 0
     assert "no GPUs: no GPUs (controller double)" in result.stdout
+
+
+def _state(live_server: LiveServer, name: str) -> str:
+    state: str = json.loads(live_server.cli("ps", name, "--json").stdout)["state"]
+    return state
+
+
+def test_stop_start_and_scale_wait_until_done_unless_no_wait(with_model: LiveServer) -> None:
+    assert with_model.cli("deploy", "tiny").exit_code == 0
+    with_model.controller.transition_seconds = 1.5
+    stopped = with_model.cli("stop", "tiny")
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped tiny" in stopped.stdout
+    assert "stopping: SIGTERM sent" in stopped.stderr  # the transitions it waited through
+    assert _state(with_model, "tiny") == "stopped"
+    started = with_model.cli("start", "tiny")
+    assert started.exit_code == 0, started.output
+    assert _state(with_model, "tiny") == "running"
+    scaled = with_model.cli("scale", "tiny", "2")
+    assert scaled.exit_code == 0, scaled.output
+    running = json.loads(with_model.cli("ps", "tiny", "--json").stdout)["instances"]
+    assert [instance["state"] for instance in running] == ["running", "running"]
+    # --no-wait returns while the controller is still at it.
+    assert with_model.cli("stop", "tiny", "--no-wait").stdout.strip() == "stopping tiny"
+    assert _state(with_model, "tiny") == "stopping"
+
+
+def test_keys_create_for_an_existing_name_names_rotate(live_server: LiveServer) -> None:
+    first = live_server.cli("keys", "create", "me")
+    assert first.exit_code == 0
+    again = live_server.cli("keys", "create", "me")
+    assert again.exit_code == 1
+    assert "a key named 'me' already exists" in again.stderr
+    assert "modelyard keys create me --rotate" in again.stderr
+    rotated = live_server.cli("keys", "create", "me", "--rotate")
+    assert rotated.exit_code == 0, rotated.output
+    assert rotated.stdout.strip().startswith("my-") and rotated.stdout != first.stdout
+    # --rotate on a new name creates it: the README's line works in any terminal, any number of times.
+    fresh = live_server.cli("keys", "create", "other", "--rotate", "--json")
+    assert json.loads(fresh.stdout)["name"] == "other"
+    listing = json.loads(live_server.cli("keys", "list", "--json").stdout)
+    assert [key["name"] for key in listing] == ["me", "other"]
+
+
+def test_ps_fits_80_columns_in_a_terminal(with_model: LiveServer) -> None:
+    with_model.cli("deploy", "tiny", "--env", f"{FAIL_VARIABLE}=1")
+    environment = {
+        **os.environ,
+        "MODELYARD_URL": with_model.url,
+        "MODELYARD_DATA_DIR": str(with_model.data_dir),
+        "MODELYARD_PASSWORD": with_model.password,
+        "TTY_COMPATIBLE": "1",  # rich renders as for a terminal
+        "COLUMNS": "80",
+        "NO_COLOR": "1",
+    }
+    reason = "engine exited with status 1: " + "torch.OutOfMemoryError: CUDA out of memory " * 3
+    with with_model.database.session() as session:
+        instance = session.scalars(select(Instance)).one()
+        instance.reason = reason
+        session.commit()
+    shown = subprocess.run(
+        [sys.executable, "-m", "modelyard.cli.main", "ps"], capture_output=True, text=True, env=environment
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = [_plain(line) for line in shown.stdout.splitlines()]
+    assert max(len(line) for line in lines) <= 80, lines
+    # The reason wraps in its own column, whole: read the column back line by line.
+    column = lines[0].index("REASON")
+    table = [line for line in lines[1:] if not line.startswith("diagnosis")]
+    assert " ".join(line[column:].strip() for line in table).split() == reason.split()
+    assert "left out at 80 columns" in shown.stderr
+
+
+def _plain(line: str) -> str:
+    """The line without its ANSI styles (bold headers)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip()

@@ -206,3 +206,69 @@ def test_a_short_pause_or_a_known_error_is_no_stall() -> None:
 def test_clean_starts_stay_quiet_when_not_stalled() -> None:
     for name in CLEAN_STARTS:
         assert diagnose_log(_read(name), stalled_seconds=None) == []
+
+
+# What the model needs: each line as a report or the engine's source gives it, with the signature
+# it must fire; the wording of the engine and its libraries (see signatures/model.py for sources).
+MODEL_LINES = {
+    # a report of vLLM with Qwen3-Coder-480B at --max-model-len 1048576
+    "Value error, User-specified max_model_len (1048576) is greater than the derived max_model_len "
+    "(max_position_embeddings=262144 or model_max_length=None in model's config.json). This may lead "
+    "to incorrect model outputs or CUDA errors.": "log.context-beyond-model",
+    "User-specified context_length (65536) is greater than the derived context_length (32768). This "
+    "may lead to incorrect model outputs or CUDA errors.": "log.context-beyond-model",
+    "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
+    "Tesla T4 GPU has compute capability 7.5. You can use float16 instead by explicitly setting "
+    "the`dtype` flag in CLI, for example: --dtype=half.": "log.dtype-unsupported-by-gpu",
+    "The quantization method awq is not supported for the current GPU. Minimum capability: 75. "
+    "Current capability: 70.": "log.quantization-unsupported-by-gpu",
+    "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: 89. "
+    "Current capability: 86.": "log.quantization-unsupported-by-gpu",
+    "ValueError: Loading /models/chatglm3-6b requires you to execute the configuration file in that "
+    "repo on your local machine. Make sure you have read the code there to avoid malicious use, then "
+    "set the option `trust_remote_code=True` to remove this error.": "log.trust-remote-code",
+    "ValueError: Total number of attention heads (28) must be divisible by tensor parallel size "
+    "(8).": "log.tensor-parallel-heads",
+    "OSError: /models/qwen does not appear to have a file named config.json. Checkout "
+    "'https://huggingface.co//models/qwen/tree/None' for available files.": "log.model-not-found",
+    "OSError: [Errno 28] No space left on device: '/root/.cache/huggingface/hub/tmp'": "log.disk-full",
+}
+
+
+@pytest.mark.parametrize("line", sorted(MODEL_LINES))
+def test_what_the_model_needs_is_diagnosed(line: str) -> None:
+    findings = diagnose_log(f"INFO starting\n{line}\n")
+    assert findings and findings[0].check_id == MODEL_LINES[line]
+    assert findings[0].fix
+
+
+def test_model_signature_fixes_name_the_values() -> None:
+    (context,) = diagnose_log(next(line for line, id in MODEL_LINES.items() if "1048576" in line))
+    assert "--max-model-len 1048576" in context.message and "262144" in (context.fix or "")
+    (heads,) = diagnose_log(
+        "Total number of attention heads (28) must be divisible by tensor parallel size (8)"
+    )
+    assert "1, 2, 4, 7, 14" in (heads.fix or "")
+    (quant,) = diagnose_log(
+        "The quantization method awq is not supported for the current GPU. Minimum capability: 75. "
+        "Current capability: 70."
+    )
+    assert "7.5" in quant.message and "7.0" in quant.message
+
+
+def test_what_the_model_needs_is_quiet_on_near_misses() -> None:
+    quiet = [
+        "Using max model len 131072",
+        "INFO Resolved architecture: Qwen2ForCausalLM; quantization=awq",
+        "Downloading config.json: 100%",
+        # a gated model is log.hub-gated, not a missing model
+        "401 Client Error. Cannot access gated repo for url https://huggingface.co/meta-llama/x. "
+        "Repository Not Found for url: https://huggingface.co/api/models/meta-llama/x",
+    ]
+    for text in quiet:
+        ids = [finding.check_id for finding in diagnose_log(text)]
+        assert not {
+            "log.model-not-found",
+            "log.context-beyond-model",
+            "log.quantization-unsupported-by-gpu",
+        } & set(ids), (text, ids)

@@ -160,6 +160,19 @@ def test_quantization_argument_of_another_method() -> None:
     assert "model.quantization-mismatch" not in _ids("--quantization gptq_marlin", model=gptq)
 
 
+def test_awq_checkpoint_on_a_gpu_older_than_it_needs() -> None:
+    awq = _model(quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128})
+    found = _error(
+        _ids("--dtype half", version="0.9.0", gpus="1xV100-32GB", model=awq),
+        "model.quantization-unsupported-by-gpu",
+    )
+    assert "7.5" in found.message and "7.0" in found.message
+    assert "model.quantization-unsupported-by-gpu" not in _ids(
+        "--dtype half", version="0.9.0", gpus="1xT4", model=awq
+    )
+    assert "model.quantization-unsupported-by-gpu" not in _ids("", gpus="1xV100-32GB", model=_model())
+
+
 # -- the environment the engine talks through ------------------------------------------------------
 
 

@@ -22,24 +22,19 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from modelyard.bench.records import (
-    ArrivalKind,
-    EndpointKind,
-    EngineInfo,
-    LoadPoint,
-    LoadPointResult,
-    RequestRecord,
-    RunConfig,
-    SloTargets,
-)
-from modelyard.bench.runner import PointObserver
 from modelyard.cli.context import stderr, stdout
 from modelyard.errors import InvalidInput
+
+if TYPE_CHECKING:
+    # Imported where used: `modelyard bench --help` does not load the bench (pydantic and all).
+    from rich.progress import Progress, TaskID
+
+    from modelyard.bench.records import LoadPoint, LoadPointResult, RequestRecord
+    from modelyard.bench.runner import PointObserver
 
 bench_app = typer.Typer(
     name="bench",
@@ -203,7 +198,10 @@ def run_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
 ) -> None:
     """Run a benchmark sweep against an endpoint and report it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from modelyard.bench.outputs import summary_table, write_outputs
+    from modelyard.bench.records import ArrivalKind, EndpointKind, EngineInfo, RunConfig, SloTargets
     from modelyard.bench.runner import run_benchmark
 
     concurrencies = _numbers(concurrency, option="--concurrency")

@@ -17,15 +17,19 @@ import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import typer
-from rich.table import Table
 
-from modelyard.bench.records import EndpointKind, LoadKind, RunConfig, RunResult, SloTargets
-from modelyard.bench.search import SearchOutcome, SearchStep
 from modelyard.cli.context import stderr, stdout
 from modelyard.errors import InvalidInput
+
+if TYPE_CHECKING:
+    # Imported where used: `modelyard bench --help` does not load the bench.
+    from rich.table import Table
+
+    from modelyard.bench.records import LoadKind, RunResult
+    from modelyard.bench.search import SearchOutcome, SearchStep
 
 
 def compare_command(
@@ -71,6 +75,8 @@ def report_command(
 
 
 def _steps_table(steps: list[SearchStep], load_kind: LoadKind) -> Table:
+    from rich.table import Table
+
     table = Table(title="search steps, in the order measured")
     for header in ("load", "throughput", "SLO attainment", "valid", "passed"):
         table.add_column(header, justify="right")
@@ -118,6 +124,7 @@ def search_command(
 ) -> None:
     """Find the saturation knee, or the highest load meeting SLOs (bracket, then bisect)."""
     from modelyard.bench import runner
+    from modelyard.bench.records import EndpointKind, RunConfig, RunResult, SloTargets
     from modelyard.bench.report_html import write_report
     from modelyard.bench.search import (
         SearchSettings,
@@ -224,6 +231,7 @@ def prompts_command(
         open_token_counter,
         save_prompts,
     )
+    from modelyard.bench.records import EndpointKind
 
     if dataset not in DATASET_NAMES or dataset == "file":
         raise InvalidInput(f"--dataset {dataset!r} is not one of random, shared-prefix, sharegpt, builtin")

@@ -3,8 +3,9 @@
 Credentials, the first that is there: ``MODELYARD_PASSWORD`` (HTTP Basic ``admin:<password>``),
 the CLI token in ``<data-dir>/cli-token`` (``Authorization: Bearer``, written by ``modelyard
 serve`` on this host: no password check per command), the password in
-``<data-dir>/admin-password``. Any failure is printed as one line on stderr (the server's message
-and hint) and ends the command with exit status 1.
+``<data-dir>/admin-password``. Any failure is reported as one error (``modelyard.cli.errors``: a line
+on stderr, or a JSON object on stdout with ``--json``) with the server's message, hint, code and
+details, and ends the command with exit status 1. httpx is imported when a client is made.
 
 Usage::
 
@@ -18,27 +19,23 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import httpx
 import typer
-from rich.markup import escape
 
 from modelyard.cli.context import CliContext, cli_context, stderr
+from modelyard.cli.errors import errors_as_json, fail
+from modelyard.cli.markup import escape
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ENV_PASSWORD", "ApiClient", "fail", "read_admin_password", "read_cli_token"]
 
 ENV_PASSWORD = "MODELYARD_PASSWORD"
 ADMIN_USERNAME = "admin"
 API_PREFIX = "/api/v1"
 REQUEST_TIMEOUT_SECONDS = 60.0
-
-
-def fail(message: str, hint: str | None = None) -> NoReturn:
-    """Print one error line on stderr and exit with status 1."""
-    line = f"[red]error:[/red] {escape(message)}"
-    if hint:
-        line += f" ({escape(hint)})"
-    stderr.print(line, highlight=False, markup=True)
-    raise typer.Exit(1)
 
 
 def read_cli_token(data_dir: Path) -> str | None:
@@ -74,6 +71,8 @@ class ApiClient:
         *,
         token: str | None = None,
     ) -> None:
+        import httpx
+
         self.base_url = base_url.rstrip("/")
         self.password_source = password_source
         headers: dict[str, str] = {}
@@ -107,10 +106,12 @@ class ApiClient:
     def _fail_for(self, response: httpx.Response) -> NoReturn:
         message = f"the server answered {response.status_code}"
         hint: str | None = None
+        code: str | None = None
         details: Any = None
         try:
             error = response.json()["error"]
             message, hint, details = error["message"], error.get("hint"), error.get("details")
+            code = error.get("code")
         except (ValueError, KeyError, TypeError):
             if response.text.strip():
                 message += f": {response.text.strip()[:200]}"
@@ -122,27 +123,36 @@ class ApiClient:
                     f"the credentials from {self.password_source} were refused (is --url the server "
                     f"of that data directory?); set {ENV_PASSWORD} to the admin's current password"
                 )
-        if isinstance(details, dict):
+        if isinstance(details, dict) and not errors_as_json():
             for finding in details.get("findings", []):
                 severity = finding.get("severity", "")
                 colour = "red" if severity == "error" else "yellow"
                 fix = f" fix: {finding['fix']}" if finding.get("fix") else ""
                 check = finding.get("check_id", "")
                 stderr.print(
-                    f"[{colour}]{severity}[/{colour}] {check}: {finding.get('message', '')}{fix}",
+                    f"[{colour}]{severity}[/{colour}] {escape(check)}: "
+                    f"{escape(str(finding.get('message', '')))}{escape(fix)}",
                     highlight=False,
                 )
-        fail(message, hint)
+        fail(message, hint, code=code, details=details)
 
     def _send(self, method: str, path: str, *, missing_ok: bool = False, **arguments: Any) -> httpx.Response:
+        import httpx
+
         try:
             response = self._http.request(method, path, **arguments)
         except httpx.ConnectError:
-            fail(f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url")
+            fail(
+                f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url",
+                code="no_server",
+            )
         except httpx.TimeoutException:
-            fail(f"the server at {self.base_url} did not answer within {REQUEST_TIMEOUT_SECONDS:.0f} s")
+            fail(
+                f"the server at {self.base_url} did not answer within {REQUEST_TIMEOUT_SECONDS:.0f} s",
+                code="timeout",
+            )
         except httpx.HTTPError as error:
-            fail(f"talking to {self.base_url} failed: {error}")
+            fail(f"talking to {self.base_url} failed: {error}", code="transport_error")
         if response.status_code >= 400 and not (missing_ok and response.status_code == 404):
             self._fail_for(response)
         return response
@@ -156,6 +166,7 @@ class ApiClient:
             fail(
                 f"the server at {self.base_url} answered something that is not JSON",
                 "is --url a modelyard server?",
+                code="not_json",
             )
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
@@ -164,6 +175,11 @@ class ApiClient:
     def get_if_exists(self, path: str) -> Any:
         """Like ``get``, but None when the server answers 404."""
         response = self._send("GET", path, missing_ok=True)
+        return None if response.status_code == 404 else self._json(response)
+
+    def post_if_exists(self, path: str, body: Any = None) -> Any:
+        """Like ``post``, but None when the server answers 404 (the thing does not exist)."""
+        response = self._send("POST", path, missing_ok=True, json=body)
         return None if response.status_code == 404 else self._json(response)
 
     def get_text(self, path: str, params: dict[str, Any] | None = None) -> str:
@@ -185,6 +201,8 @@ class ApiClient:
 
     def stream(self, path: str, params: dict[str, Any] | None = None) -> Iterator[bytes]:
         """The response body in chunks as they arrive; no read timeout (for ``logs -f``)."""
+        import httpx
+
         timeout = httpx.Timeout(REQUEST_TIMEOUT_SECONDS, read=None)
         try:
             with self._http.stream("GET", path, params=params, timeout=timeout) as response:
@@ -193,6 +211,9 @@ class ApiClient:
                     self._fail_for(response)
                 yield from response.iter_raw()
         except httpx.ConnectError:
-            fail(f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url")
+            fail(
+                f"no modelyard server at {self.base_url}: start it with `modelyard serve` or pass --url",
+                code="no_server",
+            )
         except httpx.RemoteProtocolError:
-            fail(f"the server at {self.base_url} closed the connection")
+            fail(f"the server at {self.base_url} closed the connection", code="transport_error")

@@ -9,9 +9,15 @@ import typer
 
 from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
-from modelyard.cli.output import format_duration, print_fields, print_json, print_table
+from modelyard.cli.markup import escape
+from modelyard.cli.output import Column, format_duration, print_fields, print_json, print_table
+from modelyard.cli.waiting import (
+    POLL_SECONDS,
+    wait_until_running,
+    wait_until_scaled,
+    wait_until_stopped,
+)
 
-POLL_SECONDS = 1.0
 DEFAULT_WAIT_SECONDS = 900
 
 
@@ -29,11 +35,6 @@ def _parse_gpu_ids(text: str) -> list[int]:
     return ids
 
 
-def _instance_line(instance: dict[str, Any]) -> str:
-    reason = f": {instance['reason']}" if instance["reason"] else ""
-    return f"replica {instance['replica_index']} (instance {instance['id']}) {instance['state']}{reason}"
-
-
 def _print_warnings(deployment: dict[str, Any]) -> None:
     for warning in deployment.get("warnings", []):
         fix = f" fix: {warning['fix']}" if warning.get("fix") else ""
@@ -42,41 +43,6 @@ def _print_warnings(deployment: dict[str, Any]) -> None:
             f"{warning.get('message', '')}{fix}",
             highlight=False,
         )
-
-
-def wait_until_running(client: ApiClient, name: str, timeout_seconds: float) -> dict[str, Any]:
-    """Poll until every replica runs; print each transition; ``fail`` on an error or the timeout."""
-    seen: dict[int, tuple[str, str]] = {}
-    deadline = time.monotonic() + timeout_seconds
-    with stderr.status(f"waiting for {name} to start") as status:
-        while True:
-            deployment: dict[str, Any] = client.get(_path(name))
-            for instance in deployment["instances"]:
-                current = (instance["state"], instance["reason"])
-                if seen.get(instance["id"]) != current:
-                    seen[instance["id"]] = current
-                    stderr.print(_instance_line(instance), highlight=False)
-                if instance["state"] == "error":
-                    if instance.get("diagnosis"):
-                        stderr.print(f"[red]diagnosis:[/red] {instance['diagnosis']}", highlight=False)
-                    fail(
-                        f"{name} replica {instance['replica_index']} failed: "
-                        f"{instance['reason'] or 'no reason recorded'}",
-                        f"see `modelyard logs {name} --instance {instance['id']}`; "
-                        "the controller retries with back-off",
-                    )
-            if deployment["state"] == "running":
-                return deployment
-            if deployment["desired_state"] != "running":
-                fail(f"{name} is now {deployment['state']} (someone stopped or removed it)")
-            if time.monotonic() > deadline:
-                fail(
-                    f"{name} is not running after {timeout_seconds:.0f} s (state {deployment['state']})",
-                    f"it keeps starting in the background: watch `modelyard ps {name}`",
-                )
-            running = sum(1 for instance in deployment["instances"] if instance["state"] == "running")
-            status.update(f"waiting for {name}: {running}/{deployment['replicas']} replicas running")
-            time.sleep(POLL_SECONDS)
 
 
 def deploy(
@@ -138,13 +104,8 @@ def deploy(
         highlight=False,
     )
     if not no_wait and deployment["replicas"] > 0:
-        try:
-            deployment = wait_until_running(client, deployment["name"], timeout_seconds)
-        except KeyboardInterrupt:
-            stderr.print(
-                f"stopped waiting; {deployment['name']} keeps starting (modelyard ps)", highlight=False
-            )
-            raise typer.Exit(130) from None
+        created = deployment["name"]
+        deployment = wait_until_running(client, created, timeout_seconds)
         stderr.print(f"[green]{deployment['name']} is running[/green]", highlight=False)
     if as_json:
         print_json(deployment)
@@ -157,7 +118,19 @@ def deploy(
         )
 
 
-PS_COLUMNS = ["NAME", "STATUS", "READY", "ID", "STATE", "PORT", "GPUS", "PID", "RESTARTS", "UPTIME", "REASON"]
+PS_COLUMNS = [
+    Column("NAME", max_width=24),
+    Column("STATUS"),
+    Column("READY"),
+    Column("ID"),
+    Column("STATE"),
+    Column("PORT", optional=True),
+    Column("GPUS", optional=True),
+    Column("PID", optional=True),
+    Column("RESTARTS", optional=True),
+    Column("UPTIME", optional=True),
+    Column("REASON", wraps=True),
+]
 
 
 def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
@@ -326,26 +299,63 @@ def _print_log_diagnosis(text: str) -> None:
             stderr.print(f"  fix: {finding.fix}", highlight=False)
 
 
+_NO_WAIT_HELP = "Return once the server has the request, without waiting."
+
+
 def scale(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The deployment."),
     replicas: int = typer.Argument(..., help="The number of replicas (0 keeps it without running)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help=_NO_WAIT_HELP),
+    timeout_seconds: float = typer.Option(DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait."),
+    as_json: bool = typer.Option(False, "--json", help="Print the deployment as JSON."),
 ) -> None:
-    """Set the number of replicas."""
-    deployment = ApiClient.from_context(ctx).patch(_path(name), {"replicas": replicas})
-    stdout.print(f"{name} scaled to {deployment['replicas']} replica(s)", highlight=False)
+    """Set the number of replicas and wait until they run (unless --no-wait)."""
+    client = ApiClient.from_context(ctx)
+    deployment: dict[str, Any] = client.patch(_path(name), {"replicas": replicas})
+    if not no_wait:
+        deployment = wait_until_scaled(client, name, timeout_seconds)
+    if as_json:
+        print_json(deployment)
+        return
+    done = "scaling to" if no_wait else "scaled to"
+    stdout.print(f"{escape(name)} {done} {deployment['replicas']} replica(s)", highlight=False)
 
 
-def stop(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
-    """Stop every instance; the deployment stays (start it again with `modelyard start`)."""
-    ApiClient.from_context(ctx).post(_path(name, "/stop"))
-    stdout.print(f"stopping {name}", highlight=False)
+def stop(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The deployment."),
+    no_wait: bool = typer.Option(False, "--no-wait", help=_NO_WAIT_HELP),
+    timeout_seconds: float = typer.Option(DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait."),
+    as_json: bool = typer.Option(False, "--json", help="Print the deployment as JSON."),
+) -> None:
+    """Stop every instance and wait until they are stopped (unless --no-wait); the deployment stays."""
+    client = ApiClient.from_context(ctx)
+    deployment: dict[str, Any] = client.post(_path(name, "/stop"))
+    if not no_wait:
+        deployment = wait_until_stopped(client, name, timeout_seconds)
+    if as_json:
+        print_json(deployment)
+        return
+    stdout.print(f"{'stopping' if no_wait else 'stopped'} {escape(name)}", highlight=False)
 
 
-def start(ctx: typer.Context, name: str = typer.Argument(..., help="The deployment.")) -> None:
-    """Start a stopped deployment."""
-    ApiClient.from_context(ctx).post(_path(name, "/start"))
-    stdout.print(f"starting {name}", highlight=False)
+def start(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The deployment."),
+    no_wait: bool = typer.Option(False, "--no-wait", help=_NO_WAIT_HELP),
+    timeout_seconds: float = typer.Option(DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait."),
+    as_json: bool = typer.Option(False, "--json", help="Print the deployment as JSON."),
+) -> None:
+    """Start a stopped deployment and wait until it runs (unless --no-wait)."""
+    client = ApiClient.from_context(ctx)
+    deployment: dict[str, Any] = client.post(_path(name, "/start"))
+    if not no_wait and deployment["replicas"] > 0:
+        deployment = wait_until_running(client, name, timeout_seconds)
+    if as_json:
+        print_json(deployment)
+        return
+    stdout.print(f"{'starting' if no_wait else 'started'} {escape(name)}", highlight=False)
 
 
 def remove(

@@ -6,8 +6,9 @@
         --args "--tensor-parallel-size 2 --max-model-len 32768" --env VLLM_LOGGING_LEVEL=DEBUG [--gpus 2x48GB]
     modelyard doctor --log engine.log --backend vllm   # explain an engine log
 
-Each form prints a table (severity, id, message, fix, link) or, with ``--json``, the findings as
-JSON. The exit status is 1 when any error is found, 0 otherwise.
+Each form prints a table (severity, check, message and fix, a numbered link listed under the
+table) or, with ``--json``, the findings as JSON. The exit status is 1 when any error is found, 0
+otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _LOG_TAIL_LINES = 400
 def print_findings(
     findings: list[Finding], *, as_json: bool, title: str, flag_table: FlagTable | None = None
 ) -> None:
-    """The findings as a rich table (or JSON); a one-line summary on stderr.
+    """The findings as a table (or JSON), their documentation links under it; a summary on stderr.
 
     JSON: ``{"flag_table": ..., "findings": [...]}``; ``flag_table`` names the engine release
     whose flag table the flags were checked against (null when no flags were checked).
@@ -47,27 +48,29 @@ def print_findings(
             }
         )
         return
-    from rich.table import Table
+    from rich.text import Text
+
+    from modelyard.cli.output import Column, print_table
 
     if not findings:
         stdout.print(f"{title}: nothing found", highlight=False)
         return
-    table = Table(title=title, show_lines=True, header_style="bold", expand=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("id", no_wrap=True)
-    table.add_column("message", ratio=3, overflow="fold")
-    table.add_column("fix", ratio=3, overflow="fold")
-    table.add_column("link", ratio=2, overflow="fold")
+    links: list[str] = []
+    rows = []
     for finding in findings:
-        style = _SEVERITY_STYLE[finding.severity]
-        table.add_row(
-            f"[{style}]{finding.severity}[/{style}]",
-            finding.check_id,
-            finding.message,
-            finding.fix or "-",
-            finding.doc_url,
-        )
-    stdout.print(table)
+        if finding.doc_url and finding.doc_url not in links:
+            links.append(finding.doc_url)
+        reference = f"[{links.index(finding.doc_url) + 1}]" if finding.doc_url else None
+        text = finding.message + (f"\nfix: {finding.fix}" if finding.fix else "")
+        severity = Text(str(finding.severity), style=_SEVERITY_STYLE[finding.severity])
+        rows.append([severity, finding.check_id, text, reference])
+    columns = [
+        Column("SEVERITY"),
+        Column("CHECK", max_width=36),
+        Column("FINDING", wraps=True),
+        Column("DOC"),
+    ]
+    print_table(columns, rows, title=title, links=links)
     counts = {severity: sum(1 for f in findings if f.severity is severity) for severity in Severity}
     stderr.print(
         f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), "

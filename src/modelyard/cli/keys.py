@@ -6,8 +6,9 @@ from typing import Any
 
 import typer
 
-from modelyard.cli.client import ApiClient
+from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
+from modelyard.cli.markup import escape
 from modelyard.cli.output import print_json, print_table
 
 keys_app = typer.Typer(help="API keys for the gateway (/v1).", no_args_is_help=True)
@@ -20,10 +21,25 @@ def create(
     allow: list[str] | None = typer.Option(
         None, "--allow", help="Limit the key to this deployment (repeatable). Default: every deployment."
     ),
-    as_json: bool = typer.Option(False, "--json", help='Print {"key": ...} only.'),
+    rotate: bool = typer.Option(
+        False,
+        "--rotate",
+        help="If NAME exists, give it a new secret (the old one stops working) instead of refusing.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help='Print {"key": ..., "name": ...} only.'),
 ) -> None:
     """Create a key and print it. It is shown this once; only a hash is stored."""
-    created = ApiClient.from_context(ctx).post("/keys", {"name": name, "allowed_deployments": allow or None})
+    client = ApiClient.from_context(ctx)
+    created: dict[str, Any] | None = None
+    if rotate:
+        if allow:
+            fail(
+                "--allow cannot be changed by --rotate",
+                "revoke the key and create it again to change --allow",
+            )
+        created = client.post_if_exists(f"/keys/{name}/rotate")
+    if created is None:
+        created = client.post("/keys", {"name": name, "allowed_deployments": allow or None})
     if as_json:
         print_json({"key": created["key"], "name": created["name"]})
         return
@@ -31,7 +47,10 @@ def create(
     scope = (
         ", ".join(created["allowed_deployments"]) if created["allowed_deployments"] else "every deployment"
     )
-    stderr.print(f"key {name!r} for {scope}; it is shown only this once: store it now.", highlight=False)
+    stderr.print(
+        f"key {escape(name)!r} for {escape(scope)}; it is shown only this once: store it now.",
+        highlight=False,
+    )
 
 
 @keys_app.command("list")

@@ -1,35 +1,116 @@
-"""The ``modelyard`` command. Each command group lives in its own module and registers itself here."""
+"""The ``modelyard`` command: the global options, and the table of commands.
+
+Each command group lives in its own module with a ``register(app)`` function. To add one, add its
+name to ``COMMANDS`` with the module(s) whose ``register`` adds it and its one-line help (its
+docstring's first line: ``tests/cli/test_cli_startup.py`` checks that they agree). A module is
+imported only when one of its commands runs (``cli/lazy.py``), so keep heavy imports (the server,
+the bench, torch) out of this file and out of ``cli/context.py``, ``cli/errors.py``, ``cli/lazy.py``.
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from modelyard import __version__
-from modelyard.cli import (
-    account,
-    backends,
-    bench,
-    deployments,
-    doctor,
-    estimate,
-    keys,
-    model_transfers,
-    models,
-    presets,
-    serve,
-    tasks,
-)
-from modelyard.cli.context import CliContext, stderr
-from modelyard.errors import ModelyardError
+from modelyard.cli.context import CliContext
+from modelyard.cli.lazy import CommandEntry, LazyGroup
 from modelyard.settings import DEFAULT_URL, ENV_DATA_DIR, ENV_URL
+
+_SERVER = "Run and operate a server"
+_MODELS = "Models and engines"
+_TOOLS = "Check, estimate and benchmark (no server needed)"
+
+COMMANDS: dict[str, CommandEntry] = {
+    "serve": CommandEntry(
+        ("modelyard.cli.serve",),
+        "Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller.",
+        _SERVER,
+    ),
+    "deploy": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Deploy a model and wait until it answers (unless --no-wait).",
+        _SERVER,
+    ),
+    "ps": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Deployments and their instances: state, reason, port, GPUs, pid, restarts, uptime.",
+        _SERVER,
+    ),
+    "logs": CommandEntry(("modelyard.cli.deployments",), "An engine's log.", _SERVER),
+    "scale": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Set the number of replicas and wait until they run (unless --no-wait).",
+        _SERVER,
+    ),
+    "stop": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Stop every instance and wait until they are stopped (unless --no-wait); the deployment stays.",
+        _SERVER,
+    ),
+    "start": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Start a stopped deployment and wait until it runs (unless --no-wait).",
+        _SERVER,
+    ),
+    "rm": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "Remove a deployment: its instances are stopped, then it is gone.",
+        _SERVER,
+    ),
+    "gpus": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "The server host's GPUs, as NVML reads them now: memory, load, temperature, power, PCIe link.",
+        _SERVER,
+    ),
+    "keys": CommandEntry(("modelyard.cli.keys",), "API keys for the gateway (/v1).", _SERVER),
+    "usage": CommandEntry(
+        ("modelyard.cli.keys",),
+        "Requests and tokens by API key and deployment, as the gateway metered them.",
+        _SERVER,
+    ),
+    "password": CommandEntry(("modelyard.cli.account",), "Change the admin password.", _SERVER),
+    "models": CommandEntry(
+        ("modelyard.cli.models", "modelyard.cli.model_transfers"),
+        "Model directories the server can deploy.",
+        _MODELS,
+    ),
+    "tasks": CommandEntry(
+        ("modelyard.cli.tasks",), "Model tasks: pulls from hubs, bundle imports and exports.", _MODELS
+    ),
+    "presets": CommandEntry(
+        ("modelyard.cli.presets",),
+        "Tested deployment recipes: flags, parsers, memory knob, the GPUs they fit.",
+        _MODELS,
+    ),
+    "backends": CommandEntry(("modelyard.cli.backends",), "Inference engines and their versions.", _MODELS),
+    "doctor": CommandEntry(
+        ("modelyard.cli.doctor",),
+        "Find what would break a deployment before it starts, and explain failures after.",
+        _TOOLS,
+    ),
+    "estimate": CommandEntry(
+        ("modelyard.cli.estimate",),
+        "Estimate weights, KV cache and overheads per GPU, and whether the context fits.",
+        _TOOLS,
+    ),
+    "bench": CommandEntry(
+        ("modelyard.cli.bench",),
+        "Benchmark OpenAI-compatible endpoints (vLLM, SGLang, transformers serve, the gateway).",
+        _TOOLS,
+    ),
+}
+
+
+class ModelyardGroup(LazyGroup):
+    entries = COMMANDS
+
 
 app = typer.Typer(
     name="modelyard",
+    cls=ModelyardGroup,
     help="Deploy, verify, benchmark and operate LLM inference engines behind one OpenAI-compatible gateway.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -53,7 +134,7 @@ def root(
         envvar=ENV_DATA_DIR,
         help=(
             "The server's data directory (default ~/.local/share/modelyard); "
-            "the CLI reads the admin password there."
+            "the CLI on the server's host reads its CLI token there."
         ),
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages to stderr."),
@@ -68,30 +149,9 @@ def root(
     ctx.obj = CliContext(url=url.rstrip("/"), data_dir=data_dir)
 
 
-for module in (
-    serve,
-    models,
-    model_transfers,
-    tasks,
-    presets,
-    backends,
-    deployments,
-    keys,
-    account,
-    bench,
-    doctor,
-    estimate,
-):
-    module.register(app)
-
-
 def main() -> None:
-    """Console-script entry point: errors become one line on stderr and exit status 1."""
-    try:
-        app(standalone_mode=True)
-    except ModelyardError as error:
-        stderr.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        sys.exit(1)
+    """Console-script entry point (errors: one line on stderr, or JSON with --json; see cli/errors.py)."""
+    app()
 
 
 if __name__ == "__main__":

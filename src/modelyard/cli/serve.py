@@ -7,6 +7,7 @@ inside ``serve``, so that other commands never pay for it.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -157,8 +158,12 @@ def serve(
         docker_volumes=tuple(docker_volumes),
     )
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
+    from modelyard.store.data_directory import secure_data_directory
 
+    # Files the server makes are its own (0600, folders 0700); older ones are tightened.
+    os.umask(0o077)
     check_data_directory(settings.data_dir)
+    secure_data_directory(settings.data_dir)
     check_database_driver(settings.database_url)
     listener = bind_listener(host, port)
     try:

@@ -29,6 +29,7 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.base import EngineHandle, Runtime
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
+from modelyard.store.secret_box import SecretBox
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ class ControlContext:
     client: httpx.AsyncClient
     tasks: TaskBoard
     poke: Callable[[], None]
+    # Opens the sealed secrets of deployments (env values, --api-key ...) only to launch engines.
+    secrets: SecretBox
     engines: dict[int, LiveEngine] = field(default_factory=dict)
     ledger: GpuLedger = field(default_factory=GpuLedger)
     # Consecutive failed starts per instance (the back-off's exponent).

@@ -39,6 +39,7 @@ from modelyard.hardware.gpus import GpuInventory, read_gpu_inventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.store.secret_box import SecretBox
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Controller:
             client=httpx.AsyncClient(timeout=httpx.Timeout(30.0), trust_env=False),
             tasks=TaskBoard(on_done=self.poke),
             poke=self.poke,
+            secrets=SecretBox.for_data_dir(settings.data_dir),
         )
 
     # -- the API's view -------------------------------------------------------------------

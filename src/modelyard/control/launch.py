@@ -23,6 +23,7 @@ from modelyard.control.placement import place_instance
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError, Unschedulable
 from modelyard.runtimes.base import EngineIdentity, LaunchSpec
+from modelyard.secret_names import MASK, is_secret_env_name, mask_arguments, secret_argument_indexes
 from modelyard.store.tables import new_uid
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     log_path = folder / f"start-{start_number}.log"
     try:
         address = await runtime.allocate_address(context.options.worker_ip)
+        parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
+        env = context.secrets.reveal_env(deployment.env)
         launch = render_launch(
             version,
             model_path=runtime.engine_model_path(deployment.model_path),
@@ -67,13 +70,14 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
             worker_ip=address.bind_host,
             model_name=deployment.name,
             gpu_ids=gpu_ids,
-            backend_parameters=deployment.backend_parameters,
-            env=deployment.env,
+            backend_parameters=parameters,
+            env=env,
         )
     except (ModelyardError, OSError) as error:
         await fail_start(context, instance, f"cannot launch: {error}")
         return
     token = new_uid()
+    secrets = secret_values(deployment, parameters, env)
     spec = LaunchSpec(
         identity=EngineIdentity(
             owner=context.owner,
@@ -92,6 +96,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         log_path=log_path,
         working_directory=folder / "work",
         image=launch.image,
+        secrets=secrets,
     )
     where = f"GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else "CPU"
     await context.transition(
@@ -108,7 +113,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         engine_port=address.port,
         gpu_ids=gpu_ids,
         mounts=[mount.to_json() for mount in runtime.mounts(deployment.model_path)],
-        command=launch.argv,
+        command=masked_command(launch.argv, secrets),
         log_path=str(log_path),
         start_count=start_number,
         started_at=context.clock.now(),
@@ -144,11 +149,33 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         handle=started.handle.to_json(),
         pid=pid,
         process_start_time=start_time,
-        command=started.command,
+        command=masked_command(started.command, secrets),
     )
     context.tasks.spawn(
         instance.id, bring_up(context, deployment, instance.id, engine, version, verified=False), "bring-up"
     )
+
+
+def secret_values(deployment: DeploymentView, parameters: list[str], env: dict[str, str]) -> frozenset[str]:
+    """The clear values that must never be shown: sealed ones, secret env values, secret flags'."""
+    values = {value for name, value in env.items() if value != deployment.env.get(name)}
+    values |= {value for name, value in env.items() if is_secret_env_name(name)}
+    for index in secret_argument_indexes(parameters):
+        argument = parameters[index]
+        values.add(argument.split("=", 1)[1] if argument.startswith("-") else argument)
+    stored = deployment.backend_parameters
+    values |= {value for value, kept in zip(parameters, stored, strict=False) if value != kept}
+    return frozenset(value for value in values if value)
+
+
+def masked_command(argv: list[str], secrets: frozenset[str]) -> list[str]:
+    """The command as ``ps`` and the API show it: secret flags' values and every secret masked."""
+    shown = []
+    for argument in mask_arguments(argv):
+        for secret in secrets:
+            argument = argument.replace(secret, MASK)
+        shown.append(argument)
+    return shown
 
 
 def process_identity(runtime: str, handle_id: str) -> tuple[int | None, float | None]:

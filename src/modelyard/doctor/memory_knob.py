@@ -81,7 +81,7 @@ def knob_findings(
     requested = total * utilization
     findings.extend(_free(version, env, gpu, utilization, requested, shown))
     if not findings:
-        findings.extend(_headroom(version, parsed, gpu, utilization, shown))
+        findings.extend(_headroom(version, env, parsed, gpu, utilization, shown))
     return findings
 
 
@@ -133,17 +133,23 @@ def _free(
 
 
 def _headroom(
-    version: str | None, parsed: ParsedParameters, gpu: GpuSpec, utilization: float, shown: str
+    version: str | None,
+    env: Mapping[str, str] | None,
+    parsed: ParsedParameters,
+    gpu: GpuSpec,
+    utilization: float,
+    shown: str,
 ) -> list[Finding]:
     eager = bool(parsed.switch("--enforce-eager"))
-    needed = vllm_outside_reserve_bytes(version, enforce_eager=eager)
+    needed = vllm_outside_reserve_bytes(version, enforce_eager=eager, env=env)
     outside = gpu.memory_total_bytes * (1 - utilization)
     if outside >= needed:
         return []
     safe = max(0.0, 1 - needed / gpu.memory_total_bytes)
     what = (
-        "the allocator's slack (CUDA graphs are inside the budget from vLLM 0.21)"
-        if vllm_graphs_in_budget(version) or eager
+        "the allocator's slack (CUDA graphs are inside the budget with "
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
+        if vllm_graphs_in_budget(version, env) or eager
         else "the CUDA graphs vLLM captures after sizing the KV cache (1~3 GiB, by vLLM's own log)"
     )
     return [

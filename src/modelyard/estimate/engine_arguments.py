@@ -34,6 +34,7 @@ _VLLM_FLAGS: dict[str, tuple[str, ...]] = {
     "kv_cache_memory": ("--kv-cache-memory", "--kv-cache-memory-bytes"),
     "limit_mm_per_prompt": ("--limit-mm-per-prompt",),
     "speculative_config": ("--speculative-config",),
+    "quantization": ("--quantization",),
 }
 _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("--tp-size", "--tp", "--tensor-parallel-size"),
@@ -49,6 +50,7 @@ _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "max_total_tokens": ("--max-total-tokens",),
     "cuda_graph_max_batch": ("--cuda-graph-max-bs",),
     "speculative_algorithm": ("--speculative-algorithm", "--speculative-algo"),
+    "quantization": ("--quantization",),
 }
 _VLLM_SWITCHES = {"enforce_eager": ("--enforce-eager",), "language_only": ("--language-model-only",)}
 _SGLANG_SWITCHES = {"enforce_eager": ("--disable-cuda-graph",), "language_only": ("--language-only",)}
@@ -77,6 +79,10 @@ class EngineArguments:
     speculative_mtp: bool = False
     # vLLM prefix caching (on by default); hybrid models then keep two state blocks per sequence.
     prefix_caching: bool = True
+    # --quantization as given: on a checkpoint without quantization, the engine quantizes online.
+    quantization: str | None = None
+    # vLLM's --enable-chunked-prefill as given (None: the engine decides).
+    chunked_prefill: bool | None = None
 
     @property
     def memory_knob(self) -> str:
@@ -162,6 +168,8 @@ def parse_engine_arguments(
     for field_name, names in switches.items():
         if parsed.switch(*names):
             result[field_name] = True
+    if engine == "vllm":
+        result["chunked_prefill"] = parsed.switch("--enable-chunked-prefill")
     if parsed.switch("--enable-prefix-caching") is False or parsed.given("--disable-radix-cache"):
         result["prefix_caching"] = False
     return EngineArguments(**result)  # type: ignore[arg-type]

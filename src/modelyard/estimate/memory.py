@@ -29,6 +29,7 @@ from typing import Any, Literal
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate.architecture import ModelShape, read_model_shape
+from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
@@ -43,8 +44,12 @@ from modelyard.estimate.overheads import (
     batched_tokens_default,
     max_sequences_default,
     non_torch_bytes,
+    sglang_04_chunked_prefill,
+    sglang_04_cuda_graph_max_batch,
+    sglang_04_memory_fraction,
     sglang_cuda_graph_bytes,
     sglang_default_memory_fraction,
+    vllm_v0_batched_tokens,
 )
 from modelyard.estimate.weights import (
     WeightParts,
@@ -138,6 +143,13 @@ class _Inputs:
     fraction_is_default: bool
     encoder_loaded: bool
     multimodal: bool
+    # vLLM subtracts its CUDA graphs from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
+    graphs_in_budget: bool = False
+
+
+def _v1_forced(env: Mapping[str, str] | None) -> bool:
+    """``VLLM_USE_V1=1`` runs the V1 engine in releases that still default to V0 (0.7)."""
+    return (env or {}).get("VLLM_USE_V1", "").strip() == "1"
 
 
 def _version_before(version: str | None, limit: tuple[int, int]) -> bool:
@@ -147,10 +159,23 @@ def _version_before(version: str | None, limit: tuple[int, int]) -> bool:
     return len(numbers) == 2 and (numbers[0], numbers[1]) < limit
 
 
-def _weight_parts(model: ModelFacts, shape: ModelShape) -> WeightParts:
+# --quantization values that quantize an unquantized checkpoint while loading, to 1 byte a weight.
+ONLINE_FP8 = {"fp8", "fbgemm_fp8", "ptpc_fp8"}
+
+
+def _weight_parts(model: ModelFacts, shape: ModelShape, arguments: EngineArguments) -> WeightParts:
+    """Weights as loaded: from the safetensors headers when the files are here, else computed from
+    config.json in the dtype the engine serves (``--dtype``), quantized online with
+    ``--quantization fp8`` when the checkpoint is not quantized already."""
     if model.weights is not None and model.weights.total_bytes > 0:
         return parts_from_headers(model.weights, shape)
-    return parts_from_config(shape, model.dtype, model.quantization_config)
+    quantization = model.quantization_config
+    dtype = model.dtype
+    if not quantization:
+        dtype = serving_dtype(model.dtype, arguments.dtype)
+        if (arguments.quantization or "").lower() in ONLINE_FP8:
+            quantization = {"quant_method": "fp8"}
+    return parts_from_config(shape, dtype, quantization)
 
 
 def _prepare(
@@ -181,7 +206,7 @@ def _prepare(
     gpu = min(
         group, key=lambda spec: (spec.memory_free_bytes or spec.memory_total_bytes, spec.memory_total_bytes)
     )
-    parts = _weight_parts(model, shape)
+    parts = _weight_parts(model, shape, arguments)
     multimodal = parts.encoder_bytes > 0 or shape.encoder_parameter_count > 0
     encoder_loaded = multimodal and not arguments.language_only
     weights = weight_bytes_per_gpu(
@@ -204,32 +229,50 @@ def _prepare(
         stages=pipeline_stages(shape.layer_count, layout.pipeline_parallel, layout.stage_layers),
     )
     serving_bytes = dtype_bytes(serving_dtype(model.dtype, arguments.dtype))
-    batched = arguments.batched_tokens or batched_tokens_default(engine, gpu.memory_total_bytes, gpu.name)
+    derived = context_length_of(overridden_text_config(model.text_config, engine, parsed))
+    context = arguments.context_tokens or (derived[0] if derived else None) or 4096
+    v0_engine = engine == "vllm" and _version_before(version, (0, 8)) and not _v1_forced(env)
+    old_sglang = engine == "sglang" and _version_before(version, (0, 5))
+    if arguments.batched_tokens:
+        batched = arguments.batched_tokens
+    elif v0_engine:
+        batched = vllm_v0_batched_tokens(context, arguments.chunked_prefill)
+    elif old_sglang:
+        batched = sglang_04_chunked_prefill(gpu.memory_total_bytes)
+    else:
+        batched = batched_tokens_default(engine, gpu.memory_total_bytes, gpu.name)
     sequences = arguments.max_sequences or max_sequences_default(
         "vllm", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
     )
-    v0_engine = engine == "vllm" and _version_before(version, (0, 8))
     activations = activation_bytes(
         shape, batched, sequences, serving_bytes, layout.tensor_parallel, legacy_engine=v0_engine
     )
     if encoder_loaded:
         activations += ENCODER_ACTIVATION_BYTES
     legacy_vllm = engine == "vllm" and _version_before(version, (0, 25))
-    graph_batch = arguments.cuda_graph_max_batch or max_sequences_default(
-        "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
-    )
+    if arguments.cuda_graph_max_batch:
+        graph_batch = arguments.cuda_graph_max_batch
+    elif old_sglang:
+        graph_batch = sglang_04_cuda_graph_max_batch(gpu.memory_total_bytes, arguments.tensor_parallel)
+    else:
+        graph_batch = max_sequences_default(
+            "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
+        )
     if arguments.enforce_eager:
         graphs = 0
     elif engine == "vllm":
         graphs = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
     else:
         graphs = sglang_cuda_graph_bytes(batched, graph_batch)
-    derived = context_length_of(overridden_text_config(model.text_config, engine, parsed))
-    context = arguments.context_tokens or (derived[0] if derived else None) or 4096
     if arguments.memory_fraction is not None:
         fraction, is_default = arguments.memory_fraction, False
     elif engine == "vllm":
         fraction, is_default = (0.9 if legacy_vllm else 0.92), True
+    elif old_sglang:
+        fraction, is_default = (
+            sglang_04_memory_fraction(layout.tensor_parallel * layout.pipeline_parallel),
+            True,
+        )
     else:
         encoder_shape = _encoder_layers_hidden(model.config) if encoder_loaded else None
         fraction = sglang_default_memory_fraction(
@@ -258,6 +301,7 @@ def _prepare(
         fraction_is_default=is_default,
         encoder_loaded=encoder_loaded,
         multimodal=multimodal,
+        graphs_in_budget=engine == "vllm" and vllm_graphs_in_budget(version, env),
     )
 
 
@@ -337,6 +381,8 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
                 f"{memory_bytes / GIB:.1f} GiB is free now"
             )
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
+        if inputs.graphs_in_budget:
+            overhead += inputs.cuda_graph_bytes
         kv_bytes = inputs.arguments.kv_cache_memory_bytes or budget - overhead
     else:
         parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.layout.gpus_needed > 1 else 0

@@ -136,3 +136,42 @@ def sglang_default_memory_fraction(
         factor = max(0.8, min(1.05, 1.0 - 0.1 * (complexity - 1.0)))
         fraction = fraction * 0.95 * factor
     return fraction
+
+
+# vLLM V0's scheduler default when chunked prefill is off (vllm/config.py _DEFAULT_MAX_NUM_BATCHED_TOKENS).
+VLLM_V0_MIN_BATCHED_TOKENS = 2048
+# V0 turned chunked prefill on by itself above 32K tokens of context, with a 512-token budget.
+VLLM_V0_LONG_CONTEXT = 32 * 1024
+VLLM_V0_CHUNKED_BATCHED_TOKENS = 512
+
+
+def vllm_v0_batched_tokens(context_tokens: int, chunked_prefill: bool | None) -> int:
+    """The token budget vLLM's V0 engine (before 0.8) profiles: without chunked prefill one whole
+    ``max_model_len`` batch (``max(max_model_len, 2048)``), so a long context costs activation
+    memory (vllm-project/vllm#10517: 2.07 GiB at 20,000 tokens, 2.99 GiB at 29,000); with it, 512
+    tokens. Chunked prefill was on by default above 32K tokens of context."""
+    chunked = chunked_prefill if chunked_prefill is not None else context_tokens > VLLM_V0_LONG_CONTEXT
+    if chunked:
+        return VLLM_V0_CHUNKED_BATCHED_TOKENS
+    return max(context_tokens, VLLM_V0_MIN_BATCHED_TOKENS)
+
+
+def sglang_04_memory_fraction(tensor_parallel: int) -> float:
+    """SGLang 0.4's ``--mem-fraction-static`` default, by tensor-parallel size (server_args
+    ``__post_init__``): 0.88, 0.87 from TP 2, 0.85 from 4, 0.81 from 8, 0.79 from 16."""
+    for size, fraction in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+        if tensor_parallel >= size:
+            return fraction
+    return 0.88
+
+
+def sglang_04_chunked_prefill(memory_total_bytes: int) -> int:
+    """SGLang 0.4's ``--chunked-prefill-size`` default: 2048 below 25,000 MiB, else 8192."""
+    return 2048 if memory_total_bytes / MIB < 25_000 else 8192
+
+
+def sglang_04_cuda_graph_max_batch(memory_total_bytes: int, tensor_parallel: int) -> int:
+    """SGLang 0.4's ``--cuda-graph-max-bs`` default: below 25,000 MiB 8 (80 from TP 4), else 160."""
+    if memory_total_bytes / MIB < 25_000:
+        return 8 if tensor_parallel < 4 else 80
+    return 160

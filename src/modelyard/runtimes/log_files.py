@@ -1,8 +1,8 @@
 """The per-start engine log file every runtime writes, and the command line shown in it.
 
 Each start has its own file (``<data-dir>/instances/<instance uid>/start-<n>.log``); the first
-line is the command as run, with secret values masked. A log that cannot be written (a full
-disk, a read-only folder) is a reason the engine cannot be launched, said as such.
+line is the command as run, with secret values masked (``secret_names.MASK``). A log that cannot
+be written (a full disk, a read-only folder) is a reason the engine cannot be launched.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 from modelyard.errors import EngineStartFailed
+from modelyard.secret_names import MASK, mask_arguments
 
-MASK = "***"
 LOG_FILE_MODE = 0o600
 
 
 def shown_command(argv: Iterable[str], secrets: Iterable[str] = ()) -> str:
-    """The argv as one quoted line with every secret value replaced by ``***``."""
+    """The argv as one quoted line: secret flags' values (``--api-key X``) and every value in
+    ``secrets`` replaced by ``MASK``."""
     hidden = [secret for secret in secrets if secret]
     shown = []
-    for argument in argv:
+    for argument in mask_arguments(list(argv)):
         for secret in hidden:
             argument = argument.replace(secret, MASK)
         shown.append(argument)

@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -33,7 +34,8 @@ from sqlalchemy import select
 from modelyard.errors import Forbidden, Unauthorized
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.sessions import current_session
-from modelyard.services.password_hashing import verify_password
+from modelyard.server.throttle import guarded
+from modelyard.services.password_hashing import hash_password, verify_password
 from modelyard.services.users import ADMIN_USERNAME, write_password_file
 from modelyard.store.tables import User
 
@@ -83,11 +85,19 @@ class AdminUser:
     username: str
 
 
+@functools.cache
+def _unknown_user_hash() -> str:
+    """A hash no password matches, checked for unknown users (computed once, at the first)."""
+    return hash_password(secrets.token_urlsafe(32))
+
+
 def authenticate(context: ServerContext, username: str, password: str) -> AdminUser:
     """Check one username and password against the store. Raises ``Unauthorized``/``Forbidden``."""
     with context.database.session() as session:
         user = session.scalar(select(User).where(User.username == username))
     if user is None:
+        # As slow as a wrong password: the time taken does not tell which users exist.
+        verify_password(password, _unknown_user_hash())
         raise Unauthorized(
             "wrong username or password",
             hint="log in as admin with the password from <data-dir>/admin-password",
@@ -141,9 +151,13 @@ def require_admin(
     context: ServerContext = Depends(server_context),
 ) -> AdminUser:
     """FastAPI dependency (sync: FastAPI runs it in a worker thread, off the event loop)."""
+    # Wrong credentials are counted per client address (server/throttle.py): past a few, the
+    # address waits, doubling each time, answered 429 without a scrypt run; loopback never waits.
+    address = request.client.host if request.client else None
+    throttle = context.login_throttle
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer":
-        return authenticate_cli_token(context, value.strip())
+        return guarded(throttle, address, authenticate_cli_token, context, value.strip())
     if credentials is None:
         console_session = current_session(request, context)
         if console_session is not None:
@@ -152,4 +166,4 @@ def require_admin(
             "this endpoint needs the admin's credentials (HTTP Basic)",
             hint="send admin:<password>; the password is in <data-dir>/admin-password",
         )
-    return authenticate(context, credentials.username, credentials.password)
+    return guarded(throttle, address, authenticate, context, credentials.username, credentials.password)

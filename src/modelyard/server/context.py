@@ -17,8 +17,10 @@ from modelyard.demo.status import DemoStatus
 from modelyard.downloads.options import DownloadOptions
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.door.limits import RequestLimits
+from modelyard.server.throttle import FailureThrottle
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.store.secret_box import SecretBox
 
 if TYPE_CHECKING:
     from modelyard.hardware.gpus import GpuInventory
@@ -104,6 +106,14 @@ class ServerContext:
     # The runtimes engines run on (processes, Docker; Ray on a cluster), shared by the controller
     # and the deployment checks (what a runtime mounts for the engine).
     runtimes: RuntimeSet = field(default_factory=RuntimeSet)
+    # Wrong admin credentials and wrong API keys per client address (server/throttle.py).
+    login_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="login"))
+    key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
+    # Seals secret values before they are stored (its key is <data-dir>/secret-key).
+    secrets: SecretBox = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.secrets = SecretBox.for_data_dir(self.settings.data_dir)
 
 
 def server_context(request: Request) -> ServerContext:

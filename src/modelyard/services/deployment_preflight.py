@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.services.deployment_checks import PreflightFailed
+from modelyard.services.deployment_secrets import shown_arguments, shown_env
 from modelyard.services.deployments import DeploymentRequest, check_deployment
 from modelyard.store.tables import Deployment
 
@@ -42,8 +43,8 @@ class PreflightVerdict:
             "replicas": deployment.replicas,
             "gpus_per_replica": deployment.gpus_per_replica,
             "gpu_ids": deployment.gpu_ids,
-            "backend_parameters": deployment.backend_parameters,
-            "env": deployment.env,
+            "backend_parameters": shown_arguments(deployment.backend_parameters),
+            "env": shown_env(deployment.env),
         }
 
 

@@ -30,9 +30,17 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import run_preflight
+from modelyard.services.deployment_secrets import (
+    check_chosen,
+    seal_deployment_secrets,
+    secret_env_names,
+    shown_arguments,
+    shown_env,
+)
 from modelyard.services.instances import instance_to_json
 from modelyard.services.model_files import file_problems, get_model
 from modelyard.services.names import check_name, commit_new
+from modelyard.store.secret_box import SecretBox
 from modelyard.store.tables import Deployment, ModelFile, utc_now
 
 logger = logging.getLogger(__name__)
@@ -55,6 +63,8 @@ class DeploymentRequest:
     gpu_ids: list[int] | None = None
     backend_parameters: str | list[str] = field(default_factory=list)
     env: str | list[str] | dict[str, str] = field(default_factory=dict)
+    # Environment variables to keep secret besides those whose names say so (HF_TOKEN, ...).
+    secret_env: list[str] = field(default_factory=list)
     skip_verification: bool = False
 
 
@@ -167,14 +177,22 @@ def create_deployment(
     session: Session,
     request: DeploymentRequest,
     inventory: GpuInventory,
+    secrets: SecretBox | None = None,
     runtimes: RuntimeSet | None = None,
 ) -> Deployment:
-    """Validate the whole request, run doctor's preflight, then store the deployment.
-
-    ``runtimes`` says what each runtime will mount for the engine (the doctor checks that the
-    model directory is among it); the server passes its own.
-    """
+    """Validate the whole request, run doctor's preflight, then store the deployment with its
+    secrets sealed by ``secrets`` (required when the request carries any). ``runtimes`` says what
+    each runtime will mount for the engine (the doctor checks that the model directory is among
+    it); the server passes its own."""
     deployment = check_deployment(session, request, inventory, runtimes)
+    if secrets is not None:
+        seal_deployment_secrets(deployment, secrets, request.secret_env)
+    elif (
+        secret_env_names(deployment.env)
+        or request.secret_env
+        or shown_arguments(deployment.backend_parameters) != list(deployment.backend_parameters)
+    ):
+        raise ValueError("create_deployment needs a SecretBox to store this request's secrets")
     session.add(deployment)
     commit_new(session, "deployment", deployment.name)
     logger.info(
@@ -213,6 +231,7 @@ def check_deployment(
     version = backend_service.resolve_version(spec, request.backend_version)
     parameters = split_backend_parameters(request.backend_parameters)
     env = parse_env(request.env)
+    check_chosen(env, request.secret_env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
     runtime = (runtimes or RuntimeSet()).for_version(version)
     check_launch(
@@ -341,8 +360,9 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "replicas": deployment.replicas,
         "gpus_per_replica": deployment.gpus_per_replica,
         "gpu_ids": deployment.gpu_ids,
-        "backend_parameters": deployment.backend_parameters,
-        "env": deployment.env,
+        "backend_parameters": shown_arguments(deployment.backend_parameters),
+        "env": shown_env(deployment.env),
+        "secret_env": secret_env_names(deployment.env),
         "desired_state": deployment.desired_state,
         "state": deployment_summary_state(deployment),
         "skip_verification": deployment.skip_verification,

@@ -61,7 +61,13 @@ def _check_allowed(session: Session, allowed: list[str]) -> list[str]:
 def create_key(session: Session, name: str, allowed_deployments: list[str] | None = None) -> CreatedKey:
     check_name(name, "key")
     if session.scalar(select(ApiKey).where(ApiKey.name == name)) is not None:
-        raise AlreadyExists(f"a key named {name!r} already exists", hint="choose another name")
+        raise AlreadyExists(
+            f"a key named {name!r} already exists",
+            hint=(
+                f"choose another name, or replace its secret with `modelyard keys create {name} --rotate` "
+                "(POST /api/v1/keys/NAME/rotate; the old secret stops working)"
+            ),
+        )
     allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments)
     key = generate_key()
     record = ApiKey(
@@ -91,3 +97,18 @@ def revoke_key(session: Session, name: str) -> ApiKey:
         record.revoked_at = utc_now()
         session.commit()
     return record
+
+
+def rotate_key(session: Session, name: str) -> CreatedKey:
+    """Give key ``name`` a new secret (shown once); the old one stops working at once.
+
+    The key keeps its name, its allowed deployments and its usage history; a revoked key is active
+    again with the new secret.
+    """
+    record = get_key(session, name)
+    key = generate_key()
+    record.prefix = display_prefix(key)
+    record.key_hash = hash_key(key)
+    record.revoked_at = None
+    session.commit()
+    return CreatedKey(key=key, record=record)

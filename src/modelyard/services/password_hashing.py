@@ -19,7 +19,6 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 HASH_BYTES = 32
 SALT_BYTES = 16
-MINIMUM_PASSWORD_LENGTH = 8
 # Longer is refused before hashing: nobody types more, and it bounds the work of a check.
 MAXIMUM_PASSWORD_CHARACTERS = 1024
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelyard.errors import InvalidInput, NotFound, Unauthorized
-from modelyard.services.password_hashing import MINIMUM_PASSWORD_LENGTH, hash_password, verify_password
+from modelyard.errors import NotFound, Unauthorized
+from modelyard.services.password_hashing import hash_password, verify_password
+from modelyard.services.password_policy import check_new_password
 from modelyard.store.database import Database
 from modelyard.store.tables import User, utc_now
 
@@ -58,19 +59,6 @@ def get_user(session: Session, username: str) -> User:
     return user
 
 
-def check_new_password(password: str) -> None:
-    if len(password) < MINIMUM_PASSWORD_LENGTH:
-        raise InvalidInput(
-            f"the new password has {len(password)} characters; it needs at least {MINIMUM_PASSWORD_LENGTH}",
-            hint="choose a longer password",
-        )
-    if password != password.strip():
-        raise InvalidInput(
-            "the new password starts or ends with whitespace",
-            hint="remove the leading or trailing spaces (often a copy-paste accident)",
-        )
-
-
 def change_password(
     session: Session,
     username: str,
@@ -82,7 +70,7 @@ def change_password(
     user = get_user(session, username)
     if not verify_password(current_password, user.password_hash):
         raise Unauthorized("the current password is wrong", hint="give the password you logged in with")
-    check_new_password(new_password)
+    check_new_password(new_password, username=username)
     user.password_hash = hash_password(new_password)
     user.password_changed_at = utc_now()
     session.commit()

@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,8 +63,11 @@ def create_database_engine(url: str) -> Engine:
             hint="use sqlite:////path/to/file.db or postgresql://user:password@host/dbname",
         ) from error
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database:
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if parsed.database and parsed.database != ":memory:":
+            database_file = Path(parsed.database)
+            database_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Made 0600 before SQLite opens it; SQLite gives its -wal and -shm files the same mode.
+            os.close(os.open(database_file, os.O_WRONLY | os.O_CREAT, 0o600))
         engine = create_engine(url, connect_args={"check_same_thread": False})
         _enable_sqlite_pragmas(engine)
         return engine

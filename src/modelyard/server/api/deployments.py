@@ -20,6 +20,7 @@ from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
+from modelyard.store.secret_box import SecretBox
 
 router = APIRouter(tags=["deployments"])
 
@@ -64,6 +65,8 @@ class DeploymentCreate(BaseModel):
         | ParameterLines
         | Annotated[dict[EnvName, EnvValue], Field(max_length=MAXIMUM_LIST_ITEMS)]
     ) = Field(default_factory=dict)
+    # Variables of env to keep secret besides those whose names say so (HF_TOKEN, *_API_KEY, ...).
+    secret_env: Annotated[list[EnvName], Field(max_length=MAXIMUM_LIST_ITEMS)] = Field(default_factory=list)
     skip_verification: bool = False
 
 
@@ -78,10 +81,14 @@ def _now() -> float:
 
 
 def _create(
-    session: Session, body: DeploymentCreate, inventory: GpuInventory, runtimes: RuntimeSet
+    session: Session,
+    body: DeploymentCreate,
+    inventory: GpuInventory,
+    secrets: SecretBox,
+    runtimes: RuntimeSet,
 ) -> dict[str, Any]:
     request = deployments.DeploymentRequest(**body.model_dump())
-    created = deployments.create_deployment(session, request, inventory, runtimes)
+    created = deployments.create_deployment(session, request, inventory, secrets, runtimes)
     return deployments.deployment_to_json(created, _now())
 
 
@@ -116,7 +123,9 @@ async def list_deployments(context: ServerContext = Depends(server_context)) -> 
 async def create_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    result = await in_session(context, _create, body, context.controller.gpu_inventory(), context.runtimes)
+    result = await in_session(
+        context, _create, body, context.controller.gpu_inventory(), context.secrets, context.runtimes
+    )
     context.controller.poke()
     return result
 

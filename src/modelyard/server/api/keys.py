@@ -38,6 +38,14 @@ async def create_key(request: KeyCreate, context: ServerContext = Depends(server
     return {**keys.key_to_json(created.record), "key": created.key}
 
 
+@router.post("/keys/{name:path}/rotate")
+async def rotate_key(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    """A new secret for the key (returned once); the old secret is refused from now on."""
+    rotated = await in_session(context, keys.rotate_key, name)
+    context.key_cache.invalidate()
+    return {**keys.key_to_json(rotated.record), "key": rotated.key}
+
+
 @router.delete("/keys/{name:path}")
 async def revoke_key(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
     record = await in_session(context, keys.revoke_key, name)

@@ -26,6 +26,7 @@ from modelyard.server.sessions import (
     find_session,
     session_store,
 )
+from modelyard.server.throttle import guarded
 from modelyard.services import users
 
 router = APIRouter(include_in_schema=False)
@@ -85,7 +86,10 @@ async def login(
             request, next_path=next_path, error="The sign-in form expired; try again.", status_code=403
         )
     try:
-        admin = await run_in_threadpool(authenticate, context, username.strip(), password)
+        address = request.client.host if request.client else None
+        admin = await run_in_threadpool(
+            guarded, context.login_throttle, address, authenticate, context, username.strip(), password
+        )
     except ModelyardError as error:
         return _login_page(request, next_path=next_path, error=error.message, status_code=error.http_status)
     token, _ = await run_in_threadpool(_open_session, request, context, admin.username)

@@ -50,6 +50,10 @@ async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
         raise InvalidApiKey("the Authorization header must be 'Bearer <key>'", hint=_KEY_HINT)
+    # Wrong keys are counted per client address: past a few, 429 without a lookup (throttle.py).
+    address = request.client.host if request.client else None
+    throttle = runtime.context.key_throttle
+    throttle.check(address)
     try:
         facts = await runtime.key_cache.resolve(key)
     except SQLAlchemyError as error:
@@ -59,9 +63,12 @@ async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
             hint="see the server log",
         ) from error
     if facts is None:
+        throttle.failed(address)
         raise InvalidApiKey(f"API key {display_prefix(key)}... is not valid", hint=_KEY_HINT)
     if facts.revoked:
+        throttle.failed(address)
         raise InvalidApiKey(f"API key {facts.name!r} was revoked", hint="ask an admin for a new key")
+    throttle.succeeded(address)
     return facts
 
 

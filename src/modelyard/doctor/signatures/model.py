@@ -1,0 +1,170 @@
+"""Log signatures of what the model needs from the engine and the GPU: its context length, dtype,
+quantization, custom code, head count, and the files themselves (and the disk they go to).
+
+Each wording is the engine's or the library's own (the ``source`` of each signature names where).
+"""
+
+from __future__ import annotations
+
+import re
+
+from modelyard.doctor.findings import Severity
+from modelyard.doctor.signatures.base import LogContext, LogSignature, first_group
+
+
+def _divisors(number: int) -> str:
+    return ", ".join(str(size) for size in range(1, min(number, 16) + 1) if number % size == 0)
+
+
+def _explain_context(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    asked = first_group(match, "asked", "asked2") or "?"
+    derived = first_group(match, "derived", "derived2") or "?"
+    derived = derived.removesuffix(".0")
+    flag = "--context-length" if context.is_sglang or match.group("asked2") else "--max-model-len"
+    variable = (
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+        if flag == "--context-length"
+        else "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+    )
+    return (
+        f"{flag} {asked} is longer than the model's {derived} positions (config.json); the engine refuses it",
+        f"lower {flag} to {derived}; if the model is trained for longer, add rope scaling "
+        f"(vLLM --hf-overrides, SGLang --json-model-override-args), or set {variable}=1 to accept it "
+        "at your own risk",
+    )
+
+
+def _explain_bfloat16(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        f"the {match['gpu'].strip()} GPU (compute capability {match['capability']}) has no bfloat16, and the "
+        "model runs in bfloat16",
+        "add --dtype half (float16); a model trained in bfloat16 may overflow in float16, so check its "
+        "answers",
+    )
+
+
+def _explain_quantization(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    method = first_group(match, "method") or "this checkpoint's quantization scheme"
+    minimum = first_group(match, "minimum", "minimum2") or "0"
+    current = first_group(match, "current", "current2") or "0"
+    return (
+        f"the quantization {method} needs a GPU of compute capability {int(minimum) / 10:.1f} or newer; this "
+        f"GPU is {int(current) / 10:.1f}",
+        "use a checkpoint quantized for this GPU (AWQ and GPTQ run from 7.5, unquantized float16 anywhere), "
+        "or a newer GPU",
+    )
+
+
+def _explain_remote_code(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "the model's repository ships its own Python code (config or modeling files) and the engine was not "
+        "allowed to run it",
+        "read the repository's code, then add --trust-remote-code to the backend parameters",
+    )
+
+
+def _explain_heads(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    heads, size = int(match["heads"]), int(match["size"])
+    return (
+        f"the model's {heads} attention heads do not split over tensor-parallel size {size}",
+        f"use a tensor-parallel size that divides {heads} ({_divisors(heads)}), and pipeline parallelism "
+        "for the remaining GPUs",
+    )
+
+
+def _explain_model_not_found(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    where = first_group(match, "path", "name", "url") or "the model"
+    return (
+        f"the engine found no model at {where}: not a directory with config.json, and not a model id the "
+        "hub knows",
+        "check the model path the engine got (inside a container: the mounted path) and that config.json is "
+        "there; for a hub id, check its spelling and that it is public or your token can read it",
+    )
+
+
+def _explain_disk_full(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "the disk the engine writes to is full (the model download, the Hugging Face cache or "
+        "torch.compile's cache)",
+        "free space there, or point HF_HOME / --download-dir (vLLM) and VLLM_CACHE_ROOT to a larger volume",
+    )
+
+
+SIGNATURES: tuple[LogSignature, ...] = (
+    LogSignature(
+        "log.context-beyond-model",
+        Severity.ERROR,
+        re.compile(
+            r"User-specified max_model_len \((?P<asked>\d+)\) is greater than the derived max_model_len "
+            r"\((?:[^)=]*=)?(?P<derived>[\d.]+)"
+            r"|User-specified context_length \((?P<asked2>\d+)\) is greater than the derived context_length "
+            r"\((?P<derived2>\d+)\)"
+        ),
+        _explain_context,
+        "vllm/config/model.py (_get_and_verify_max_len); sglang/srt/configs/model_config.py",
+    ),
+    LogSignature(
+        "log.dtype-unsupported-by-gpu",
+        Severity.ERROR,
+        re.compile(
+            r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. "
+            r"Your (?P<gpu>.+?) GPU has compute capability (?P<capability>\d+\.\d+)"
+        ),
+        _explain_bfloat16,
+        "vllm/platforms/cuda.py (check_if_supports_dtype); vllm/config.py (_check_if_gpu_supports_dtype)",
+    ),
+    LogSignature(
+        "log.quantization-unsupported-by-gpu",
+        Severity.ERROR,
+        re.compile(
+            r"The quantization method (?P<method>[\w.\-]+) is not supported for the current GPU\. "
+            r"Minimum capability: (?P<minimum>\d+)\. Current capability: (?P<current>\d+)"
+            r"|Quantization scheme is not supported for the current GPU\. "
+            r"Min capability: (?P<minimum2>\d+)\. Current capability: (?P<current2>\d+)"
+        ),
+        _explain_quantization,
+        "vllm/config/vllm.py (_get_quantization_config); compressed_tensors.py (_check_scheme_supported)",
+    ),
+    LogSignature(
+        "log.trust-remote-code",
+        Severity.ERROR,
+        re.compile(
+            r"requires you to execute the (?:configuration|modeling|tokenizer) file in that repo on "
+            r"your local machine"
+            r"|contains custom code which must be executed to correctly load the model"
+            r"|set the option `?trust_remote_code=True`? to remove this error"
+        ),
+        _explain_remote_code,
+        "transformers/dynamic_module_utils.py (resolve_trust_remote_code)",
+    ),
+    LogSignature(
+        "log.tensor-parallel-heads",
+        Severity.ERROR,
+        re.compile(
+            r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by tensor parallel size "
+            r"\((?P<size>\d+)\)"
+        ),
+        _explain_heads,
+        "vllm/config/parallel.py, vllm/config/model.py (verify_with_parallel_config)",
+    ),
+    LogSignature(
+        "log.model-not-found",
+        Severity.ERROR,
+        re.compile(
+            r"(?P<path>[^\s'\"]+) does not appear to have a file named config\.json"
+            r"|Invalid repository ID or local directory specified: '(?P<name>[^']+)'"
+            r"|Repository Not Found for url: (?P<url>\S+)"
+            r"|is not a local folder and is not a valid model identifier listed on"
+        ),
+        _explain_model_not_found,
+        "transformers/utils/hub.py (cached_files); vllm/transformers_utils/config.py",
+        when=lambda match, text: "gated" not in text.lower() and "401 client error" not in text.lower(),
+    ),
+    LogSignature(
+        "log.disk-full",
+        Severity.ERROR,
+        re.compile(r"No space left on device"),
+        _explain_disk_full,
+        "errno ENOSPC (OSError: [Errno 28])",
+    ),
+)
