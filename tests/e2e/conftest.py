@@ -201,13 +201,16 @@ def double_deployment(console_server: ConsoleServer, double_backend: str, tiny_m
     return "chat"
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: sync Playwright keeps an asyncio loop running in the main thread
+# while it is started, and every async test collected after tests/e2e would then fail with
+# "Runner.run() cannot be called from a running event loop".
+@pytest.fixture(scope="package")
 def playwright_instance() -> Iterator[Playwright]:
     with sync_playwright() as playwright:
         yield playwright
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     # launch() gives every run a fresh, temporary user data directory.
     browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
