@@ -263,3 +263,6 @@ class UsageRecord(Base):
     usage_reported: Mapped[bool] = mapped_column(default=True)
     status_code: Mapped[int] = mapped_column(Integer, default=200)
     at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
+    # Made by the gateway for each request; a row replayed from the usage journal after a crash
+    # is skipped when it was written already (None: rows from before the journal).
+    request_id: Mapped[str | None] = mapped_column(String(32), unique=True, nullable=True)

@@ -37,7 +37,7 @@ from modelyard.server.gateway.responses import (
 )
 from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS, GatewayRuntime, gateway_runtime
 from modelyard.server.gateway.streaming import SseRelay
-from modelyard.server.gateway.usage import UsageRow
+from modelyard.server.gateway.usage import TokenUsage, UsageRow
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +147,16 @@ async def _exchange(
 ) -> None:
     """Send the request to a replica and relay its answer; record it whatever happens."""
     streaming = path in STREAMING_PATHS and bool(payload.get("stream"))
+
+    def record(status: int, usage: TokenUsage | None) -> None:
+        runtime.usage.record(
+            UsageRow(
+                api_key_id=facts.id, deployment_name=model, endpoint=path, usage=usage, status_code=status
+            )
+        )
+
+    # Recorded (journaled) just before the answer's last bytes; below, if it never got that far.
+    watch.on_finishing = record
     client_wants_usage = _ask_for_usage(payload) if streaming else False
     outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False)
     sent: tuple[aiohttp.ClientResponse, Endpoint] | None = None
@@ -176,12 +186,6 @@ async def _exchange(
             else:
                 upstream.close()  # the engine sees the disconnect and stops generating
             runtime.balancer.release(endpoint)
-        runtime.usage.record(
-            UsageRow(
-                api_key_id=facts.id,
-                deployment_name=model,
-                endpoint=path,
-                usage=outcome.usage,
-                status_code=outcome.status,
-            )
-        )
+        if not watch.recorded:
+            watch.recorded = True
+            record(outcome.status, outcome.usage)

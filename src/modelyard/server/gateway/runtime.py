@@ -24,7 +24,10 @@ from fastapi import FastAPI, Request
 from modelyard.server.context import ServerContext
 from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.routing import ReplicaBalancer
-from modelyard.server.gateway.usage import UsageRecorder
+from modelyard.server.gateway.usage import UsageRecorder, replay_journal
+from modelyard.server.gateway.usage_journal import UsageJournal
+
+USAGE_JOURNAL_FOLDER = "usage-journal"
 
 # Anything that can go wrong between the gateway and an engine once a request is on its way.
 ENGINE_CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
@@ -106,7 +109,14 @@ async def start_gateway(
         unknown_ttl_s=settings.key_unknown_ttl_s,
         last_used_interval_s=settings.key_last_used_interval_s,
     )
-    usage = UsageRecorder(context.database, batch_delay_s=settings.usage_batch_delay_s)
+    # Rows journaled by an earlier process (killed before it wrote them) go in first.
+    journal_directory = context.settings.data_dir / USAGE_JOURNAL_FOLDER
+    await asyncio.to_thread(replay_journal, context.database, journal_directory)
+    usage = UsageRecorder(
+        context.database,
+        journal=UsageJournal.open(journal_directory),
+        batch_delay_s=settings.usage_batch_delay_s,
+    )
     runtime = GatewayRuntime(
         context=context,
         settings=settings,
