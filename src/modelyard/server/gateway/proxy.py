@@ -10,6 +10,7 @@ bodies once complete, errors in OpenAI's shape.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 from typing import Any
@@ -25,6 +26,7 @@ from modelyard.server.gateway.access import authenticate, parse_request_body, re
 from modelyard.server.gateway.errors import EngineUnreachable, error_json_bytes, gateway_error_response
 from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.keys import KeyFacts
+from modelyard.server.gateway.limits import Admission, LimitExceeded, limit_exceeded_response
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.responses import (
     CLIENT_CLOSED_REQUEST,
@@ -53,11 +55,29 @@ async def forward(request: Request, path: str) -> Response:
     runtime = gateway_runtime(request)
     try:
         facts = await authenticate(runtime, request)
-        payload, model = parse_request_body(await request.body(), runtime.context.limits.max_json_depth)
+        body = await request.body()
+        payload, model = parse_request_body(body, runtime.context.limits.max_json_depth)
         endpoints = await ready_endpoints(runtime, facts, model)
+        admission = await _admit(runtime, facts, payload, len(body))
+    except LimitExceeded as error:
+        return limit_exceeded_response(error)
     except ModelyardError as error:
         return gateway_error_response(error)
-    return ClientWatchedResponse(partial(_exchange, runtime, facts, path, payload, model, endpoints))
+    return ClientWatchedResponse(
+        partial(_exchange, runtime, facts, path, payload, model, endpoints, admission)
+    )
+
+
+async def _admit(
+    runtime: GatewayRuntime, facts: KeyFacts, payload: dict[str, Any], body_bytes: int
+) -> Admission:
+    """The key's limits (``limits.py``): admitted, or ``LimitExceeded``; a quota's usage is read
+    from the database (in a worker thread) the first time the key is seen in a period."""
+    limiter = runtime.limiter
+    start = limiter.quota_to_load(facts.id, facts.limits)
+    if start is not None:
+        await asyncio.to_thread(limiter.load_quota, facts.id, start)
+    return limiter.admit(facts.id, facts.limits, payload, body_bytes=body_bytes)
 
 
 def _ask_for_usage(payload: dict[str, Any]) -> bool:
@@ -142,6 +162,7 @@ async def _exchange(
     payload: dict[str, Any],
     model: str,
     endpoints: tuple[Endpoint, ...],
+    admission: Admission,
     send: Send,
     watch: ClientWatch,
 ) -> None:
@@ -149,6 +170,8 @@ async def _exchange(
     streaming = path in STREAMING_PATHS and bool(payload.get("stream"))
 
     def record(status: int, usage: TokenUsage | None) -> None:
+        used = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
+        runtime.limiter.finish(admission, used)
         runtime.usage.record(
             UsageRow(
                 api_key_id=facts.id, deployment_name=model, endpoint=path, usage=usage, status_code=status

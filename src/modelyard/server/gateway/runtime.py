@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 
 import aiohttp
 from fastapi import FastAPI, Request
 
 from modelyard.server.context import ServerContext
 from modelyard.server.gateway.keys import KeyCache
+from modelyard.server.gateway.limits import InProcessCounters, KeyLimiter
 from modelyard.server.gateway.routing import ReplicaBalancer
-from modelyard.server.gateway.usage import UsageRecorder, replay_journal
+from modelyard.server.gateway.usage import UsageRecorder, replay_journal, tokens_used_since
 from modelyard.server.gateway.usage_journal import UsageJournal
 
 USAGE_JOURNAL_FOLDER = "usage-journal"
@@ -86,6 +88,11 @@ class GatewayRuntime:
     key_cache: KeyCache
     usage: UsageRecorder
     balancer: ReplicaBalancer = field(default_factory=ReplicaBalancer)
+    # The keys' limits (limits.py), in this process; made from the context's database.
+    limiter: KeyLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = KeyLimiter(InProcessCounters(), partial(tokens_used_since, self.context.database))
 
     async def close(self) -> None:
         """Write pending usage rows and key times, then close connections to engines."""

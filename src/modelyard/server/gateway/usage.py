@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -120,6 +120,17 @@ def insert_usage_rows(connection: Connection, values: list[dict[str, Any]]) -> N
     else:
         statement = insert(UsageRecord)
     connection.execute(statement, values)
+
+
+def tokens_used_since(database: Database, key_id: int, since: datetime) -> int:
+    """Prompt and completion tokens of ``key_id``'s requests since ``since`` (a quota's period)."""
+    with database.session() as session:
+        total = session.scalar(
+            select(
+                func.coalesce(func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens), 0)
+            ).where(UsageRecord.api_key_id == key_id, UsageRecord.at >= since)
+        )
+    return int(total or 0)
 
 
 def replay_journal(database: Database, directory: Path, *, batch_rows: int = 1000) -> int:
