@@ -92,7 +92,10 @@ class GatewayHarness:
     def publish_endpoints(self, deployment: str, endpoints: list[Endpoint]) -> None:
         self.call(lambda: self.context.endpoints.publish(deployment, endpoints))
 
-    def create_key(self, name: str | None = None, allowed_deployments: list[str] | None = None) -> str:
+    def create_key(
+        self, name: str | None = None, allowed_deployments: list[str] | None = None, **limits: Any
+    ) -> str:
+        """A key as the REST API makes it; ``limits``: ApiKey's limit columns (requests_per_minute=2)."""
         key = generate_key()
         name = name or unique_name("key")
         with self.database.session() as session:
@@ -101,6 +104,7 @@ class GatewayHarness:
                 prefix=display_prefix(key),
                 key_hash=hash_key(key),
                 allowed_deployments=allowed_deployments,
+                **limits,
             )
             session.add(record)
             session.commit()

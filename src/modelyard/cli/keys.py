@@ -26,6 +26,15 @@ def create(
         "--rotate",
         help="If NAME exists, give it a new secret (the old one stops working) instead of refusing.",
     ),
+    rpm: int | None = typer.Option(None, "--rpm", min=1, help="At most this many requests per minute."),
+    tpm: int | None = typer.Option(
+        None, "--tpm", min=1, help="At most this many tokens (prompt + completion) per minute."
+    ),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="At most this many at once."),
+    quota: int | None = typer.Option(
+        None, "--quota", min=1, help="At most this many tokens per --quota-period."
+    ),
+    quota_period: str = typer.Option("month", "--quota-period", help="day or month (UTC calendar)."),
     as_json: bool = typer.Option(False, "--json", help='Print {"key": ..., "name": ...} only.'),
 ) -> None:
     """Create a key and print it. It is shown this once; only a hash is stored."""
@@ -39,7 +48,16 @@ def create(
             )
         created = client.post_if_exists(f"/keys/{name}/rotate")
     if created is None:
-        created = client.post("/keys", {"name": name, "allowed_deployments": allow or None})
+        body: dict[str, Any] = {"name": name, "allowed_deployments": allow or None}
+        limits = {
+            "requests_per_minute": rpm,
+            "tokens_per_minute": tpm,
+            "max_concurrent_requests": concurrency,
+        }
+        body.update({field: value for field, value in limits.items() if value is not None})
+        if quota is not None:
+            body.update(token_quota=quota, quota_period=quota_period)
+        created = client.post("/keys", body)
     if as_json:
         print_json({"key": created["key"], "name": created["name"]})
         return

@@ -25,6 +25,7 @@ from modelyard.server.door.body_limit import BodyLimitMiddleware
 from modelyard.server.errors import install_error_handlers
 from modelyard.server.gateway.router import gateway_router
 from modelyard.server.gateway.runtime import start_gateway
+from modelyard.server.openapi_docs import install_openapi
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def create_app(
     )
     app.state.context = context
     install_error_handlers(app)
+    install_openapi(app)
     # The outermost layer (added last): bodies over their route's limit never reach a route.
     app.add_middleware(BodyLimitMiddleware, limits=context.limits)
     app.include_router(api_router)

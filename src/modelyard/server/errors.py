@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from modelyard.errors import ModelyardError
@@ -143,12 +143,29 @@ def storage_full_response(request: Request) -> JSONResponse:
 
 
 async def _storage_or_unexpected(request: Request, error: Exception) -> JSONResponse:
-    """Database and OS errors a route did not handle: a full disk is 507, anything else 500."""
+    """Database and OS errors a route did not handle: a full disk is 507, a number the database
+    cannot hold 400, anything else 500."""
+    if isinstance(error, DataError):
+        return _out_of_range()
     if is_storage_full(error):
         logger.error("%s %s: the disk or the database is full (%s)", request.method, request.url.path, error)
         return storage_full_response(request)
     logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
     return _internal_error()
+
+
+def _out_of_range() -> JSONResponse:
+    return error_response(
+        400,
+        "a number in the request is out of range",
+        "number_out_of_range",
+        hint="ids and counts are whole numbers below 2^63",
+    )
+
+
+async def _overflow(_request: Request, _error: Exception) -> JSONResponse:
+    # SQLite's driver cannot bind an int past 64 bits (an id of 10^22 in a path, say).
+    return _out_of_range()
 
 
 def _internal_error() -> JSONResponse:
@@ -174,4 +191,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(SQLAlchemyError, _storage_or_unexpected)
     app.add_exception_handler(OSError, _storage_or_unexpected)
+    app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)

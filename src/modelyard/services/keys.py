@@ -37,6 +37,13 @@ def key_to_json(record: ApiKey) -> dict[str, Any]:
         "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
         "last_used_at": record.last_used_at.isoformat() if record.last_used_at else None,
         "active": record.revoked_at is None,
+        "limits": {
+            "requests_per_minute": record.requests_per_minute,
+            "tokens_per_minute": record.tokens_per_minute,
+            "max_concurrent_requests": record.max_concurrent_requests,
+            "token_quota": record.token_quota,
+            "quota_period": record.quota_period,
+        },
     }
 
 
@@ -58,8 +65,30 @@ def _check_allowed(session: Session, allowed: list[str]) -> list[str]:
     return names
 
 
-def create_key(session: Session, name: str, allowed_deployments: list[str] | None = None) -> CreatedKey:
+@dataclass(frozen=True)
+class KeyLimitRequest:
+    """Limits asked for a new key (None: no limit of that kind); see server/gateway/limits.py."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+    token_quota: int | None = None
+    # "day" or "month" (UTC calendar); a quota without one is per month.
+    quota_period: str | None = None
+
+
+def create_key(
+    session: Session,
+    name: str,
+    allowed_deployments: list[str] | None = None,
+    limits: KeyLimitRequest | None = None,
+) -> CreatedKey:
     check_name(name, "key")
+    limits = limits or KeyLimitRequest()
+    if limits.quota_period is not None and limits.quota_period not in ("day", "month"):
+        raise InvalidInput(f"quota_period {limits.quota_period!r} is not day or month")
+    if limits.quota_period is not None and limits.token_quota is None:
+        raise InvalidInput("quota_period is given without token_quota", hint="give the quota in tokens too")
     if session.scalar(select(ApiKey).where(ApiKey.name == name)) is not None:
         raise AlreadyExists(
             f"a key named {name!r} already exists",
@@ -71,7 +100,15 @@ def create_key(session: Session, name: str, allowed_deployments: list[str] | Non
     allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments)
     key = generate_key()
     record = ApiKey(
-        name=name, prefix=display_prefix(key), key_hash=hash_key(key), allowed_deployments=allowed
+        name=name,
+        prefix=display_prefix(key),
+        key_hash=hash_key(key),
+        allowed_deployments=allowed,
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
+        max_concurrent_requests=limits.max_concurrent_requests,
+        token_quota=limits.token_quota,
+        quota_period=(limits.quota_period or "month") if limits.token_quota is not None else None,
     )
     session.add(record)
     commit_new(session, "key", name)

@@ -90,6 +90,13 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # Limits (None: none; server/gateway/limits.py): requests and tokens (prompt + completion)
+    # per minute, requests at once, tokens per quota_period ("day" or "month", UTC calendar).
+    requests_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tokens_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    token_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_period: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
 class ModelFile(Base):
@@ -288,3 +295,6 @@ class UsageRecord(Base):
     usage_reported: Mapped[bool] = mapped_column(default=True)
     status_code: Mapped[int] = mapped_column(Integer, default=200)
     at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
+    # Made by the gateway for each request; a row replayed from the usage journal after a crash
+    # is skipped when it was written already (None: rows from before the journal).
+    request_id: Mapped[str | None] = mapped_column(String(32), unique=True, nullable=True)

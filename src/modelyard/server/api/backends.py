@@ -52,7 +52,11 @@ async def import_backends(
     return await in_session(context, _import, text)
 
 
-@router.get("/backends/{name}/export")
+@router.get(
+    "/backends/{name}/export",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"application/yaml": {}}, "description": "the GPUStack-shaped YAML"}},
+)
 async def export_backend(name: str, context: ServerContext = Depends(server_context)) -> PlainTextResponse:
     text = await in_session(context, backends.export_backend, name)
     return PlainTextResponse(text, media_type="application/yaml")

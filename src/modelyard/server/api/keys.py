@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +14,9 @@ from modelyard.services.names import MAXIMUM_NAME_LENGTH
 
 router = APIRouter(tags=["keys"])
 
+# The columns are 32-bit integers.
+MAXIMUM_PER_MINUTE = 2**31 - 1
+
 
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -23,6 +26,12 @@ class KeyCreate(BaseModel):
     allowed_deployments: (
         Annotated[list[Annotated[str, Field(max_length=MAXIMUM_NAME_LENGTH)]], Field(max_length=1024)] | None
     ) = None
+    # Limits (None: none), enforced by the gateway (429 with Retry-After, OpenAI-shaped).
+    requests_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_PER_MINUTE)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_PER_MINUTE)
+    max_concurrent_requests: int | None = Field(default=None, ge=1, le=100_000)
+    token_quota: int | None = Field(default=None, ge=1, le=10**15)
+    quota_period: Literal["day", "month"] | None = None
 
 
 @router.get("/keys")
@@ -33,7 +42,14 @@ async def list_keys(context: ServerContext = Depends(server_context)) -> list[di
 
 @router.post("/keys", status_code=201)
 async def create_key(request: KeyCreate, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    created = await in_session(context, keys.create_key, request.name, request.allowed_deployments)
+    limits = keys.KeyLimitRequest(
+        requests_per_minute=request.requests_per_minute,
+        tokens_per_minute=request.tokens_per_minute,
+        max_concurrent_requests=request.max_concurrent_requests,
+        token_quota=request.token_quota,
+        quota_period=request.quota_period,
+    )
+    created = await in_session(context, keys.create_key, request.name, request.allowed_deployments, limits)
     context.key_cache.invalidate()
     return {**keys.key_to_json(created.record), "key": created.key}
 

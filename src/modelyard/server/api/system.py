@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from modelyard import __version__
 from modelyard.server.context import ServerContext, server_context
@@ -12,8 +12,15 @@ from modelyard.server.context import ServerContext, server_context
 router = APIRouter(tags=["system"])
 
 
+def _usage_recording(request: Request) -> dict[str, Any]:
+    """Whether every answered request is being recorded durably (the usage journal and table)."""
+    gateway = getattr(request.app.state, "gateway", None)
+    problem = getattr(getattr(gateway, "usage", None), "failure", None)
+    return {"ok": problem is None, "problem": problem}
+
+
 @router.get("/system")
-async def read_system(context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+async def read_system(request: Request, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
     settings = context.settings
     base_url = settings.server_url
     database_kind = context.database.engine.url.get_backend_name()
@@ -27,6 +34,8 @@ async def read_system(context: ServerContext = Depends(server_context)) -> dict[
         "admin_password_file": str(settings.admin_password_file),
         # The demo while the server prepares it: state, progress_percent, stage, message, log_path.
         "demo": context.demo.to_json(),
+        # {"ok": false, "problem": "usage journal in ...: the disk is full"} while rows are at risk.
+        "usage_recording": _usage_recording(request),
     }
 
 

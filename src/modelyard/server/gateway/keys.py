@@ -24,13 +24,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from modelyard.server.gateway.limits import KeyLimits
 from modelyard.services.key_hashing import hash_key
 from modelyard.store.database import Database
 from modelyard.store.tables import ApiKey
@@ -47,6 +48,7 @@ class KeyFacts:
     # None: every deployment.
     allowed_deployments: frozenset[str] | None
     revoked: bool
+    limits: KeyLimits = field(default_factory=KeyLimits)
 
     def may_use(self, deployment_name: str) -> bool:
         return self.allowed_deployments is None or deployment_name in self.allowed_deployments
@@ -148,6 +150,13 @@ class KeyCache:
                 name=record.name,
                 allowed_deployments=None if allowed is None else frozenset(allowed),
                 revoked=record.revoked_at is not None,
+                limits=KeyLimits(
+                    requests_per_minute=record.requests_per_minute,
+                    tokens_per_minute=record.tokens_per_minute,
+                    max_concurrent_requests=record.max_concurrent_requests,
+                    token_quota=record.token_quota,
+                    quota_period="month" if record.quota_period == "month" else "day",
+                ),
             )
 
     async def flush_last_used(self) -> None:

@@ -10,6 +10,7 @@ bodies once complete, errors in OpenAI's shape.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 from typing import Any
@@ -25,6 +26,7 @@ from modelyard.server.gateway.access import authenticate, parse_request_body, re
 from modelyard.server.gateway.errors import EngineUnreachable, error_json_bytes, gateway_error_response
 from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.keys import KeyFacts
+from modelyard.server.gateway.limits import Admission, LimitExceeded, limit_exceeded_response
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.responses import (
     CLIENT_CLOSED_REQUEST,
@@ -37,7 +39,7 @@ from modelyard.server.gateway.responses import (
 )
 from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS, GatewayRuntime, gateway_runtime
 from modelyard.server.gateway.streaming import SseRelay
-from modelyard.server.gateway.usage import UsageRow
+from modelyard.server.gateway.usage import TokenUsage, UsageRow
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +55,29 @@ async def forward(request: Request, path: str) -> Response:
     runtime = gateway_runtime(request)
     try:
         facts = await authenticate(runtime, request)
-        payload, model = parse_request_body(await request.body(), runtime.context.limits.max_json_depth)
+        body = await request.body()
+        payload, model = parse_request_body(body, runtime.context.limits.max_json_depth)
         endpoints = await ready_endpoints(runtime, facts, model)
+        admission = await _admit(runtime, facts, payload, len(body))
+    except LimitExceeded as error:
+        return limit_exceeded_response(error)
     except ModelyardError as error:
         return gateway_error_response(error)
-    return ClientWatchedResponse(partial(_exchange, runtime, facts, path, payload, model, endpoints))
+    return ClientWatchedResponse(
+        partial(_exchange, runtime, facts, path, payload, model, endpoints, admission)
+    )
+
+
+async def _admit(
+    runtime: GatewayRuntime, facts: KeyFacts, payload: dict[str, Any], body_bytes: int
+) -> Admission:
+    """The key's limits (``limits.py``): admitted, or ``LimitExceeded``; a quota's usage is read
+    from the database (in a worker thread) the first time the key is seen in a period."""
+    limiter = runtime.limiter
+    start = limiter.quota_to_load(facts.id, facts.limits)
+    if start is not None:
+        await asyncio.to_thread(limiter.load_quota, facts.id, start)
+    return limiter.admit(facts.id, facts.limits, payload, body_bytes=body_bytes)
 
 
 def _ask_for_usage(payload: dict[str, Any]) -> bool:
@@ -142,11 +162,24 @@ async def _exchange(
     payload: dict[str, Any],
     model: str,
     endpoints: tuple[Endpoint, ...],
+    admission: Admission,
     send: Send,
     watch: ClientWatch,
 ) -> None:
     """Send the request to a replica and relay its answer; record it whatever happens."""
     streaming = path in STREAMING_PATHS and bool(payload.get("stream"))
+
+    def record(status: int, usage: TokenUsage | None) -> None:
+        used = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
+        runtime.limiter.finish(admission, used)
+        runtime.usage.record(
+            UsageRow(
+                api_key_id=facts.id, deployment_name=model, endpoint=path, usage=usage, status_code=status
+            )
+        )
+
+    # Recorded (journaled) just before the answer's last bytes; below, if it never got that far.
+    watch.on_finishing = record
     client_wants_usage = _ask_for_usage(payload) if streaming else False
     outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False)
     sent: tuple[aiohttp.ClientResponse, Endpoint] | None = None
@@ -176,12 +209,6 @@ async def _exchange(
             else:
                 upstream.close()  # the engine sees the disconnect and stops generating
             runtime.balancer.release(endpoint)
-        runtime.usage.record(
-            UsageRow(
-                api_key_id=facts.id,
-                deployment_name=model,
-                endpoint=path,
-                usage=outcome.usage,
-                status_code=outcome.status,
-            )
-        )
+        if not watch.recorded:
+            watch.recorded = True
+            record(outcome.status, outcome.usage)

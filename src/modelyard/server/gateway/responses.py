@@ -45,13 +45,21 @@ class ClientWatch:
 
     def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
         self.client_gone = False
+        # Called once, with the status and usage, just before the answer's last bytes are sent:
+        # the proxy records the request there (the usage journal), so an answered request is on
+        # disk before the client has all of its answer.
+        self.on_finishing: Callable[[int, TokenUsage | None], None] | None = None
+        self.recorded = False
         self._finishing = False
         self._task = task
         self._watcher = asyncio.ensure_future(self._watch(receive))
 
-    def finishing(self) -> None:
+    def finishing(self, status: int | None = None, usage: TokenUsage | None = None) -> None:
         """The last bytes are about to be sent: a disconnect from now on changes nothing."""
         self._finishing = True
+        if status is not None and self.on_finishing is not None and not self.recorded:
+            self.recorded = True
+            self.on_finishing(status, usage)
 
     def stop(self) -> None:
         self._finishing = True
@@ -110,8 +118,15 @@ class RelayOutcome:
     engine_done: bool
 
 
-async def send_whole(send: Send, watch: ClientWatch, status: int, body: bytes, content_type: str) -> None:
-    watch.finishing()
+async def send_whole(
+    send: Send,
+    watch: ClientWatch,
+    status: int,
+    body: bytes,
+    content_type: str,
+    usage: TokenUsage | None = None,
+) -> None:
+    watch.finishing(status, usage)
     headers = [
         (b"content-type", content_type.encode("latin-1")),
         (b"content-length", str(len(body)).encode()),
@@ -133,6 +148,8 @@ async def relay_stream(
     try:
         async for chunk in upstream.content.iter_any():
             out = relay.feed(chunk)
+            if relay.saw_done:
+                watch.finishing(200, relay.usage)  # [DONE] ends the answer for the client
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
     except ENGINE_CONNECTION_ERRORS as error:
@@ -152,9 +169,9 @@ async def relay_stream(
                 "the client gets an error event",
                 description,
             )
-    watch.finishing()
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
     status = ENGINE_BROKE_OFF if relay.interrupted else 200
+    watch.finishing(status, relay.usage)
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
     return RelayOutcome(status=status, usage=relay.usage, engine_done=engine_done)
 
 
@@ -190,5 +207,5 @@ async def relay_body(
     else:
         body = normalise_error_body(body, status)
         content_type = "application/json"
-    await send_whole(send, watch, status, body, content_type)
+    await send_whole(send, watch, status, body, content_type, usage)
     return RelayOutcome(status=status, usage=usage, engine_done=True)

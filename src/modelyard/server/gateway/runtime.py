@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 
 import aiohttp
 from fastapi import FastAPI, Request
 
 from modelyard.server.context import ServerContext
 from modelyard.server.gateway.keys import KeyCache
+from modelyard.server.gateway.limits import InProcessCounters, KeyLimiter
 from modelyard.server.gateway.routing import ReplicaBalancer
-from modelyard.server.gateway.usage import UsageRecorder
+from modelyard.server.gateway.usage import UsageRecorder, replay_journal, tokens_used_since
+from modelyard.server.gateway.usage_journal import UsageJournal
+
+USAGE_JOURNAL_FOLDER = "usage-journal"
 
 # Anything that can go wrong between the gateway and an engine once a request is on its way.
 ENGINE_CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
@@ -83,6 +88,11 @@ class GatewayRuntime:
     key_cache: KeyCache
     usage: UsageRecorder
     balancer: ReplicaBalancer = field(default_factory=ReplicaBalancer)
+    # The keys' limits (limits.py), in this process; made from the context's database.
+    limiter: KeyLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = KeyLimiter(InProcessCounters(), partial(tokens_used_since, self.context.database))
 
     async def close(self) -> None:
         """Write pending usage rows and key times, then close connections to engines."""
@@ -106,7 +116,14 @@ async def start_gateway(
         unknown_ttl_s=settings.key_unknown_ttl_s,
         last_used_interval_s=settings.key_last_used_interval_s,
     )
-    usage = UsageRecorder(context.database, batch_delay_s=settings.usage_batch_delay_s)
+    # Rows journaled by an earlier process (killed before it wrote them) go in first.
+    journal_directory = context.settings.data_dir / USAGE_JOURNAL_FOLDER
+    await asyncio.to_thread(replay_journal, context.database, journal_directory)
+    usage = UsageRecorder(
+        context.database,
+        journal=UsageJournal.open(journal_directory),
+        batch_delay_s=settings.usage_batch_delay_s,
+    )
     runtime = GatewayRuntime(
         context=context,
         settings=settings,

@@ -5,9 +5,14 @@ The gateway never counts tokens itself: a response without ``usage`` is recorded
 queue; one task drains it and writes each batch in a worker thread, so the event loop never waits
 on the database.
 
+Every row is appended to the usage journal first (``usage_journal.py``): one ``write()`` made
+before the answer's last bytes leave, so no answered request goes unrecorded across a crash;
+the journal is replayed at start (``replay_journal``). A batch the database refuses (a full
+disk) is kept and written with the next one, and stays in the journal meanwhile.
+
 Usage::
 
-    recorder = UsageRecorder(database)
+    recorder = UsageRecorder(database, journal=UsageJournal.open(data_dir / "usage-journal"))
     recorder.start()                      # inside the running event loop
     recorder.record(UsageRow(...))        # per request, never blocks
     await recorder.close()                # at shutdown: writes what is left
@@ -18,14 +23,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Connection, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
+from modelyard.server.gateway.usage_journal import UsageJournal, journal_segments, read_segment
 from modelyard.store.database import Database
+from modelyard.store.storage_errors import is_storage_full
 from modelyard.store.tables import UsageRecord, utc_now
 
 logger = logging.getLogger(__name__)
@@ -82,6 +93,8 @@ class UsageRow:
     # The status the client saw; 502 for a stream the engine cut.
     status_code: int = 200
     at: datetime = field(default_factory=utc_now)
+    # Unique per request: a row replayed from the journal is written once.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def to_values(self) -> dict[str, Any]:
         """The column values of its ``usage_records`` row."""
@@ -94,32 +107,85 @@ class UsageRow:
             "usage_reported": self.usage is not None,
             "status_code": self.status_code,
             "at": self.at,
+            "request_id": self.request_id,
         }
 
 
+def insert_usage_rows(connection: Connection, values: list[dict[str, Any]]) -> None:
+    """One multi-row INSERT; rows whose ``request_id`` is there already are skipped."""
+    if connection.dialect.name == "postgresql":
+        statement: Any = postgresql.insert(UsageRecord).on_conflict_do_nothing(index_elements=["request_id"])
+    elif connection.dialect.name == "sqlite":
+        statement = sqlite.insert(UsageRecord).on_conflict_do_nothing(index_elements=["request_id"])
+    else:
+        statement = insert(UsageRecord)
+    connection.execute(statement, values)
+
+
+def tokens_used_since(database: Database, key_id: int, since: datetime) -> int:
+    """Prompt and completion tokens of ``key_id``'s requests since ``since`` (a quota's period)."""
+    with database.session() as session:
+        total = session.scalar(
+            select(
+                func.coalesce(func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens), 0)
+            ).where(UsageRecord.api_key_id == key_id, UsageRecord.at >= since)
+        )
+    return int(total or 0)
+
+
+def replay_journal(database: Database, directory: Path, *, batch_rows: int = 1000) -> int:
+    """Write the rows that earlier processes journaled (skipping those already written), then
+    delete their segments. Returns how many rows were read. Blocking: call before serving."""
+    replayed = 0
+    for segment in journal_segments(directory, exclude_pid=os.getpid()):
+        rows = list(read_segment(segment))
+        with database.engine.begin() as connection:
+            for start in range(0, len(rows), batch_rows):
+                insert_usage_rows(connection, rows[start : start + batch_rows])
+        replayed += len(rows)
+        segment.unlink()
+    if replayed:
+        logger.info("replayed %d usage rows from the usage journal in %s", replayed, directory)
+    return replayed
+
+
 class UsageRecorder:
-    """Batches ``UsageRow``s into ``usage_records`` off the event loop.
+    """Batches ``UsageRow``s into ``usage_records`` off the event loop, journaled first.
 
     ``batch_delay_s`` is how long the drain task waits after the first row of a batch for others
     to join it; ``max_queued_rows`` bounds memory when the database is slower than the traffic
-    (rows beyond it are dropped with one warning per batch, never blocking a request).
+    (rows beyond it are dropped with one warning per batch, never blocking a request; they stay
+    in the journal and are written at the next start). A batch the database refuses is kept and
+    tried again with the next (up to ``max_queued_rows`` rows), the reason in ``failure``.
     """
 
     def __init__(
         self,
         database: Database,
         *,
+        journal: UsageJournal | None = None,
         batch_delay_s: float = 0.25,
         max_batch_rows: int = 1000,
         max_queued_rows: int = 100_000,
     ) -> None:
         self._database = database
+        self._journal = journal
         self._batch_delay_s = batch_delay_s
         self._max_batch_rows = max_batch_rows
-        self._queue: asyncio.Queue[UsageRow] = asyncio.Queue(maxsize=max_queued_rows)
+        self._max_queued_rows = max_queued_rows
+        self._queue: asyncio.Queue[tuple[UsageRow, int]] = asyncio.Queue(maxsize=max_queued_rows)
         self._task: asyncio.Task[None] | None = None
         self._dropped_rows = 0
+        # Rows the database refused, written first with the next batch.
+        self._retry: list[tuple[UsageRow, int]] = []
+        self._database_failure: str | None = None
         self.written_rows = 0
+
+    @property
+    def failure(self) -> str | None:
+        """Why usage is not being recorded durably right now (None: it is)."""
+        journal_failure = self._journal.failure if self._journal is not None else None
+        return journal_failure or self._database_failure
 
     def start(self) -> None:
         """Start the drain task (call from inside the running event loop)."""
@@ -127,9 +193,10 @@ class UsageRecorder:
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="usage-recorder")
 
     def record(self, row: UsageRow) -> None:
-        """Queue one row; never blocks, never touches the database."""
+        """Journal one row (one ``write()``) and queue it; never blocks on the database."""
+        sequence = self._journal.append(row.to_values()) if self._journal is not None else 0
         try:
-            self._queue.put_nowait(row)
+            self._queue.put_nowait((row, sequence))
         except asyncio.QueueFull:
             self._dropped_rows += 1
 
@@ -143,14 +210,18 @@ class UsageRecorder:
             rows = self._take_all()
             if rows:
                 await asyncio.to_thread(self._write, rows)
-            return
-        await self._queue.join()
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._task = None
+        else:
+            await self._queue.join()
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._journal is not None:
+            self._journal.close()
+            if not self._retry:
+                self._journal.committed_through(self._journal.last_sequence)
 
-    def _take_all(self) -> list[UsageRow]:
-        rows: list[UsageRow] = []
+    def _take_all(self) -> list[tuple[UsageRow, int]]:
+        rows: list[tuple[UsageRow, int]] = []
         while not self._queue.empty() and len(rows) < self._max_batch_rows:
             rows.append(self._queue.get_nowait())
         return rows
@@ -167,19 +238,35 @@ class UsageRecorder:
                 for _ in rows:
                     self._queue.task_done()
 
-    def _write(self, rows: list[UsageRow]) -> None:
+    def _write(self, rows: list[tuple[UsageRow, int]]) -> None:
         if self._dropped_rows:
             logger.warning(
-                "usage queue was full: %d usage rows were dropped (the database is too slow)",
+                "usage queue was full: %d usage rows were dropped (the database is too slow); "
+                "they are in the usage journal and are written at the next start",
                 self._dropped_rows,
             )
             self._dropped_rows = 0
+        batch = [*self._retry, *rows]
+        if self._journal is not None:
+            self._journal.sync()
         try:
             # One multi-row INSERT (Core, not ORM objects): a batch costs little more than a row.
             with self._database.engine.begin() as connection:
-                connection.execute(insert(UsageRecord), [row.to_values() for row in rows])
-        except SQLAlchemyError:
-            # A metering failure must never fail requests; the rows are lost and the reason logged.
-            logger.exception("could not write %d usage rows to usage_records", len(rows))
+                insert_usage_rows(connection, [row.to_values() for row, _ in batch])
+        except SQLAlchemyError as error:
+            # Metering never fails requests: the rows wait (in memory and in the journal).
+            self._retry = batch[-self._max_queued_rows :]
+            reason = "the disk is full" if is_storage_full(error) else type(error).__name__
+            if self._database_failure is None:
+                logger.exception("could not write %d usage rows to usage_records (%s)", len(batch), reason)
+            self._database_failure = (
+                f"usage_records cannot be written: {reason}; {len(self._retry)} rows wait"
+            )
             return
-        self.written_rows += len(rows)
+        self._retry = []
+        if self._database_failure is not None:
+            logger.warning("usage rows are written to usage_records again")
+            self._database_failure = None
+        self.written_rows += len(batch)
+        if self._journal is not None:
+            self._journal.committed_through(max(sequence for _, sequence in batch))

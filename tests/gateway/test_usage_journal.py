@@ -1,0 +1,86 @@
+"""The usage journal: rows on disk before the answer ends, replayed once after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from modelyard.server.gateway.usage import TokenUsage, UsageRecorder, UsageRow, replay_journal
+from modelyard.server.gateway.usage_journal import UsageJournal, journal_segments
+from modelyard.store.database import Database
+from modelyard.store.tables import UsageRecord
+
+
+def _row(index: int) -> UsageRow:
+    return UsageRow(
+        api_key_id=None,
+        deployment_name="demo",
+        endpoint="/v1/chat/completions",
+        usage=TokenUsage(prompt_tokens=index, completion_tokens=1),
+    )
+
+
+def _count(database: Database) -> int:
+    with database.session() as session:
+        return int(session.scalar(select(func.count()).select_from(UsageRecord)) or 0)
+
+
+def _journal_written_by_another_process(directory: Path, rows: list[UsageRow]) -> None:
+    """What a killed server leaves: a segment named after another pid, not yet deleted."""
+    journal = UsageJournal.open(directory)
+    for row in rows:
+        journal.append(row.to_values())
+    journal.close()
+    for segment in journal_segments(directory):
+        segment.rename(segment.with_name(f"{os.getpid() + 1}-{segment.name.split('-', 1)[1]}"))
+
+
+def test_rows_journaled_by_a_killed_server_are_written_once_at_the_next_start(
+    database_url: str, tmp_path: Path
+) -> None:
+    database = Database.open(database_url)
+    directory = tmp_path / "usage-journal"
+    rows = [_row(index) for index in range(25)]
+    # The killed server had written the first ten to the database before it died.
+    recorder = UsageRecorder(database)
+    asyncio.run(_record_and_close(recorder, rows[:10]))
+    _journal_written_by_another_process(directory, rows)
+
+    assert replay_journal(database, directory) == 25
+    assert _count(database) == 25
+    assert journal_segments(directory) == []
+    assert replay_journal(database, directory) == 0
+    database.close()
+
+
+async def _record_and_close(recorder: UsageRecorder, rows: list[UsageRow]) -> None:
+    recorder.start()
+    for row in rows:
+        recorder.record(row)
+    await recorder.close()
+
+
+def test_a_segment_is_deleted_once_its_rows_are_in_the_database(database_url: str, tmp_path: Path) -> None:
+    database = Database.open(database_url)
+    journal = UsageJournal.open(tmp_path / "usage-journal", segment_rows=4)
+    recorder = UsageRecorder(database, journal=journal, batch_delay_s=0)
+    asyncio.run(_record_and_close(recorder, [_row(index) for index in range(10)]))
+    assert _count(database) == 10
+    assert journal_segments(tmp_path / "usage-journal") == []
+    database.close()
+
+
+def test_a_journal_that_cannot_be_written_is_reported_and_the_row_still_reaches_the_database(
+    database_url: str,
+) -> None:
+    database = Database.open(database_url)
+    # /dev/full is a device: no segment can ever be made under it, whoever runs the test.
+    journal = UsageJournal(Path("/dev/full/usage-journal"))
+    recorder = UsageRecorder(database, journal=journal, batch_delay_s=0)
+    asyncio.run(_record_and_close(recorder, [_row(1)]))
+    assert recorder.failure is not None and "usage journal in /dev/full/usage-journal" in recorder.failure
+    assert _count(database) == 1
+    database.close()
