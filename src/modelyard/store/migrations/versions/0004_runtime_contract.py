@@ -6,8 +6,8 @@ verification last passed or was asked for. Deployments and events get uids, so t
 deployed again after ``rm`` has its own events. On SQLite the instances table becomes
 AUTOINCREMENT, so that an instance id is never handed out twice.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-01 22:30:00
 """
 
@@ -18,8 +18,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
