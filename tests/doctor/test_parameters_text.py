@@ -127,3 +127,25 @@ def test_env_assignment_after_a_flag_of_a_custom_engine() -> None:
         engine="custom", version=None, backend_parameters=["--port 1 HF_TOKEN=x"], env={}
     )
     assert _with(found, "param.env-in-args")
+
+
+def test_a_jinja_template_given_to_an_engine_without_a_flag_table_is_not_read_as_json() -> None:
+    findings = check_parameters(
+        engine="transformers",
+        version=None,
+        backend_parameters=[
+            "--chat-template '{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}'"
+        ],
+        env={},
+    )
+    assert _with(findings, "param.invalid-json") == []
+
+
+def test_a_broken_json_value_without_a_flag_table_is_a_warning_not_a_refusal() -> None:
+    [found] = _with(
+        check_parameters(
+            engine="transformers", version=None, backend_parameters=["--extra '{a: 1}'"], env={}
+        ),
+        "param.invalid-json",
+    )
+    assert found.severity is Severity.WARNING

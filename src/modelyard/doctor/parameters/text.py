@@ -223,7 +223,12 @@ def check_json_values(context: ParameterContext) -> list[Finding]:
         if not takes_json or not option.values or "." in option.typed:
             continue
         value = option.values[-1]
-        if option.spec is None and not value.lstrip().startswith(("{", "[")):
+        stripped = value.lstrip()
+        # Without a table, only a value that looks like JSON is read as JSON; a Jinja template
+        # ("{{ messages }}", "{% for ... %}") or a path is not.
+        if option.spec is None and (
+            not stripped.startswith(("{", "[")) or stripped.startswith(("{{", "{%", "{#"))
+        ):
             continue
         try:
             json.loads(value)
@@ -234,7 +239,8 @@ def check_json_values(context: ParameterContext) -> list[Finding]:
             findings.append(
                 Finding(
                     "param.invalid-json",
-                    Severity.ERROR,
+                    # The table says JSON: the engine refuses it. No table: a guess, so a warning.
+                    Severity.ERROR if option.spec is not None else Severity.WARNING,
                     f"line {option.line_number}: {option.typed} takes JSON but {value!r} is not JSON: "
                     f"{error.msg} at character {error.pos + 1}{hint}",
                     fix=f"give valid JSON in single quotes, e.g. {option.typed} "
