@@ -48,7 +48,9 @@ VLLM_DOUBLE_SPEC = {
     },
 }
 
-FAST = ControllerOptions(tick_seconds=0.1, backoff_initial_seconds=0.2, backoff_max_seconds=1.0)
+FAST = ControllerOptions(
+    tick_seconds=0.1, backoff_initial_seconds=0.2, backoff_max_seconds=1.0, stall_seconds=2.0
+)
 
 
 @dataclass
@@ -334,3 +336,15 @@ async def test_verification_run_again_puts_a_fixed_instance_back_into_rotation(h
     assert fixed.pid == pid  # the same engine, verified again, not restarted
     assert "verification run again on request" in fixed.reason
     await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 1, "back in rotation")
+
+
+async def test_a_start_whose_log_stops_growing_is_reported_while_it_keeps_starting(harness: Harness) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    harness.set_deployment(desired_state="stopped", backend_parameters=["--startup-delay-s", "600"])
+    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
+    harness.set_deployment(desired_state="running")
+    await harness.wait_for(
+        lambda: "printed nothing for" in harness.instances()[0].reason, "the silent start reported"
+    )
+    [instance] = harness.instances()
+    assert instance.state == "starting" and _alive(instance.pid)

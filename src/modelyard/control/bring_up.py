@@ -11,17 +11,24 @@ running, so that no request in between is told "no ready replica".
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.instance_store import DeploymentView
-from modelyard.control.readiness import ReadinessTarget, tiny_chat, wait_for_health
+from modelyard.control.readiness import (
+    HEALTH_POLL_INTERVAL_SECONDS,
+    ReadinessTarget,
+    health_answers,
+    tiny_chat,
+)
 from modelyard.control.rotation import publish_one, unpublish_one
+from modelyard.control.stall_watch import StallWatch
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
-from modelyard.control.verification import run_verification
+from modelyard.control.verification import diagnose_engine_log, run_verification
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +53,38 @@ def failed_summary(results: list[dict[str, Any]]) -> str | None:
     return "; ".join(f"{result['check_id']}: {result.get('message', '')}" for result in failed)
 
 
+async def _wait_for_health_watching_the_log(
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance_id: int,
+    engine: LiveEngine,
+    target: ReadinessTarget,
+) -> None:
+    """Poll the health path; meanwhile, a log with no new line for ``stall_seconds`` is reported
+    on the instance (it stays starting: a silent load is not yet a failure)."""
+    watch = StallWatch(engine.log_path, context.clock, context.options.stall_seconds)
+    while not await health_answers(context.client, target):
+        quiet = watch.stalled_for()
+        if quiet is not None:
+            diagnosis = await asyncio.to_thread(
+                functools.partial(
+                    diagnose_engine_log,
+                    engine.log_path,
+                    engine=context.engine_family(deployment),
+                    engine_args=deployment.backend_parameters,
+                    stalled_seconds=quiet,
+                )
+            )
+            await context.transition(
+                instance_id,
+                InstanceState.STARTING,
+                f"starting, but the engine has printed nothing for {quiet:.0f} s"
+                + (f": {diagnosis}" if diagnosis else ""),
+                diagnosis=diagnosis,
+            )
+        await asyncio.sleep(HEALTH_POLL_INTERVAL_SECONDS)
+
+
 async def bring_up(
     context: ControlContext,
     deployment: DeploymentView,
@@ -65,7 +104,7 @@ async def bring_up(
     timeout = context.options.startup_timeout_seconds
     try:
         async with asyncio.timeout(timeout):
-            await wait_for_health(context.client, target)
+            await _wait_for_health_watching_the_log(context, deployment, instance_id, engine, target)
     except TimeoutError:
         await fail_running_engine(context, instance_id, f"not healthy after {timeout:.0f} s")
         return

@@ -58,6 +58,8 @@ class ControllerOptions:
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 60.0
     startup_timeout_seconds: float = 1800.0
+    # A starting engine whose log has no new line for this long is reported (not stopped).
+    stall_seconds: float = 600.0
     gpu_refresh_seconds: float = 5.0
     # How often the runtimes are asked for engines nobody claims (a start killed half-way).
     orphan_sweep_seconds: float = 60.0

@@ -8,7 +8,6 @@ what proves the model is loaded. The verification suite runs after that (``model
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -33,12 +32,6 @@ async def health_answers(client: httpx.AsyncClient, target: ReadinessTarget) -> 
     except httpx.HTTPError:
         return False
     return response.status_code == 200
-
-
-async def wait_for_health(client: httpx.AsyncClient, target: ReadinessTarget) -> None:
-    """Return once the health path answers 200 (the caller bounds the wait and checks the process)."""
-    while not await health_answers(client, target):
-        await asyncio.sleep(HEALTH_POLL_INTERVAL_SECONDS)
 
 
 async def tiny_chat(client: httpx.AsyncClient, target: ReadinessTarget) -> str | None:

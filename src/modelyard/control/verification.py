@@ -37,16 +37,22 @@ def diagnose_engine_log(
     exit_code: int | None = None,
     engine: str | None = None,
     engine_args: Sequence[str] = (),
+    stalled_seconds: float | None = None,
 ) -> str | None:
     """One line naming the problem and the fix, from the engine's log; None when nothing matched.
 
     ``exit_code`` (negative: killed by that signal) lets the doctor point at the host's OOM
-    killer; ``engine`` and ``engine_args`` make the fix name the current values.
+    killer; ``engine`` and ``engine_args`` make the fix name the current values;
+    ``stalled_seconds``: the engine is still starting and has printed nothing for that long.
     """
     from modelyard.doctor.log_signatures import diagnose_log
 
     findings = diagnose_log(
-        read_log_tail(log_path), exit_code=exit_code, engine=engine, engine_args=engine_args
+        read_log_tail(log_path),
+        exit_code=exit_code,
+        engine=engine,
+        engine_args=engine_args,
+        stalled_seconds=stalled_seconds,
     )
     if not findings:
         return None
