@@ -348,3 +348,16 @@ async def test_a_start_whose_log_stops_growing_is_reported_while_it_keeps_starti
     )
     [instance] = harness.instances()
     assert instance.state == "starting" and _alive(instance.pid)
+
+
+async def test_an_engine_that_asks_for_its_own_key_gets_it_from_readiness_and_the_gateway(
+    harness: Harness,
+) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    harness.set_deployment(desired_state="stopped", backend_parameters=["--api-key", "engine-own-key"])
+    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
+    harness.set_deployment(desired_state="running")
+    await harness.wait_for(lambda: harness.running_count() == 1, "running with its key")
+    [endpoint] = harness.endpoints.endpoints_for("chat")
+    assert endpoint.engine_api_key == "engine-own-key"
+    assert "engine-own-key" not in repr(endpoint)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -275,3 +276,21 @@ def test_a_full_log_directory_fails_its_instance_only_and_recovers(server: Serve
         "full-disk running once there is room",
     )
     remove(server, "full-disk")
+
+
+def test_an_engine_started_with_its_own_api_key_answers_through_the_gateway(server: ServeProcess) -> None:
+    assert deploy(server, "keyed", backend_parameters=["--api-key", "engine-own-key"]).status_code == 201
+    wait_until(functools.partial(has_running, server, "keyed", 1), RUNNING_SECONDS, "keyed running")
+    with server.api() as client:
+        key = client.post("/api/v1/keys", json={"name": "keyed-client"}).json()["key"]
+        [instance] = client.get("/api/v1/deployments/keyed").json()["instances"]
+    assert "engine-own-key" not in " ".join(instance["command"])
+    answer = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=30,
+        trust_env=False,
+    )
+    assert answer.status_code == 200, answer.text
+    remove(server, "keyed")

@@ -19,11 +19,13 @@ from pathlib import Path
 
 from modelyard.control.bring_up import bring_up
 from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.engine_key import authorization_headers, engine_api_key
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.launch import instance_label, process_identity
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
 from modelyard.control.states import InstanceState
+from modelyard.errors import ModelyardError
 from modelyard.runtimes.base import EngineAddress, EngineHandle, FoundEngine, Runtime
 
 logger = logging.getLogger(__name__)
@@ -111,6 +113,7 @@ async def _adopt_one(
         log_path=log_path,
         base_url=address.base_url,
         launch_token=instance.launch_token,
+        api_key=_engine_key(context, deployment),
     )
     context.engines[instance.id] = engine
     context.ledger.book(instance.id, instance_label(deployment, instance), instance.gpu_ids)
@@ -124,7 +127,12 @@ async def _adopt_one(
         result.get("status") == "failed" for result in instance.verification
     )
     if version is not None and instance.state == InstanceState.RUNNING:
-        target = ReadinessTarget(engine.base_url, version.health_path, context.served_name(deployment))
+        target = ReadinessTarget(
+            engine.base_url,
+            version.health_path,
+            context.served_name(deployment),
+            headers=authorization_headers(engine.api_key),
+        )
         if await health_answers(context.client, target):
             publish_one(context, deployment, instance.id)
             await context.transition(
@@ -158,6 +166,16 @@ async def _adopt_one(
         ),
         "bring-up",
     )
+
+
+def _engine_key(context: ControlContext, deployment: DeploymentView) -> str | None:
+    try:
+        parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
+        env = context.secrets.reveal_env(deployment.env)
+    except ModelyardError:
+        logger.warning("deployment %s: its sealed values cannot be opened here", deployment.name)
+        return None
+    return engine_api_key(parameters, env)
 
 
 async def stop_orphans(context: ControlContext, orphans: list[tuple[Runtime, FoundEngine]]) -> None:

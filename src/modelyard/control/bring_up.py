@@ -15,8 +15,11 @@ import functools
 import logging
 from typing import Any
 
+import httpx
+
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.engine_key import authorization_headers
 from modelyard.control.instance_store import DeploymentView
 from modelyard.control.readiness import (
     HEALTH_POLL_INTERVAL_SECONDS,
@@ -36,14 +39,23 @@ logger = logging.getLogger(__name__)
 async def verify(
     context: ControlContext, deployment: DeploymentView, engine: LiveEngine, version: BackendVersion
 ) -> list[dict[str, Any]]:
-    return await run_verification(
-        client=context.client,
-        base_url=engine.base_url,
-        served_model_name=context.served_name(deployment),
-        deployment_name=deployment.name,
-        version=version,
-        model_details=deployment.model_details,
-    )
+    async def run(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+        return await run_verification(
+            client=client,
+            base_url=engine.base_url,
+            served_model_name=context.served_name(deployment),
+            deployment_name=deployment.name,
+            version=version,
+            model_details=deployment.model_details,
+        )
+
+    if not engine.api_key:
+        return await run(context.client)
+    # The engine asks for its own key: every check sends it.
+    async with httpx.AsyncClient(
+        timeout=context.client.timeout, trust_env=False, headers=authorization_headers(engine.api_key)
+    ) as client:
+        return await run(client)
 
 
 def failed_summary(results: list[dict[str, Any]]) -> str | None:
@@ -99,6 +111,7 @@ async def bring_up(
         base_url=engine.base_url,
         health_path=version.health_path,
         served_model_name=context.served_name(deployment),
+        headers=authorization_headers(engine.api_key),
     )
     started = context.clock.monotonic()
     timeout = context.options.startup_timeout_seconds

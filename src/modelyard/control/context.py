@@ -78,6 +78,9 @@ class LiveEngine:
     log_path: Path
     base_url: str
     launch_token: str | None = None
+    # The key the engine itself asks for (--api-key): sent by readiness, verification and the
+    # gateway; in memory only.
+    api_key: str | None = field(default=None, repr=False)
 
 
 class TaskBoard:

@@ -28,6 +28,9 @@ class Endpoint:
     # version, shown to clients in /v1/models so that benchmarks can record what they measured.
     engine: str = "custom"
     engine_version: str = ""
+    # The key the engine itself asks for (its --api-key), sent upstream instead of the client's
+    # modelyard key; never shown.
+    engine_api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 from modelyard.backends.render import render_launch
 from modelyard.control.bring_up import bring_up
 from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.placement import place_instance
@@ -139,6 +140,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         log_path=log_path,
         base_url=address.base_url,
         launch_token=token,
+        api_key=engine_api_key(parameters, env),
     )
     context.engines[instance.id] = engine
     pid, start_time = process_identity(started.handle.runtime, started.handle.id)

@@ -9,7 +9,7 @@ what proves the model is loaded. The verification suite runs after that (``model
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -24,11 +24,13 @@ class ReadinessTarget:
     base_url: str
     health_path: str
     served_model_name: str
+    # Sent with every request (the engine's own key, when it asks for one).
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 async def health_answers(client: httpx.AsyncClient, target: ReadinessTarget) -> bool:
     try:
-        response = await client.get(target.base_url + target.health_path, timeout=5.0)
+        response = await client.get(target.base_url + target.health_path, timeout=5.0, headers=target.headers)
     except httpx.HTTPError:
         return False
     return response.status_code == 200
@@ -44,7 +46,10 @@ async def tiny_chat(client: httpx.AsyncClient, target: ReadinessTarget) -> str |
     }
     try:
         response = await client.post(
-            target.base_url + "/v1/chat/completions", json=body, timeout=TINY_CHAT_TIMEOUT_SECONDS
+            target.base_url + "/v1/chat/completions",
+            json=body,
+            timeout=TINY_CHAT_TIMEOUT_SECONDS,
+            headers=target.headers,
         )
     except httpx.HTTPError as error:
         return f"tiny chat request failed: {type(error).__name__}: {error}"

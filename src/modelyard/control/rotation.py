@@ -25,6 +25,7 @@ def endpoint_for(context: ControlContext, deployment: DeploymentView, instance_i
         reasoning_field=version.reasoning_field if version is not None else "reasoning_content",
         engine=context.engine_family(deployment) or "custom",
         engine_version=deployment.backend_version,
+        engine_api_key=engine.api_key,
     )
 
 

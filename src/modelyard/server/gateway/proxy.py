@@ -121,7 +121,10 @@ async def _send(
         url = endpoint.base_url + path
         balancer.acquire(endpoint)
         try:
-            response = await runtime.engine_client.request("POST", url, data=content, headers=_ENGINE_HEADERS)
+            headers = _ENGINE_HEADERS
+            if endpoint.engine_api_key:
+                headers = {**_ENGINE_HEADERS, "authorization": f"Bearer {endpoint.engine_api_key}"}
+            response = await runtime.engine_client.request("POST", url, data=content, headers=headers)
             return response, endpoint
         except _UNREACHABLE as error:
             balancer.release(endpoint)
