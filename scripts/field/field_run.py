@@ -13,7 +13,10 @@ ends mid-way still leaves evidence. A failing step is recorded and the next one 
     python3 scripts/field/field_run.py kv-truth vllm-kv-a --backend vllm --version 0.25.0 --args "..."
 
 Environment: ``FIELD_RESULTS`` (default /tmp/field/results), ``FIELD_DATA`` (modelyard's data
-directory, default /tmp/field/data), ``FIELD_PORT`` (default 8080).
+directory, default /tmp/field/data), ``FIELD_PORT`` (default 8080). The exit status is 1 when the
+step did not pass (a deployment that did not run, a benchmark that failed, a removal that did not
+finish, a deliberately wrong deployment that was not refused), so that a phase can say whether all
+of its steps passed.
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ def save_deployment_files(name: str, folder: Path) -> None:
 # -- steps ------------------------------------------------------------------------------------------
 
 
-def step_serve(arguments: argparse.Namespace) -> None:
+def step_serve(arguments: argparse.Namespace) -> bool:
     """Start ``modelyard serve`` (its own session, so it outlives this call), make a key, add the model."""
     DATA.mkdir(parents=True, exist_ok=True)
     MODEL_DIR_FILE.write_text(arguments.model_dir)
@@ -167,6 +170,7 @@ def step_serve(arguments: argparse.Namespace) -> None:
         gpus=gpus_text.stdout,
         model_added=added.returncode == 0,
     )
+    return added.returncode == 0
 
 
 def deploy_arguments(arguments: argparse.Namespace) -> list[str]:
@@ -186,9 +190,15 @@ def deploy_arguments(arguments: argparse.Namespace) -> list[str]:
     return [*command, "--timeout", str(arguments.timeout), "--json"]
 
 
-def step_deploy(arguments: argparse.Namespace) -> None:
-    """Deploy through the normal path (doctor, start, readiness, verification) and time it."""
+def step_deploy(arguments: argparse.Namespace) -> bool:
+    """Deploy through the normal path (doctor, start, readiness, verification) and time it.
+
+    ``--reuse``: a deployment of that name that already runs (an earlier phase's) passes as it is.
+    """
     folder = RESULTS / arguments.name
+    if arguments.reuse and running_instance(arguments.name) is not None:
+        record("deploy", name=arguments.name, reused=True)
+        return True
     started = time.monotonic()
     result = modelyard(*deploy_arguments(arguments), timeout=arguments.timeout + 60)
     seconds = time.monotonic() - started
@@ -203,6 +213,7 @@ def step_deploy(arguments: argparse.Namespace) -> None:
         port=instance.get("port") if instance else None,
         stderr_tail=result.stderr.strip()[-1500:],
     )
+    return result.returncode == 0 and instance is not None
 
 
 def bench_arguments(
@@ -261,12 +272,12 @@ def engine_metrics_url(instance: dict[str, Any], backend: str) -> str | None:
     return None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
 
 
-def step_bench(arguments: argparse.Namespace) -> None:
+def step_bench(arguments: argparse.Namespace) -> bool:
     """The same sweep through the gateway and directly at the engine's port."""
     instance = running_instance(arguments.name)
     if instance is None:
         record("bench", name=arguments.name, error="no running instance")
-        return
+        return False
     gpus = list(instance.get("gpu_ids") or [])
     backend = str((deployment(arguments.name) or {}).get("backend") or "")
     metrics_url = engine_metrics_url(instance, backend)
@@ -279,6 +290,7 @@ def step_bench(arguments: argparse.Namespace) -> None:
             f"--paths takes gateway and direct (repeat them to alternate), got {arguments.paths!r}"
         )
     passes: dict[str, int] = {}
+    failed = 0
     for path in paths:
         passes[path] = passes.get(path, 0) + 1
         repeat = passes[path]
@@ -303,6 +315,8 @@ def step_bench(arguments: argparse.Namespace) -> None:
             seconds=round(time.monotonic() - started, 1),
             table=summarize(out / "result.json"),
         )
+        failed += result.returncode != 0
+    return failed == 0
 
 
 def step_gateway_cost(arguments: argparse.Namespace) -> None:
@@ -471,7 +485,7 @@ def engine_busy(metrics_url: str) -> bool:
     return any(line.startswith(names) and float(line.rsplit(" ", 1)[-1]) > 0 for line in text.splitlines())
 
 
-def step_kv_truth(arguments: argparse.Namespace) -> None:
+def step_kv_truth(arguments: argparse.Namespace) -> bool:
     """What ``modelyard estimate`` predicts for the KV cache against what the engine logs."""
     engine_args = shlex.split(arguments.args or "")
     estimate = modelyard(
@@ -512,9 +526,10 @@ def step_kv_truth(arguments: argparse.Namespace) -> None:
     )
     if arguments.remove:
         modelyard("rm", arguments.name, "--wait", timeout=300)
+    return predicted is not None and actual is not None
 
 
-def step_remove(arguments: argparse.Namespace) -> None:
+def step_remove(arguments: argparse.Namespace) -> bool:
     save_deployment_files(arguments.name, RESULTS / arguments.name / "final")
     started = time.monotonic()
     result = modelyard("rm", arguments.name, "--wait", timeout=300)
@@ -524,9 +539,10 @@ def step_remove(arguments: argparse.Namespace) -> None:
         exit_code=result.returncode,
         seconds=round(time.monotonic() - started, 1),
     )
+    return result.returncode == 0
 
 
-def step_expect_refusal(arguments: argparse.Namespace) -> None:
+def step_expect_refusal(arguments: argparse.Namespace) -> bool:
     """A deployment that should be refused (or fail verification) with the fix named."""
     folder = RESULTS / arguments.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -550,6 +566,8 @@ def step_expect_refusal(arguments: argparse.Namespace) -> None:
     )
     if stored is not None:
         modelyard("rm", arguments.name, "--wait", timeout=300)
+    # Passed: refused (or kept out of rotation by verification), with exit status 1 and a reason.
+    return result.returncode != 0
 
 
 def main() -> None:
@@ -576,7 +594,9 @@ def main() -> None:
         sub.add_argument("--skip-verification", action="store_true")
         sub.add_argument("--timeout", type=float, default=420.0)
         sub.add_argument("--estimate-gpus", default="1xH200")
-        sub.add_argument("--reuse", action="store_true", help="kv-truth: read a deployment that already runs")
+        sub.add_argument(
+            "--reuse", action="store_true", help="deploy, kv-truth: take a deployment that already runs"
+        )
         sub.add_argument("--remove", action="store_true", help="kv-truth: remove the deployment afterwards")
         sub.set_defaults(run=function)
     bench = steps.add_parser("bench")
@@ -601,12 +621,14 @@ def main() -> None:
     remove.set_defaults(run=step_remove)
     arguments = parser.parse_args()
     try:
-        arguments.run(arguments)
+        passed = arguments.run(arguments)
     except Exception as error:  # a field step records its failure and lets the next step run
         record(
             arguments.step, name=getattr(arguments, "name", None), error=f"{type(error).__name__}: {error}"
         )
         raise SystemExit(1) from error
+    if passed is False:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,16 @@
 #
 # Phases, in order (each fits a 10-minute window; what a phase leaves running, modelyard serve
 # and its engines, is there for the next one while the machine stays up):
-#   stage-vllm     keep the first part of the vLLM bundle (.gpu/p1) on the machine
-#   stage-sglang   unpack the SGLang bundle (.sglx/p1) to /tmp/sgl
-#   setup          unpack vLLM (.gpu/p2), install modelyard's wheels (.whl/field), build the model,
+#   stage-vllm     keep the vLLM bundle's pieces this call carries (.field/vllm-N) on the machine;
+#                  one call per piece (prepare.sh cuts them to fit one transfer each)
+#   stage-sglang   the same for SGLang's pieces (.field/sglang-N); unpacked to /tmp/sgl once all are there
+#   setup          join and unpack vLLM, install modelyard's wheels (.whl/field), build the model,
 #                  start `modelyard serve`, deploy vLLM (GPU 0) and SGLang (GPU 1, if there is one)
 #   bench          benchmark each running deployment through the gateway and directly
 #   faults-kv      SIGKILL vLLM mid-benchmark; the KV-cache estimate against the engines' logs
+#   engines-one-gpu (one GPU) vLLM and SGLang on the same GPU, one after the other: vLLM deployed
+#                  and benchmarked, removed, SGLang deployed, benchmarked and removed (report.py
+#                  puts their tables side by side)
 #   sglang-single  (one GPU only) SGLang deployed, benchmarked and measured once vLLM is gone
 #   transformers   transformers serve --continuous-batching: deploy, benchmark; refused deployments
 #   tp2            (two GPUs) tensor parallelism 2 on vLLM and SGLang, benchmarked
@@ -20,7 +24,9 @@
 #   gateway-control the side-by-side pair at 128 streams each, with its A/A controls
 #   kill-abba      SIGKILL of vLLM mid-answer; then gateway/direct alternated, fixed work per point
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
-# Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz.
+# Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
+# when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
+# FIELD_GPUS overrides the GPU count (nvidia-smi -L); FIELD_RUN the step runner (field_run.py).
 #
 # scripts/field/prepare.sh makes what the phases carry (wheels, the model's core and tokenizer,
 # the engines' bundles). On another machine: have vLLM (a `vllm` program) and SGLang (importable
@@ -31,29 +37,87 @@ PHASE=${1:?usage: h200.sh PHASE}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-$ROOT/field-out}
-mkdir -p "$OUT" /tmp/field/results
-export FIELD_RESULTS=/tmp/field/results FIELD_DATA=/tmp/field/data FIELD_PORT=8080
+# Where the phases keep what the next phase needs (FIELD_TMP: tests run the phases elsewhere).
+FIELD=${FIELD_TMP:-/tmp/field}
+mkdir -p "$OUT" "$FIELD/results"
+export FIELD_RESULTS=$FIELD/results FIELD_DATA=$FIELD/data FIELD_PORT=${FIELD_PORT:-8080}
 export FIELD_POINT_S=${FIELD_POINT_S:-8}  # measured seconds per load point (plus 3 s of warm-up)
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 NO_COLOR=1
 # NVLink multicast stays off (the machine's rules; engines inherit the environment).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PATH=/tmp/field/bin:$PATH
-export PYTHONPATH=/tmp/field/site:$ROOT/src
-MODEL=/tmp/field/qwen3-field
+export PATH=$FIELD/bin:$PATH
+export PYTHONPATH=$FIELD/site:$ROOT/src
+MODEL=$FIELD/qwen3-field
 SGLANG_PYTHONPATH=${SGLANG_PYTHONPATH:-/tmp/sgl}
 MODEL_SOURCE=${MODEL_SOURCE:-.whl/field/model-source}
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+GPUS=${FIELD_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+STAGE=${FIELD_STAGE:-/root/field-stage}
 if [ "$PHASE" = collect ]; then
   # `collect PHASE`: what PHASE wrote, after a window that ended before PHASE could pack it.
-  MARK=/tmp/field/phase-${2:-setup}.start; PHASE=${2:-setup}-late
+  MARK=$FIELD/phase-${2:-setup}.start; PHASE=${2:-setup}-late
 else
-  MARK=/tmp/field/phase-$PHASE.start; touch "$MARK"
+  MARK=$FIELD/phase-$PHASE.start; touch "$MARK"
 fi
-run() { python3 scripts/field/field_run.py "$@"; }
+# Every step's outcome counts: the phase's exit status says whether all of them passed.
+FAILED=()
+STEPS=0
+run() {
+  STEPS=$((STEPS + 1))
+  ${FIELD_RUN:-python3 scripts/field/field_run.py} "$@" || FAILED+=("$*")
+}
+# Steps side by side: run_bg STEP ARGS... (as run), then wait_steps for all of them.
+PIDS=()
+NAMES=()
+run_bg() {  # a step (as run takes it) or a function of steps, in the background
+  (
+    FAILED=()
+    if declare -F "$1" >/dev/null; then "$@"; else run "$@"; fi
+    [ ${#FAILED[@]} -eq 0 ]
+  ) &
+  PIDS+=($!)
+  NAMES+=("$*")
+}
+wait_steps() {
+  local index
+  for index in "${!PIDS[@]}"; do
+    STEPS=$((STEPS + 1))
+    wait "${PIDS[$index]}" || FAILED+=("${NAMES[$index]}")
+  done
+  PIDS=()
+  NAMES=()
+}
+finish() {
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "phase $PHASE: ${#FAILED[@]} of $STEPS steps failed:"; printf '  %s\n' "${FAILED[@]}"
+    exit 1
+  fi
+  echo "phase $PHASE: all $STEPS steps passed"
+  exit 0
+}
+
+# The bundles travel in pieces (prepare.sh): keep each call's pieces; join them once all are here.
+stage_pieces() {  # NAME: copy .field/NAME-*/piece-* into $STAGE/NAME
+  mkdir -p "$STAGE/$1"
+  local found=0 piece
+  for piece in .field/"$1"-*/piece-*; do
+    [ -f "$piece" ] || continue
+    cp "$piece" "$STAGE/$1/" && found=$((found + 1))
+  done
+  echo "$1: $found piece(s) in this call; $(ls "$STAGE/$1" | wc -l) on the machine"
+  [ "$found" -gt 0 ]
+}
+join_pieces() {  # NAME FILE KIT_SUMS: join $STAGE/NAME/piece-* into $STAGE/NAME/FILE, check it
+  local joined=$STAGE/$1/$2 sums=$ROOT/$3
+  [ -f "$joined" ] && (cd "$STAGE/$1" && sha256sum -c --quiet "$sums") && return 0
+  cat "$STAGE/$1"/piece-* > "$joined"
+  (cd "$STAGE/$1" && sha256sum -c --quiet "$sums") || {
+    echo "$1: the joined pieces do not match $3: a piece is missing (stage it first) or damaged"
+    rm -f "$joined"; return 1; }
+}
 
 collect() {
   # What this phase wrote, packed for the trip back (requests.jsonl files included).
-  (cd /tmp/field && find results -newer "$MARK" -type f -print0 | tar --null -czf "$OUT/results-$PHASE.tar.gz" -T -)
+  (cd $FIELD && find results -newer "$MARK" -type f -print0 | tar --null -czf "$OUT/results-$PHASE.tar.gz" -T -)
   ls -la "$OUT"
 }
 trap collect EXIT
@@ -71,13 +135,18 @@ sglang_kv_variants() {  # GPU index: the SGLang KV-cache settings other than the
     --args="${SGLANG_ARGS/--context-length 8192/--context-length 32768}" --env PYTHONPATH=$SGLANG_PYTHONPATH
 }
 
+sglang_off_gpu_1() {  # two GPUs: SGLang removed from GPU 1, then its KV-cache settings measured there
+  run remove sglang
+  sglang_kv_variants 1
+}
+
 refusals() {  # deliberately wrong deployments on GPU 0; each must be refused or diagnosed, fix named
   # Another tenant holds most of GPU 0, and a vLLM asks for 90% of it.
-  python3 -c 'import torch, time, pathlib
+  FIELD=$FIELD python3 -c 'import os, torch, time, pathlib
 x = torch.empty(110 * 2**30, dtype=torch.uint8, device="cuda:0")
-pathlib.Path("/tmp/field/hog.ready").touch(); time.sleep(300)' &
+pathlib.Path(os.environ["FIELD"] + "/hog.ready").touch(); time.sleep(300)' &
   local hog=$!
-  for _ in $(seq 1 60); do [ -f /tmp/field/hog.ready ] && break; sleep 1; done
+  for _ in $(seq 1 60); do [ -f $FIELD/hog.ready ] && break; sleep 1; done
   run expect-refusal vllm-too-big --backend vllm --version 0.25.0 --gpu-ids 0 \
     --args="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.9}"
   kill $hog; wait $hog 2>/dev/null
@@ -90,48 +159,70 @@ case $PHASE in
 stage-vllm)
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())'
-  # The bundle's first part travels in two pieces (.gpu/p1a now, .gpu/p1b with setup): with the
-  # working tree, one 55 MiB part would pass the 64 MiB a transfer may carry.
-  mkdir -p /root/vx && cp .gpu/p1a/* /root/vx/ && ls -la /root/vx
+  stage_pieces vllm || exit 3
   ;;
 stage-sglang)
-  mkdir -p "$SGLANG_PYTHONPATH"
-  (cd .sglx/p1 && sha256sum -c ../kit/SHA256SUMS.base) || exit 3
-  tar -xJf .sglx/p1/sgl-base.tar.xz -C "$SGLANG_PYTHONPATH" && touch "$SGLANG_PYTHONPATH/.ok"
-  PYTHONPATH=$SGLANG_PYTHONPATH python3 -c 'import sglang; print("sglang", sglang.__version__)'
+  stage_pieces sglang || exit 3
+  # All pieces here (the joined file matches the kit's checksum): unpack; else wait for the next call.
+  if [ ! -f "$SGLANG_PYTHONPATH/.ok" ] && join_pieces sglang sgl-base.tar.xz .sglx/kit/SHA256SUMS.base; then
+    mkdir -p "$SGLANG_PYTHONPATH"
+    tar -xJf "$STAGE/sglang/sgl-base.tar.xz" -C "$SGLANG_PYTHONPATH" && touch "$SGLANG_PYTHONPATH/.ok"
+    PYTHONPATH=$SGLANG_PYTHONPATH python3 -c 'import sglang; print("sglang", sglang.__version__)'
+  fi
   ;;
 setup)
-  cat /root/vx/site.tar.xz.part-0.0 .gpu/p1b/site.tar.xz.part-0.1 > /root/vx/site.tar.xz.part-0 || exit 3
-  bash .gpu/kit/device-unpack.sh || exit 3
-  mkdir -p /tmp/field/site /tmp/field/bin ~/.cache/huggingface/hub  # transformers serve 5.17's /v1/models needs the cache folder
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/field/site .whl/field/*.whl || exit 3
-  # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
-  cat > /tmp/field/bin/vllm <<EOF
+  mkdir -p $FIELD/site $FIELD/bin ~/.cache/huggingface/hub  # transformers serve 5.17's /v1/models needs the cache folder
+  if [ -f .gpu/kit/SHA256SUMS ]; then
+    # The offline vLLM bundle (the H200 image has no vLLM): join its pieces, check, unpack.
+    if [ ! -f /tmp/site/.ok ]; then
+      join_pieces vllm site.tar.xz .gpu/kit/SHA256SUMS || exit 3
+      mkdir -p /tmp/site && tar -xJf "$STAGE/vllm/site.tar.xz" -C /tmp/site && touch /tmp/site/.ok || exit 3
+      PYTHONPATH=/tmp/site python3 -c 'import vllm; from vllm.entrypoints.openai import api_server; print("vllm", vllm.__version__, "imports")' || exit 3
+    fi
+    # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
+    cat > $FIELD/bin/vllm <<EOF
 #!/bin/sh
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0
 exec $(command -v python3) -m vllm.entrypoints.cli.main "\$@"
 EOF
-  chmod +x /tmp/field/bin/vllm
+    chmod +x $FIELD/bin/vllm
+  fi
+  if ls .whl/field/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $FIELD/site .whl/field/*.whl || exit 3
+  fi
   started=$(date +%s.%N)
-  mkdir -p /tmp/field/tokenizer && cp "$MODEL_SOURCE/tokenizer/tokenizer_config.json" /tmp/field/tokenizer/
-  xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > /tmp/field/tokenizer/tokenizer.json
-  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer /tmp/field/tokenizer \
+  mkdir -p $FIELD/tokenizer && cp "$MODEL_SOURCE/tokenizer/tokenizer_config.json" $FIELD/tokenizer/
+  xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > $FIELD/tokenizer/tokenizer.json
+  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer $FIELD/tokenizer \
     --out "$MODEL" --device cuda || exit 4
   echo "model built in $(python3 -c "import time; print(round(time.time() - $started, 1))") s"; du -sh "$MODEL"
-  run serve --model-dir "$MODEL" || exit 5
+  run serve --model-dir "$MODEL"
+  [ ${#FAILED[@]} -eq 0 ] || finish
   # FIELD_ENGINES=vllm deploys vLLM alone (the second window's setup: gateway cost, SIGKILL, TP 2).
-  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
+  run_bg deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS"
   if [ "$GPUS" -ge 2 ] && [[ " ${FIELD_ENGINES:-vllm sglang} " == *" sglang "* ]]; then
-    run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH &
+    run_bg deploy sglang --backend sglang --version 0.5.17 --gpu-ids 1 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH
   fi
-  wait
+  wait_steps
   MODELYARD_URL=http://127.0.0.1:$FIELD_PORT MODELYARD_DATA_DIR=$FIELD_DATA python3 -m modelyard.cli.main ps
   ;;
 bench)
   run bench vllm
-  [ "$GPUS" -ge 2 ] && run bench sglang
+  if [ "$GPUS" -ge 2 ]; then run bench sglang; fi
   run kv-truth vllm --backend vllm --version 0.25.0 --args="$VLLM_ARGS" --reuse
-  [ "$GPUS" -ge 2 ] && run kv-truth sglang --backend sglang --version 0.5.17 --args="$SGLANG_ARGS" --reuse
+  if [ "$GPUS" -ge 2 ]; then
+    run kv-truth sglang --backend sglang --version 0.5.17 --args="$SGLANG_ARGS" --reuse
+  fi
+  ;;
+engines-one-gpu)
+  # One GPU, both engines on it, one after the other, the same prompts and loads: vLLM (from
+  # setup, or deployed here), benchmarked through the gateway and directly, removed; then SGLang.
+  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" --reuse
+  run bench vllm
+  run remove vllm
+  run deploy sglang --backend sglang --version 0.5.17 --gpu-ids 0 --args="$SGLANG_ARGS" --env PYTHONPATH=$SGLANG_PYTHONPATH
+  run bench sglang
+  run remove sglang
   ;;
 sglang-single)
   # One GPU: SGLang once vLLM is gone (faults-kv removes it).
@@ -142,9 +233,9 @@ sglang-single)
   sglang_kv_variants 0
   ;;
 faults-kv)
-  run kill-during-bench vllm --bench-s 180 --kill-after-s 15 &
-  [ "$GPUS" -ge 2 ] && (run remove sglang; sglang_kv_variants 1) &
-  wait
+  run_bg kill-during-bench vllm --bench-s 180 --kill-after-s 15
+  if [ "$GPUS" -ge 2 ]; then run_bg sglang_off_gpu_1; fi
+  wait_steps
   run remove vllm
   run kv-truth vllm-kv-mem08 --backend vllm --version 0.25.0 --gpu-ids 0 --skip-verification --remove \
     --args="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.8}"
@@ -153,9 +244,9 @@ faults-kv)
   ;;
 transformers)
   if [ "$GPUS" -ge 2 ]; then
-    run deploy transformers --backend transformers --gpu-ids 1 --args="--continuous-batching" &
+    run_bg deploy transformers --backend transformers --gpu-ids 1 --args="--continuous-batching"
     refusals
-    wait
+    wait_steps
     run bench transformers
   else
     run deploy transformers --backend transformers --gpu-ids 0 --args="--continuous-batching"
@@ -170,9 +261,9 @@ transformers-again)
   # for the gateway's cost, with a fixed amount of work per point, twice.
   mkdir -p ~/.cache/huggingface/hub
   run remove transformers
-  run deploy transformers --backend transformers --gpu-ids 1 --args=--continuous-batching &
-  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" &
-  wait
+  run_bg deploy transformers --backend transformers --gpu-ids 1 --args=--continuous-batching
+  run_bg deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS"
+  wait_steps
   run bench transformers
   FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=768 FIELD_REPEATS=2 run bench vllm --suffix -fixed
   ;;
@@ -193,8 +284,9 @@ kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one
   # after the other, alternated, with a fixed amount of work per point.
   run kill-during-bench vllm --bench-s 140 --kill-after-s 15
-  [ "${FIELD_ABBA:-1}" = 1 ] && FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=1536 \
-    run bench vllm --paths gateway,direct,direct,gateway --suffix -abba
+  if [ "${FIELD_ABBA:-1}" = 1 ]; then
+    FIELD_CONCURRENCY=64,256 FIELD_NUM_REQUESTS=1536 run bench vllm --paths gateway,direct,direct,gateway --suffix -abba
+  fi
   ;;
 tp2)
   run remove transformers
@@ -209,3 +301,4 @@ tp2)
   ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac
+finish

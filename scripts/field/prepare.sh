@@ -1,8 +1,14 @@
 #!/bin/bash
 # Prepares, on a machine with network access, everything the offline H200 field run needs
-# (scripts/field/h200.sh); run from the project root with the dev venv active:
+# (scripts/field/h200.sh), checks that every call fits one transfer, and prints the calls;
+# run from the project root with the dev venv active:
 #
 #   bash scripts/field/prepare.sh
+#   bash scripts/field/prepare.sh --check     # only the size check and the plan (nothing built)
+#
+# Prerequisites (docs/field-tests/README.md): git, npm (Qwen3's tokenizer), xz, and for the engine
+# bundles a Python 3.12 with torch 2.11.0 (PY312, default python3.12), nvcc 13 and a C++
+# compiler (the SGLang bundle), about 3 GB in /tmp; ../shared/gpu/ with the bundle builders.
 #
 # It leaves, all under git-ignored folders:
 #   .whl/field/*.whl                  modelyard's dependencies the GPU image lacks (Python 3.12)
@@ -10,49 +16,114 @@
 #   .whl/field/model-source/tokenizer Qwen3's tokenizer (tokenizer.json xz-compressed) and chat template
 #   .gpu/p1 .gpu/p2 .gpu/kit          the vLLM 0.25.0 bundle (../shared/gpu/build-vllm-kit.sh)
 #   .sglx/p1 .sglx/kit                the SGLang 0.5.17 bundle (../shared/gpu/sglang/build-sglang-kit.sh)
-# The bundles are built only when missing (about 5 and 15 minutes). Every transfer to the GPU
-# machine is at most 64 MiB, so the script prints what each phase carries.
+#   .field/vllm-N .field/sglang-N     the bundles in pieces, each small enough for one call
+#   .field/plan.txt                   the calls, in order, with what each carries
+# Every call sends the checkout's working tree too: the pieces are sized from its size in bytes
+# (scripts/field/carry.py), and the script fails here, before the GPU machine is asked, when a
+# call would pass 64 MiB. `scripts/field/trim-checkout.sh on` leaves docs/ out of the working tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-for folder in .whl .gpu .sglx; do grep -qx "/$folder/" .git/info/exclude || echo "/$folder/" >> .git/info/exclude; done
+check_only=0
+[ "${1:-}" = --check ] && check_only=1
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+for folder in .whl .gpu .sglx .field; do
+  grep -qx "/$folder/" "$exclude" 2>/dev/null || echo "/$folder/" >> "$exclude"
+done
 PY312=${PY312:-python3.12}
 SOURCE=.whl/field/model-source
-mkdir -p .whl/field "$SOURCE"
+fail() { echo "prepare.sh: $*" >&2; exit 1; }
 
-# 1. Wheels: what modelyard imports that the GPU image (torch, transformers, aiohttp, httpx,
-#    rich, pyyaml, psutil, nvidia-ml-py ... are there) lacks, pinned to the versions CI tests.
-#    plotly is left out: HTML reports are drawn afterwards, from the results, on this machine.
-rm -f .whl/field/*.whl
-$PY312 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux_2_34_x86_64 -d .whl/field \
-  fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 uvicorn==0.54.0 \
-  httptools==0.9.0 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 orjson==3.13.0 openai==3.57.0 \
-  typer==0.29.2 rich==15.0.0 httpx==0.28.1
-rm -f .whl/field/pygments-*.whl  # the image has it
+if [ "$check_only" = 0 ]; then
+  # 0. Prerequisites, named before anything slow starts.
+  for tool in git xz npm split sha256sum; do
+    command -v "$tool" >/dev/null || fail "$tool is missing (see docs/field-tests/README.md, prerequisites)"
+  done
+  [ -d ../shared/gpu ] || fail "../shared/gpu (the bundle builders) is not beside this checkout"
+  torch_312=$("$PY312" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
+    || fail "no Python 3.12 with torch at PY312=$PY312: python3.12 -m venv /tmp/py312 && /tmp/py312/bin/pip install torch==2.11.0, then PY312=/tmp/py312/bin/python"
+  [[ "$torch_312" == 2.11.0* ]] || fail "PY312 has torch $torch_312; the bundles are built for torch 2.11.0 (the GPU image's)"
+  mkdir -p .whl/field "$SOURCE"
 
-# 2. The model: Qwen3's real tokenizer, and a core trained on it (about 40 s on one CPU core).
-if [ ! -f "$SOURCE/core/core.json" ]; then
-  bash scripts/field/fetch-qwen3-tokenizer.sh /tmp/field-tokenizer
-  python -m modelyard.testing.field_model train --tokenizer /tmp/field-tokenizer --out "$SOURCE/core"
-  mkdir -p "$SOURCE/tokenizer"
-  cp /tmp/field-tokenizer/tokenizer_config.json "$SOURCE/tokenizer/"
-  xz -T1 -9 -c /tmp/field-tokenizer/tokenizer.json > "$SOURCE/tokenizer/tokenizer.json.xz"
+  # 1. Wheels: what modelyard imports that the GPU image (torch, transformers, aiohttp, httpx,
+  #    rich, pyyaml, psutil, nvidia-ml-py ... are there) lacks, at the versions this venv (and
+  #    so CI) runs. plotly is left out: HTML reports are drawn afterwards, on this machine.
+  pins=$(python - <<'EOF'
+import importlib.metadata as metadata
+names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "httptools", "sqlalchemy",
+         "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn"]
+pins = []
+for name in names:
+    try:
+        pins.append(f"{name}=={metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        pass
+print(" ".join(pins))
+EOF
+)
+  rm -f .whl/field/*.whl
+  # shellcheck disable=SC2086
+  $PY312 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_34_x86_64 -d .whl/field $pins
+  rm -f .whl/field/pygments-*.whl  # the image has it
+
+  # 2. The model: Qwen3's real tokenizer, and a core trained on it (about 40 s on one CPU core).
+  if [ ! -f "$SOURCE/core/core.json" ]; then
+    bash scripts/field/fetch-qwen3-tokenizer.sh /tmp/field-tokenizer
+    python -m modelyard.testing.field_model train --tokenizer /tmp/field-tokenizer --out "$SOURCE/core"
+    mkdir -p "$SOURCE/tokenizer"
+    cp /tmp/field-tokenizer/tokenizer_config.json "$SOURCE/tokenizer/"
+    xz -T1 -9 -c /tmp/field-tokenizer/tokenizer.json > "$SOURCE/tokenizer/tokenizer.json.xz"
+  fi
+
+  # 3. The engines' offline bundles (built only when missing: about 5 and 15 minutes).
+  [ -f .gpu/kit/SHA256SUMS ] || bash ../shared/gpu/build-vllm-kit.sh .gpu
+  [ -f .sglx/kit/SHA256SUMS.base ] || PY312=$PY312 bash ../shared/gpu/sglang/build-sglang-kit.sh
+  (cat .gpu/p1/* .gpu/p2/* | sha256sum | grep -q "$(cut -d' ' -f1 .gpu/kit/SHA256SUMS)") \
+    || fail "the vLLM bundle does not match .gpu/kit/SHA256SUMS: remove .gpu and run again"
+  (cd .sglx/p1 && sha256sum -c --quiet ../kit/SHA256SUMS.base) \
+    || fail "the SGLang bundle does not match .sglx/kit/SHA256SUMS.base: remove .sglx and run again"
 fi
 
-# 3. The engines' offline bundles.
-[ -f .gpu/kit/SHA256SUMS ] || bash ../shared/gpu/build-vllm-kit.sh .gpu
-[ -f .sglx/kit/SHA256SUMS.base ] || PY312=$PY312 bash ../shared/gpu/sglang/build-sglang-kit.sh
-(cat .gpu/p1/* .gpu/p2/* | sha256sum | grep -q "$(cut -d' ' -f1 .gpu/kit/SHA256SUMS)") || { echo "vLLM kit checksum mismatch"; exit 1; }
-xz -t .sglx/p1/sgl-base.tar.xz
-# The vLLM bundle's first part (55 MiB) travels in two pieces: with the working tree it would
-# pass the 64 MiB limit of one transfer.
-mkdir -p .gpu/p1a .gpu/p1b && rm -f .gpu/p1a/* .gpu/p1b/*
-split -b 50M -d -a 1 .gpu/p1/site.tar.xz.part-0 .gpu/p1a/site.tar.xz.part-0.
-mv .gpu/p1a/site.tar.xz.part-0.1 .gpu/p1b/
+# 4. Pieces: each bundle as one stream, cut into pieces that fit one call beside the working tree.
+piece_bytes() {  # what one call may carry beside the working tree and the given kit folder
+  python3 scripts/field/carry.py --largest-piece-bytes "piece=$1"
+}
+cut_pieces() {  # NAME KIT FILES...: .field/NAME-1, .field/NAME-2, ... each holding one piece
+  local name=$1 kit=$2 size
+  shift 2
+  size=$(piece_bytes "$kit")
+  [ "$size" -gt 1048576 ] || fail "the working tree alone leaves no room for a piece ($size bytes): trim it (scripts/field/trim-checkout.sh on)"
+  rm -rf .field/"$name"-*
+  mkdir -p .field/"$name"-pieces
+  cat "$@" | split -b "$size" -d -a 2 - ".field/$name-pieces/piece-"
+  local index=0 piece
+  for piece in .field/"$name"-pieces/piece-*; do
+    index=$((index + 1))
+    mkdir -p ".field/$name-$index" && mv "$piece" ".field/$name-$index/"
+  done
+  rmdir .field/"$name"-pieces
+}
+if [ "$check_only" = 0 ] || [ ! -d .field/vllm-1 ]; then
+  [ -f .gpu/kit/SHA256SUMS ] && cut_pieces vllm .gpu/kit .gpu/p1/* .gpu/p2/*
+  [ -f .sglx/kit/SHA256SUMS.base ] && cut_pieces sglang .sglx/kit .sglx/p1/sgl-base.tar.xz
+fi
 
-tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
-for phase in "stage-vllm:.gpu/p1a .gpu/kit" "stage-sglang:.sglx/p1 .sglx/kit" "setup:.gpu/p1b .gpu/p2 .gpu/kit .whl/field"; do
-  carried=$(du -cb ${phase#*:} | tail -1 | cut -f1)
-  echo "${phase%%:*}: carries ${phase#*:}: $(( (tree + carried) / 1048576 )) MiB with the working tree (limit 64)"
-done
+# 5. The calls, in order, and the size check of each (bytes, with 1 MiB kept spare).
+calls=()
+for piece in .field/vllm-*; do [ -d "$piece" ] && calls+=("stage-vllm=$piece,.gpu/kit"); done
+for piece in .field/sglang-*; do [ -d "$piece" ] && calls+=("stage-sglang=$piece,.sglx/kit"); done
+calls+=("setup=.gpu/kit,.whl/field")
+# The later phases carry nothing: the working tree alone must fit.
+python3 scripts/field/carry.py "${calls[@]}" "later-phases=" \
+  || fail "the size check failed (see above); nothing was sent to the GPU machine"
+{
+  echo "# The field run's device calls, in order: bash scripts/field/h200.sh PHASE, carrying the folders named."
+  for call in "${calls[@]}"; do
+    phase=${call%%=*}; carry=${call#*=}
+    echo "bash scripts/field/h200.sh $phase    # carry: ${carry//,/ }"
+  done
+  echo "# then, carrying nothing: bench, faults-kv, engines-one-gpu (one GPU) or transformers and tp2 (two)"
+} > .field/plan.txt
+cat .field/plan.txt

@@ -1,0 +1,217 @@
+"""The field run's scripts on CPU: what a call carries (in bytes), the bundles in pieces, and a
+phase's exit status.
+
+The GPU steps cannot run here: a phase's steps go to a double of ``field_run.py`` (a script that
+records each step and fails the ones it is told to), which is how ``h200.sh`` is driven without
+engines (``FIELD_RUN``). Everything else is the real scripts, in a scratch copy of the checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+FIELD_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "field"
+
+needs_tools = pytest.mark.skipif(
+    any(shutil.which(tool) is None for tool in ("git", "bash", "xz", "sha256sum")),
+    reason="needs git, bash, xz and sha256sum",
+)
+
+
+def _git(root: Path, *arguments: str) -> None:
+    subprocess.run(["git", *arguments], cwd=root, check=True, capture_output=True)
+
+
+def _carry(root: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(FIELD_SCRIPTS / "carry.py"), "--root", str(root), *arguments]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / ".gitignore").write_text("/.big/\n")
+    (root / "tracked.txt").write_bytes(b"t" * 1000)
+    (root / "docs").mkdir()
+    (root / "docs" / "picture.png").write_bytes(b"d" * 3000)
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "files")
+    (root / "untracked.txt").write_bytes(b"u" * 500)
+    (root / ".big").mkdir()
+    (root / ".big" / "bundle").write_bytes(b"b" * 2000)
+    return root
+
+
+@needs_tools
+def test_carry_counts_the_working_tree_and_the_carried_paths_in_bytes(checkout: Path) -> None:
+    tree = 1000 + 3000 + 500 + len((checkout / ".gitignore").read_bytes())
+    result = _carry(checkout, "--limit-bytes", str(tree + 1999), "--margin-bytes", "0", "small=", "big=.big")
+    assert result.returncode == 1
+    assert f"working tree: {tree:,} bytes" in result.stdout
+    assert f"small: {tree:,} bytes" in result.stdout and "fits" in result.stdout
+    assert f"big: {tree + 2000:,} bytes" in result.stdout and "TOO LARGE" in result.stdout
+    assert "big would pass" in result.stderr
+    roomy = _carry(checkout, "--limit-bytes", str(tree + 2000), "--margin-bytes", "0", "big=.big")
+    assert roomy.returncode == 0, roomy.stdout
+    piece = _carry(
+        checkout, "--limit-bytes", "10000", "--margin-bytes", "100", "--largest-piece-bytes", "x=.big"
+    )
+    assert int(piece.stdout) == 10000 - 100 - tree - 2000
+
+
+@needs_tools
+def test_carry_refuses_a_carried_path_that_is_not_there(checkout: Path) -> None:
+    result = _carry(checkout, "setup=.whl/field")
+    assert result.returncode != 0
+    assert "run prepare.sh first" in result.stderr
+
+
+@needs_tools
+def test_a_trimmed_checkout_leaves_docs_out_of_what_travels(checkout: Path) -> None:
+    scripts = checkout / "scripts" / "field"
+    scripts.mkdir(parents=True)
+    shutil.copy(FIELD_SCRIPTS / "trim-checkout.sh", scripts)
+    _git(checkout, "add", "scripts")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "scripts")
+    before = _carry(checkout, "a=").stdout
+    subprocess.run(["bash", str(scripts / "trim-checkout.sh"), "on"], check=True, capture_output=True)
+    trimmed = _carry(checkout, "a=").stdout
+    subprocess.run(["bash", str(scripts / "trim-checkout.sh"), "off"], check=True, capture_output=True)
+    assert (checkout / "docs" / "picture.png").read_bytes() == b"d" * 3000  # back, unchanged
+    assert _tree_bytes(before) - _tree_bytes(trimmed) == 3000
+
+
+def _tree_bytes(carry_output: str) -> int:
+    return int(carry_output.split("working tree: ")[1].split(" bytes")[0].replace(",", ""))
+
+
+# -- h200.sh ----------------------------------------------------------------------------------------
+
+# The double of field_run.py: each step is appended to STEPS_LOG; a step whose words contain
+# FAIL_STEP exits 1 (as field_run.py does for a step that did not pass).
+STEP_DOUBLE = """#!/bin/bash
+echo "$*" >> "$STEPS_LOG"
+if [ -n "${FAIL_STEP:-}" ] && [[ "$*" == *"$FAIL_STEP"* ]]; then exit 1; fi
+exit 0
+"""
+
+
+def _h200(root: Path, phase: str, tmp_path: Path, **environment: str) -> subprocess.CompletedProcess[str]:
+    double = tmp_path / "field_run_double.sh"
+    double.write_text(STEP_DOUBLE)
+    settings = {
+        **os.environ,
+        "FIELD_RUN": f"bash {double}",
+        "FIELD_GPUS": "1",
+        "FIELD_TMP": str(tmp_path / "field"),
+        "FIELD_STAGE": str(tmp_path / "stage"),
+        "OUT": str(tmp_path / "out"),
+        "STEPS_LOG": str(tmp_path / "steps.log"),
+        "SGLANG_PYTHONPATH": str(tmp_path / "sgl"),
+        **environment,
+    }
+    script = root / "scripts" / "field" / "h200.sh"
+    return subprocess.run(
+        ["bash", str(script), phase], capture_output=True, text=True, env=settings, timeout=120
+    )
+
+
+@pytest.fixture
+def field_checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copytree(FIELD_SCRIPTS, root / "scripts" / "field")
+    return root
+
+
+@needs_tools
+def test_one_gpu_phase_benchmarks_vllm_then_sglang_on_the_same_gpu_and_exits_0(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "engines-one-gpu", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = [line.split()[:2] for line in (tmp_path / "steps.log").read_text().splitlines()]
+    assert steps == [
+        ["deploy", "vllm"],
+        ["bench", "vllm"],
+        ["remove", "vllm"],
+        ["deploy", "sglang"],
+        ["bench", "sglang"],
+        ["remove", "sglang"],
+    ]
+    log = (tmp_path / "steps.log").read_text()
+    assert "--gpu-ids 0" in log.splitlines()[3] and "--reuse" in log.splitlines()[0]
+    assert "all 6 steps passed" in result.stdout
+
+
+@needs_tools
+def test_a_failed_step_makes_the_phase_exit_1_and_names_it(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "engines-one-gpu", tmp_path, FAIL_STEP="bench sglang")
+    assert result.returncode == 1
+    assert "1 of 6 steps failed" in result.stdout and "bench sglang" in result.stdout
+
+
+@needs_tools
+def test_bench_on_one_gpu_exits_0_when_its_steps_passed(field_checkout: Path, tmp_path: Path) -> None:
+    # It used to end on a test for a second GPU and exit 1 with every step passed.
+    result = _h200(field_checkout, "bench", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split()[:2] for line in (tmp_path / "steps.log").read_text().splitlines()] == [
+        ["bench", "vllm"],
+        ["kv-truth", "vllm"],
+    ]
+
+
+@needs_tools
+def test_steps_side_by_side_count_each_failure(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "faults-kv", tmp_path, FIELD_GPUS="2", FAIL_STEP="kill-during-bench")
+    assert result.returncode == 1
+    assert "kill-during-bench vllm" in result.stdout
+    assert "remove sglang" in (tmp_path / "steps.log").read_text()  # the other side still ran
+
+
+def _fake_sglang_bundle() -> bytes:
+    """A .tar.xz holding an importable ``sglang`` package (a stand-in for the real bundle)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
+        source = b'__version__ = "0.0-field-test"\n'
+        info = tarfile.TarInfo("sglang/__init__.py")
+        info.size = len(source)
+        archive.addfile(info, io.BytesIO(source))
+    return buffer.getvalue()
+
+
+@needs_tools
+def test_the_sglang_bundle_travels_in_pieces_and_is_unpacked_once_all_are_there(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    bundle = _fake_sglang_bundle()
+    kit = field_checkout / ".sglx" / "kit"
+    kit.mkdir(parents=True)
+    (kit / "SHA256SUMS.base").write_text(f"{hashlib.sha256(bundle).hexdigest()}  sgl-base.tar.xz\n")
+    half = len(bundle) // 2
+    first, second = field_checkout / ".field" / "sglang-1", field_checkout / ".field" / "sglang-2"
+    first.mkdir(parents=True)
+    (first / "piece-00").write_bytes(bundle[:half])
+    early = _h200(field_checkout, "stage-sglang", tmp_path)  # the first call carries piece 1 only
+    assert early.returncode == 0, early.stdout + early.stderr
+    assert not (tmp_path / "sgl" / ".ok").exists()
+    assert "a piece is missing" in early.stdout
+    shutil.rmtree(first)
+    second.mkdir(parents=True)
+    (second / "piece-01").write_bytes(bundle[half:])
+    late = _h200(field_checkout, "stage-sglang", tmp_path)  # the second call: piece 2
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert (tmp_path / "sgl" / ".ok").exists()
+    assert "sglang 0.0-field-test" in late.stdout
