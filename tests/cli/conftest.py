@@ -48,6 +48,9 @@ class InstantControllerDouble:
         # > 0: transitions finish this long after a poke (instances show starting/stopping first).
         self.transition_seconds = 0.0
         self._timers: list[threading.Timer] = []
+        # What a verification run asked for (POST .../verify) finds: every check passes, or the
+        # tool-call check fails (as with a model whose tool-call parser is missing).
+        self.verification_passes = True
 
     def gpu_inventory(self) -> GpuInventory:
         return self.inventory
@@ -98,6 +101,31 @@ class InstantControllerDouble:
                 self._move(session, deployment, instance, "stopped", "stopped by request")
             elif instance.state in ("pending", "stopped", "starting"):
                 self._start(session, deployment, instance)
+            if instance.verification_requested_at is not None:
+                self._verify(session, deployment, instance)
+
+    def _verify(self, session: Session, deployment: Deployment, instance: Instance) -> None:
+        passed = self.verification_passes
+        instance.verification_requested_at = None
+        instance.verified_at = datetime.now(UTC)
+        instance.verification = [
+            {"check_id": "verify.chat-answer", "status": "passed", "message": "answered"},
+            {
+                "check_id": "verify.tool-call",
+                "status": "passed" if passed else "failed",
+                "message": "a tool call came back" if passed else "no tool call (no --tool-call-parser?)",
+            },
+        ]
+        if passed:
+            self._move(session, deployment, instance, "running", "verification run again on request: passed")
+        else:
+            self._move(
+                session,
+                deployment,
+                instance,
+                "error",
+                "verification run again and failed, kept out of rotation",
+            )
 
     def _start(self, session: Session, deployment: Deployment, instance: Instance) -> None:
         instance.start_count += 1
@@ -111,6 +139,7 @@ class InstantControllerDouble:
             instance.diagnosis = "the engine double was told to fail"
             self._move(session, deployment, instance, "error", "engine exited with status 1")
         else:
+            instance.handle = {"runtime": "process", "id": f"{instance.port}:0", "label": "engine double"}
             self._move(session, deployment, instance, "running", "ready: health and a tiny chat answered")
 
     def _move(

@@ -226,3 +226,41 @@ def test_ps_fits_80_columns_in_a_terminal(with_model: LiveServer) -> None:
 def _plain(line: str) -> str:
     """The line without its ANSI styles (bold headers)."""
     return re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip()
+
+
+def test_verify_runs_the_suite_again_and_a_pass_puts_the_instance_back(with_model: LiveServer) -> None:
+    assert with_model.cli("deploy", "tiny").exit_code == 0
+    with_model.controller.transition_seconds = 1.5  # the results come later: verify waits for them
+    with_model.controller.verification_passes = False
+    failed = with_model.cli("verify", "tiny")
+    assert failed.exit_code == 1
+    assert "verify.tool-call" in failed.stdout and "failed" in failed.stdout
+    assert "kept out of rotation" in failed.stderr
+    assert _state(with_model, "tiny") == "error"
+    # After the fix, verify again: back in rotation.
+    with_model.controller.verification_passes = True
+    passed = with_model.cli("verify", "tiny")
+    assert passed.exit_code == 0, passed.output
+    assert "every check passed; in rotation" in passed.stdout
+    assert _state(with_model, "tiny") == "running"
+
+
+def test_verify_with_json_fails_as_one_json_object(with_model: LiveServer) -> None:
+    assert with_model.cli("deploy", "tiny").exit_code == 0
+    with_model.controller.verification_passes = False
+    result = with_model.cli("verify", "tiny", "--json")
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "verification_failed"
+    [instance] = error["details"]["deployment"]["instances"]
+    assert {check["check_id"]: check["status"] for check in instance["verification"]}[
+        "verify.tool-call"
+    ] == "failed"
+
+
+def test_verify_of_a_stopped_deployment_says_to_start_it(with_model: LiveServer) -> None:
+    assert with_model.cli("deploy", "tiny").exit_code == 0
+    assert with_model.cli("stop", "tiny").exit_code == 0
+    result = with_model.cli("verify", "tiny")
+    assert result.exit_code == 1
+    assert "no engine to verify" in result.stderr and "modelyard start" in result.stderr

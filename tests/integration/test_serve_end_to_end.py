@@ -303,6 +303,11 @@ def test_failed_verification_keeps_an_instance_out_of_rotation(
     assert "verification" in shown
     assert any("verify.tool-call" in line and "failed" in line for line in shown.splitlines())
     assert any("verify.chat-answer" in line and "passed" in line for line in shown.splitlines())
+    # Verified again (nothing fixed): the real controller runs the suite once more, it fails again.
+    again = server.cli("verify", "tiny-verified", check=False)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "verification run again and failed" in again.stderr
+    assert any("verify.tool-call" in line and "failed" in line for line in again.stdout.splitlines())
     server.cli("rm", "tiny-verified", "--wait")
 
 

@@ -60,6 +60,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Remove a deployment: its instances are stopped, then it is gone.",
         _SERVER,
     ),
+    "verify": CommandEntry(
+        ("modelyard.cli.verify",),
+        "Run the verification suite again; a passing instance goes back into rotation.",
+        _SERVER,
+    ),
     "gpus": CommandEntry(
         ("modelyard.cli.deployments",),
         "The server host's GPUs, as NVML reads them now: memory, load, temperature, power, PCIe link.",
