@@ -1,30 +1,35 @@
-"""What the gateway costs a stream, as ratios to the engine reached directly, on this machine's CPU.
+"""What the gateway costs: added time to first token, throughput and CPU, against direct access
+and against LiteLLM's proxy, on this machine's CPUs, with an upstream of exact timing.
 
-The H200 field run's gateway-cost measurement, with the project's engine double (the reference
-server playing vLLM, deployed as a custom backend) in place of vLLM. Everything goes through
-modelyard's own CLI, as a user would: ``modelyard serve`` in a temporary data directory, the tiny
-Qwen3 added and deployed, an API key made, and ``modelyard bench run`` clients on loopback HTTP.
+Set-up (every process pinned with ``taskset``): ``modelyard serve --gateway-workers N`` on
+``--proxy-cpus`` (default CPU 0); the exact upstream (``exact_upstream.py``: 20 ms to the first
+token, then one token a chunk every 5 or 40 ms) deployed behind it as an engine, and the lean
+client (``lean_client.py``), both on ``--load-cpus`` (default CPU 1); LiteLLM's proxy (installed
+by this script into ``benchmarks/.venvs/``, git-ignored) on the proxy CPUs, in front of the same
+upstream.
 
-For each ``--streams`` value, two clients run **side by side**, started together with
-``--start-at``, each with that many streams:
+For each scenario the paths run one after another, in ``--rounds`` rounds (direct, gateway,
+LiteLLM, direct, gateway, ...), so slow drifts of the machine hit every path alike. The A/A
+control is direct against direct (odd rounds against even ones): the method's own spread.
 
-1. **gateway vs direct** (the measurement): one client through the gateway (``/v1`` of the
-   server), one at the engine's own port. Run one after the other, the two paths would also
-   differ by whatever the engine did between the runs; side by side, both halves share the
-   engine's batches and the machine's load, so what differs between them is the gateway.
-2. **direct vs direct** (the A/A control): two identical clients at the engine. Their ratio
-   shows how far the method itself is from 1 here; read the measurement against it.
+Scenarios: 1 and 32 streams at 5 ms a token; 256 and 1024 streams at 40 ms a token with starts
+spread over one answer; 256 streams starting together (every stream sends at the same instant,
+and a closed loop of fixed lengths keeps them together) at 40 ms and at 5 ms a token.
 
-Figures per client: output tokens/s and TTFT p50 (``result.json``). Per pair: A/B and A−B. For
-the gateway pair also the server process's CPU time (``/proc/PID/stat``) over the pair, per
-chunk the gateway client received (``requests.jsonl``), and ``1e6 / µs per chunk``: the chunks
-per second one core could relay. The project's targets: throughput ratio >= 0.98 and added TTFT
-p50 <= 1 ms.
+CPU per request and per chunk: the serving processes' CPU time (``/proc/PID/stat``) over two
+runs of 32 streams, one with 1-token answers and one with 256-token answers, solved for the two
+unknowns (cpu = requests x per-request + chunks x per-chunk). Scaling: the same with N workers,
+as chunks per CPU-second per worker, and how evenly the kernel spread the connections.
 
-    python benchmarks/gateway_overhead.py
-    python benchmarks/gateway_overhead.py --streams 8 --duration-s 30 --json /tmp/overhead.json
+Targets (issue 13): CPU per request <= 150 µs and per chunk <= 25 µs on one core; added TTFT
+<= 1 ms p50 and <= 5 ms p99 at 256 spread streams, p99 <= 40 ms at 256 starting together;
+N workers relay >= 0.8 N times one worker; >= 10x less CPU per chunk than LiteLLM.
 
-``--json FILE`` saves the figures. Takes a few minutes; never run as a test.
+    python benchmarks/gateway_overhead.py                       # everything, ~20 minutes
+    python benchmarks/gateway_overhead.py --scenarios 1,32 --workers 1 --no-litellm --rounds 1
+    python benchmarks/gateway_overhead.py --json results.json
+
+Take figures on a quiet machine: the load average is printed before and after each run.
 """
 
 from __future__ import annotations
@@ -33,404 +38,344 @@ import argparse
 import json
 import os
 import platform
-import shlex
-import signal
-import socket
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-import httpx
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from overhead_processes import (
+    LiteLlmProxy,
+    Platform,
+    SetupFailed,
+    cpu_seconds,
+    machine_busy_s,
+    require_taskset,
+    run_client,
+)
 
-from modelyard.bench.records import RunResult
-
-DEPLOYMENT = "ref"
-CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-TARGET_RATIO = 0.98
-TARGET_ADDED_TTFT_MS = 1.0
-WARMUP_S = 2.0
-BACKEND_YAML = """\
-backend_name: vllm-double
-description: the reference server playing vLLM (a test double)
-health_check_path: /health
-modelyard:
-  family: vllm
-version_configs:
-  "1.0":
-    run_command: {python} -m modelyard.bench.reference_server vllm serve {{{{model_path}}}} \
---host {{{{worker_ip}}}} --port {{{{port}}}} --served-model-name {{{{model_name}}}} \
---reasoning-tokens 100000 --itl-ms {itl_ms} --ttft-ms {ttft_ms} --tokens-per-chunk 2
-    custom_framework: cpu
-"""
-
-PathKind = Literal["gateway", "direct"]
-PAIRS: tuple[tuple[PathKind, PathKind], ...] = (("gateway", "direct"), ("direct", "direct"))
-
-output = Console()
-errors = Console(stderr=True)
+TTFT_MS = 20.0
 
 
-class SetupFailed(Exception):
-    """The platform or the deployment could not be brought up; the message says what to look at."""
-
-
-@dataclass
-class ClientFigures:
-    path: PathKind
-    output_tokens_per_s: float | None
-    ttft_p50_ms: float | None
-    chunks: int
-    valid: bool
-    started_late: bool
-
-
-@dataclass
-class PairFigures:
+@dataclass(frozen=True)
+class Scenario:
+    name: str
     streams: int
-    a: ClientFigures
-    b: ClientFigures
-    server_cpu_s: float
-    """The ``modelyard serve`` process's CPU time over the pair (both halves, lead time included)."""
+    start: str
+    itl_ms: float
+    output_tokens: int
 
     @property
-    def name(self) -> str:
-        control = " (A/A)" if self.a.path == self.b.path else ""
-        return f"{self.a.path}/{self.b.path}{control}"
+    def answer_s(self) -> float:
+        return (TTFT_MS + (self.output_tokens - 1) * self.itl_ms) / 1000
 
     @property
-    def ratio(self) -> float | None:
-        a, b = self.a.output_tokens_per_s, self.b.output_tokens_per_s
-        return a / b if a and b else None
-
-    @property
-    def ttft_added_ms(self) -> float | None:
-        a, b = self.a.ttft_p50_ms, self.b.ttft_p50_ms
-        return a - b if a is not None and b is not None else None
-
-    @property
-    def gateway_cpu_us_per_chunk(self) -> float | None:
-        if self.a.path != "gateway" or not self.a.chunks:
-            return None
-        return self.server_cpu_s / self.a.chunks * 1e6
+    def deployment(self) -> str:
+        return f"ref{self.itl_ms:g}"
 
 
-class ModelyardServer:
-    """A ``modelyard serve`` of its own (data directory, port, session), driven through the CLI."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        overrides = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
-        overrides |= {"MODELYARD_URL": self.url, "MODELYARD_DATA_DIR": str(data_dir)}
-        inherited = {key: value for key, value in os.environ.items() if key != "MODELYARD_BENCH_API_KEY"}
-        self.environment = inherited | overrides
-        self.log_path = data_dir / "serve.log"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.deployed = False
-        """Whether a deployment may exist, to remove on the way out."""
-
-    def start(self, timeout_s: float = 120.0) -> None:
-        argv = ["serve", "--no-demo", "--data-dir", str(self.data_dir), "--port", str(self.port)]
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "modelyard.cli.main", *argv, "--host", "127.0.0.1"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.environment,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SetupFailed(f"modelyard serve exited ({self.process.returncode}): {self._log_tail()}")
-            if self._answers():
-                return
-            time.sleep(0.3)
-        raise SetupFailed(f"modelyard serve did not answer within {timeout_s:.0f} s: {self._log_tail()}")
-
-    def _answers(self) -> bool:
-        password_file = self.data_dir / "admin-password"
-        if not password_file.exists():
-            return False
-        auth = ("admin", password_file.read_text().strip())
-        try:
-            return httpx.get(f"{self.url}/api/v1/system", auth=auth, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-1500:] if self.log_path.exists() else "(no log)"
-
-    def cli(self, *arguments: str, timeout_s: float = 300.0, check: bool = True) -> str:
-        """``modelyard ARGUMENTS``'s stdout; ``SetupFailed`` with its stderr when it fails (``check``)."""
-        argv = [sys.executable, "-m", "modelyard.cli.main", *arguments]
-        completed = subprocess.run(
-            argv, capture_output=True, text=True, env=self.environment, timeout=timeout_s, check=False
-        )
-        if not check:
-            return completed.stdout + completed.stderr
-        if completed.returncode != 0:
-            raise SetupFailed(
-                f"`modelyard {shlex.join(arguments)}` exited {completed.returncode}: "
-                f"{completed.stderr.strip()[-1500:]}"
-            )
-        return completed.stdout
-
-    def stop(self) -> None:
-        """Remove the deployment (its engine stops), then SIGTERM the server's session."""
-        if self.deployed:
-            try:
-                self.cli("rm", DEPLOYMENT, "--wait", timeout_s=120)
-            except (SetupFailed, subprocess.TimeoutExpired) as error:
-                errors.print(f"warning: could not remove {DEPLOYMENT}: {error}", highlight=False)
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
-
-
-def deploy(server: ModelyardServer, scratch: Path, arguments: argparse.Namespace) -> int:
-    """Model, backend and deployment; the running engine's port."""
-    from modelyard.testing.tiny_model import build_tiny_qwen3
-
-    model_dir = build_tiny_qwen3(scratch / "tiny-qwen3")
-    server.cli("models", "add", str(model_dir), "--name", "tiny")
-    backend_file = scratch / "vllm-double.yaml"
-    python = shlex.quote(sys.executable)
-    backend_file.write_text(
-        BACKEND_YAML.format(python=python, itl_ms=arguments.itl_ms, ttft_ms=arguments.ttft_ms)
-    )
-    server.cli("backends", "import", str(backend_file))
-    server.deployed = True
-    try:
-        server.cli("deploy", "tiny", "--name", DEPLOYMENT, "--backend", "vllm-double", "--skip-verification")
-    except SetupFailed as error:
-        log = server.cli("logs", DEPLOYMENT, "--tail", "30", check=False)
-        raise SetupFailed(
-            f"{error}\nthe engine's log (`modelyard logs {DEPLOYMENT}`) ends:\n{log}"
-        ) from error
-    state = json.loads(server.cli("ps", DEPLOYMENT, "--json"))
-    for instance in state.get("instances", []):
-        if instance.get("state") == "running" and instance.get("port"):
-            return int(instance["port"])
-    raise SetupFailed(f"{DEPLOYMENT} has no running instance: see `modelyard ps {DEPLOYMENT}`")
+SCENARIOS = {
+    "1": Scenario("1", 1, "spread", 5, 64),
+    "32": Scenario("32", 32, "spread", 5, 64),
+    "256-spread": Scenario("256-spread", 256, "spread", 40, 32),
+    "256-together": Scenario("256-together", 256, "together", 40, 32),
+    "256-together-5ms": Scenario("256-together-5ms", 256, "together", 5, 64),
+    "1024-spread": Scenario("1024-spread", 1024, "spread", 40, 32),
+}
+COST_SHORT = Scenario("cost-1-token", 32, "spread", 5, 1)
+COST_LONG = Scenario("cost-256-tokens", 32, "spread", 5, 256)
+LITELLM_SCENARIOS = frozenset({"1", "32", "256-spread"})
 
 
 @dataclass
-class Setup:
-    server: ModelyardServer
-    engine_port: int
-    api_key: str
-    runs_dir: Path
+class RunFigures:
+    path: str
+    scenario: str
+    round: int
+    workers: int
+    requests: int
+    events: int
+    duration_s: float
+    ttft_ms: list[float]
+    serving_cpu_s: float
+    per_process_cpu_s: list[float]
+    load_before: float
+    machine_busy_fraction: float
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.duration_s
+
+
+@dataclass
+class Bench:
     arguments: argparse.Namespace
+    scratch: Path
+    runs: list[RunFigures] = field(default_factory=list)
 
-
-def run_pair(
-    setup: Setup, paths: tuple[PathKind, PathKind], streams: int, seeds: tuple[int, int]
-) -> PairFigures:
-    """Two ``modelyard bench run`` clients, started together; their figures."""
-    server, arguments = setup.server, setup.arguments
-    assert server.process is not None
-    start_at = time.time() + arguments.lead_s
-    cpu_before_s = _cpu_s(server.process.pid)
-    clients: list[tuple[PathKind, Path, subprocess.Popen[bytes]]] = []
-    try:
-        for index, (path, seed) in enumerate(zip(paths, seeds, strict=True)):
-            out = setup.runs_dir / f"c{streams}-{paths[0]}-{paths[1]}-{index}-{path}"
-            out.mkdir(parents=True)
-            base_url = f"{server.url}/v1" if path == "gateway" else f"http://127.0.0.1:{setup.engine_port}/v1"
-            argv = ["bench", "run", "--base-url", base_url, "--model", DEPLOYMENT]
-            argv += ["--concurrency", str(streams), "--duration-s", str(arguments.duration_s)]
-            argv += ["--warmup-s", str(WARMUP_S), "--input-tokens", "64", "--output-tokens", "128"]
-            argv += ["--no-gpus", "--no-server-metrics", "--seed", str(seed), "--out", str(out), "--json"]
-            argv += ["--start-at", f"{start_at:.3f}"]
-            environment = dict(server.environment)
-            if path == "gateway":
-                environment["MODELYARD_BENCH_API_KEY"] = setup.api_key  # never on a command line
-            with (out / "stdout.json").open("wb") as stdout, (out / "stderr.txt").open("wb") as stderr:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "modelyard.cli.main", *argv],
-                    stdout=stdout,
-                    stderr=stderr,
-                    env=environment,
-                )
-            clients.append((path, out, process))
-        for _, _, process in clients:
-            process.wait(timeout=arguments.lead_s + WARMUP_S + arguments.duration_s + 300)
-    finally:
-        for _, _, process in clients:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    server_cpu_s = _cpu_s(server.process.pid) - cpu_before_s
-    a, b = (_client_figures(path, out, process.returncode) for path, out, process in clients)
-    pair = PairFigures(streams, a, b, server_cpu_s)
-    if a.started_late or b.started_late:
-        errors.print(
-            f"warning: a client started late ({streams} streams, {pair.name}), so the halves overlap "
-            f"less: give a larger --lead-s than {arguments.lead_s:g}",
-            highlight=False,
+    def measure(
+        self,
+        path: str,
+        url: str,
+        key: str,
+        scenario: Scenario,
+        round_index: int,
+        pids: list[int],
+        workers: int,
+    ) -> RunFigures:
+        arguments = self.arguments
+        out = self.scratch / f"{path}-{scenario.name}-{workers}w-{round_index}.json"
+        before = [cpu_seconds(pid) for pid in pids]
+        busy_before, total_before = machine_busy_s()
+        load_before = os.getloadavg()[0]
+        result = run_client(
+            url,
+            cpus=arguments.load_cpus,
+            streams=scenario.streams,
+            start=scenario.start,
+            output_tokens=scenario.output_tokens,
+            answer_s=scenario.answer_s,
+            duration_s=arguments.duration_s,
+            warmup_s=arguments.warmup_s,
+            out=out,
+            api_key=key,
+            model=scenario.deployment,
         )
-    return pair
+        after = [cpu_seconds(pid) for pid in pids]
+        busy_after, total_after = machine_busy_s()
+        per_process = [end - start for start, end in zip(before, after, strict=True)]
+        if result["errors"]:
+            print(f"  warning: {result['errors']} errors ({result['statuses']})", file=sys.stderr)
+        figures = RunFigures(
+            path=path,
+            scenario=scenario.name,
+            round=round_index,
+            workers=workers,
+            requests=int(result["requests"]),
+            events=int(result["events"]),
+            duration_s=arguments.duration_s,
+            ttft_ms=list(result["ttft_ms"]),
+            serving_cpu_s=sum(per_process),
+            per_process_cpu_s=per_process,
+            load_before=load_before,
+            machine_busy_fraction=(busy_after - busy_before) / max(total_after - total_before, 1e-9),
+        )
+        self.runs.append(figures)
+        p50, p99 = percentiles(figures.ttft_ms)
+        print(
+            f"  {path:8} {scenario.name:17} w{workers} r{round_index}: {figures.requests:6} req "
+            f"{figures.events_per_s:9.0f} chunks/s  TTFT p50 {p50:7.2f} p99 {p99:7.2f} ms  "
+            f"cpu {figures.serving_cpu_s:6.2f} s  load {load_before:.2f} "
+            f"busy {figures.machine_busy_fraction:.0%}",
+            file=sys.stderr,
+        )
+        return figures
 
 
-def _client_figures(path: PathKind, out: Path, exit_code: int) -> ClientFigures:
-    stderr_text = (out / "stderr.txt").read_text(errors="replace")
-    result_path = out / "result.json"
-    if not result_path.exists():
-        raise SetupFailed(f"bench run ({path}) exited {exit_code} without a result: {stderr_text[-1500:]}")
-    result = RunResult.from_json(result_path.read_text())
-    point = result.points[0]
-    chunks = 0
-    with (out / "requests.jsonl").open() as requests:
-        for line in requests:
-            chunks += len(json.loads(line)["chunk_arrival_ns"])
-    if not result.valid:
-        errors.print(f"warning: the {path} client's run is invalid: {result.invalid_reason}", highlight=False)
-    return ClientFigures(
-        path=path,
-        output_tokens_per_s=point.output_token_throughput_per_s,
-        ttft_p50_ms=point.metrics["ttft_ms"].median,
-        chunks=chunks,
-        valid=result.valid,
-        started_late="starts late" in stderr_text,
+def percentiles(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def pooled(runs: list[RunFigures], **match: Any) -> list[RunFigures]:
+    return [run for run in runs if all(getattr(run, name) == value for name, value in match.items())]
+
+
+def ttft_of(runs: list[RunFigures]) -> list[float]:
+    return [value for run in runs for value in run.ttft_ms]
+
+
+def cost_split(short: list[RunFigures], long: list[RunFigures]) -> tuple[float, float] | None:
+    """(µs per request, µs per chunk) from cpu = requests * r + chunks * c over the two workloads."""
+    if not short or not long:
+        return None
+    r1, c1, t1 = (
+        sum(getattr(run, name) for run in short) for name in ("requests", "events", "serving_cpu_s")
     )
+    r2, c2, t2 = (sum(getattr(run, name) for run in long) for name in ("requests", "events", "serving_cpu_s"))
+    determinant = r1 * c2 - r2 * c1
+    if determinant == 0:
+        return None
+    per_request = (t1 * c2 - t2 * c1) / determinant
+    per_chunk = (r1 * t2 - r2 * t1) / determinant
+    return per_request * 1e6, per_chunk * 1e6
 
 
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def print_table(streams: int, pairs: list[PairFigures]) -> None:
-    table = Table(title=f"{streams} stream(s) per client, side by side", box=box.SIMPLE_HEAD)
-    table.add_column("A vs B", no_wrap=True)
-    for column in ("A tok/s", "B tok/s", "A/B", "TTFT A\np50 ms", "TTFT B\np50 ms", "TTFT\nA−B ms"):
-        table.add_column(column, justify="right")
-    for pair in pairs:
-        a, b = pair.a, pair.b
-        ttft = (a.ttft_p50_ms, b.ttft_p50_ms, pair.ttft_added_ms)
-        table.add_row(
-            pair.name,
-            _number(a.output_tokens_per_s, 1),
-            _number(b.output_tokens_per_s, 1),
-            _number(pair.ratio, 3),
-            *(_number(value, 2) for value in ttft),
-        )
-    output.print(table)
-    gateway = next(pair for pair in pairs if pair.a.path == "gateway")
-    control = next(pair for pair in pairs if pair.a.path == pair.b.path)
-    per_chunk_us = gateway.gateway_cpu_us_per_chunk
-    if per_chunk_us:
-        output.print(
-            f"gateway CPU: {per_chunk_us:,.1f} µs per relayed chunk ({gateway.server_cpu_s:.2f} s of "
-            f"modelyard serve over {gateway.a.chunks:,} chunks); 1e6 / µs per chunk = "
-            f"{1e6 / per_chunk_us:,.0f} chunks/s one core could relay. Over the A/A pair (no gateway "
-            f"traffic) the server used {control.server_cpu_s:.2f} s.",
-            highlight=False,
-        )
-
-
-def measure(scratch: Path, arguments: argparse.Namespace) -> list[PairFigures]:
-    server = ModelyardServer(scratch / "data")
-    server.data_dir.mkdir()
+def run_platform(bench: Bench, workers: int) -> None:
+    arguments = bench.arguments
+    scratch = bench.scratch / f"platform-{workers}w"
+    scratch.mkdir()
+    server = Platform(
+        scratch, gateway_workers=workers, cpus=arguments.proxy_cpus if workers <= 1 else arguments.all_cpus
+    )
+    litellm: LiteLlmProxy | None = None
     try:
         server.start()
-        errors.print(f"modelyard serve on {server.url}; building and deploying the tiny model", style="dim")
-        api_key = str(json.loads(server.cli("keys", "create", "bench", "--json"))["key"])
-        setup = Setup(server, deploy(server, scratch, arguments), api_key, scratch / "runs", arguments)
-        figures: list[PairFigures] = []
-        for streams in arguments.streams:
-            pairs: list[PairFigures] = []
-            for paths in PAIRS:
-                errors.print(f"{streams} stream(s) per client: {paths[0]}/{paths[1]}", style="dim")
-                seed = 100 + 2 * len(figures) + 2 * len(pairs)  # own prompts per client: no cache hits
-                pairs.append(run_pair(setup, paths, streams, (seed, seed + 1)))
-            print_table(streams, pairs)
-            figures += pairs
-        return figures
+        ports: dict[float, int] = {}
+        for itl_ms in sorted({SCENARIOS[name].itl_ms for name in arguments.scenarios} | {5.0}):
+            options = f"--ttft-ms {TTFT_MS:g} --itl-ms {itl_ms:g}"
+            ports[itl_ms] = server.deploy(f"ref{itl_ms:g}", arguments.load_cpus, options)[0]
+        pids = server.serving_pids()
+        print(f"modelyard serve on {server.url}, {workers} gateway worker(s): pids {pids}", file=sys.stderr)
+        if arguments.litellm and workers == arguments.workers[0]:
+            litellm = LiteLlmProxy(scratch, f"http://127.0.0.1:{ports[5.0]}", cpus=arguments.proxy_cpus)
+        scenarios = [SCENARIOS[name] for name in arguments.scenarios] + [COST_SHORT, COST_LONG]
+        for scenario in scenarios:
+            for round_index in range(arguments.rounds):
+                direct = f"http://127.0.0.1:{ports[scenario.itl_ms]}"
+                bench.measure("direct", direct, "", scenario, round_index, pids, workers)
+                bench.measure("gateway", server.url, server.api_key, scenario, round_index, pids, workers)
+                if litellm is not None and (
+                    scenario.name in LITELLM_SCENARIOS or scenario.name.startswith("cost")
+                ):
+                    if scenario.itl_ms != 5.0:
+                        continue
+                    if litellm.process is None:
+                        litellm.start("ref5")
+                    bench.measure("litellm", litellm.url, "", scenario, round_index, litellm.pids(), workers)
     finally:
+        if litellm is not None:
+            litellm.stop()
         server.stop()
 
 
-def _streams(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"--streams takes integers like 1,8,32, got {text!r}") from error
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"--streams takes positive integers like 1,8,32, got {text!r}")
-    return values
+def summarise(bench: Bench) -> dict[str, Any]:
+    runs = bench.runs
+    arguments = bench.arguments
+    summary: dict[str, Any] = {"scenarios": {}, "costs": {}}
+    print(
+        "\nadded TTFT against direct (pooled rounds); A/A: direct odd rounds against even rounds", flush=True
+    )
+    print(
+        f"{'scenario':18} {'workers':>7} {'path':8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'+p50':>8} {'+p99':>8} {'tput':>6}"
+    )
+    for name in arguments.scenarios:
+        for workers in arguments.workers:
+            direct = pooled(runs, scenario=name, workers=workers, path="direct")
+            if not direct:
+                continue
+            d50, d99 = percentiles(ttft_of(direct))
+            direct_rate = statistics.mean(run.events_per_s for run in direct)
+            odd, even = direct[0::2], direct[1::2]
+            rows: dict[str, Any] = {}
+            if odd and even:
+                a50, a99 = percentiles(ttft_of(odd))
+                b50, b99 = percentiles(ttft_of(even))
+                rows["A/A"] = {"added_p50_ms": a50 - b50, "added_p99_ms": a99 - b99}
+                print(f"{name:18} {workers:7} {'A/A':8} {'':8} {'':8} {a50 - b50:+8.2f} {a99 - b99:+8.2f}")
+            print(f"{name:18} {workers:7} {'direct':8} {d50:8.2f} {d99:8.2f}")
+            for path in ("gateway", "litellm"):
+                measured = pooled(runs, scenario=name, workers=workers, path=path)
+                if not measured:
+                    continue
+                p50, p99 = percentiles(ttft_of(measured))
+                ratio = statistics.mean(run.events_per_s for run in measured) / direct_rate
+                rows[path] = {
+                    "p50_ms": p50,
+                    "p99_ms": p99,
+                    "added_p50_ms": p50 - d50,
+                    "added_p99_ms": p99 - d99,
+                }
+                rows[path]["throughput_ratio"] = ratio
+                print(
+                    f"{name:18} {workers:7} {path:8} {p50:8.2f} {p99:8.2f} "
+                    f"{p50 - d50:+8.2f} {p99 - d99:+8.2f} {ratio:6.3f}"
+                )
+            summary["scenarios"][f"{name}/{workers}w"] = rows
+    print("\nCPU of the serving processes (two workloads of 32 streams solved for per request and per chunk)")
+    for workers in arguments.workers:
+        for path in ("gateway", "litellm"):
+            short = pooled(runs, scenario=COST_SHORT.name, workers=workers, path=path)
+            long = pooled(runs, scenario=COST_LONG.name, workers=workers, path=path)
+            split = cost_split(short, long)
+            if split is None:
+                continue
+            per_request_us, per_chunk_us = split
+            chunks_per_cpu_s = sum(run.events for run in long) / max(
+                sum(run.serving_cpu_s for run in long), 1e-9
+            )
+            shares = [
+                sum(run.per_process_cpu_s[index] for run in long)
+                for index in range(len(long[0].per_process_cpu_s))
+            ]
+            summary["costs"][f"{path}/{workers}w"] = {
+                "per_request_us": per_request_us,
+                "per_chunk_us": per_chunk_us,
+                "chunks_per_cpu_s": chunks_per_cpu_s,
+                "cpu_s_by_process": shares,
+            }
+            print(
+                f"{path:8} {workers} worker(s): {per_request_us:7.1f} µs per request, "
+                f"{per_chunk_us:6.1f} µs per chunk, {chunks_per_cpu_s:8.0f} chunks per CPU-second; "
+                f"CPU by process {', '.join(f'{s:.2f}' for s in shares)} s"
+            )
+    costs = summary["costs"]
+    one, many = (
+        costs.get("gateway/1w"),
+        next((costs[k] for k in costs if k.startswith("gateway/") and k != "gateway/1w"), None),
+    )
+    if one and many:
+        n = max(w for w in arguments.workers)
+        scaling = (many["chunks_per_cpu_s"] * n) / (one["chunks_per_cpu_s"])
+        print(
+            f"\nN={n} workers: {scaling:.2f} x one worker's relay capacity "
+            f"(chunks per CPU-second x N), target >= {0.8 * n:.1f}"
+        )
+        summary["scaling"] = {"workers": n, "ratio": scaling}
+    if one and costs.get("litellm/1w"):
+        ratio = costs["litellm/1w"]["per_chunk_us"] / one["per_chunk_us"]
+        print(f"LiteLLM per chunk / gateway per chunk: {ratio:.1f}x (target >= 10x)")
+        summary["litellm_cpu_ratio"] = ratio
+    return summary
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--streams", type=_streams, default=[1, 8, 32], help="Streams per client: 1,8,32.")
-    parser.add_argument("--duration-s", type=float, default=15.0, help="Measured seconds per client.")
-    parser.add_argument("--itl-ms", type=float, default=10.0, help="The engine double's inter-token time.")
-    parser.add_argument(
-        "--ttft-ms", type=float, default=20.0, help="The engine double's time to first token."
-    )
-    parser.add_argument(
-        "--lead-s", type=float, default=6.0, help="Seconds between launching a pair and its agreed start."
-    )
-    parser.add_argument("--json", type=Path, default=None, help="Save the figures here.")
+    parser.add_argument("--scenarios", type=lambda text: text.split(","), default=list(SCENARIOS))
+    parser.add_argument("--workers", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--proxy-cpus", default="0")
+    parser.add_argument("--load-cpus", default="1")
+    parser.add_argument("--all-cpus", default="0,1", help="CPUs of modelyard serve with several workers")
+    parser.add_argument("--no-litellm", dest="litellm", action="store_false")
+    parser.add_argument("--json", type=Path, default=None)
     arguments = parser.parse_args()
-
+    unknown = [name for name in arguments.scenarios if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
     started = time.monotonic()
     try:
+        require_taskset()
         with tempfile.TemporaryDirectory(prefix="modelyard-gateway-overhead-") as scratch:
-            figures = measure(Path(scratch), arguments)
+            bench = Bench(arguments, Path(scratch))
+            for workers in arguments.workers:
+                run_platform(bench, workers)
+            summary = summarise(bench)
     except SetupFailed as error:
-        errors.print(f"[red]error:[/red] {error}", highlight=False)
+        print(f"error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        errors.print("interrupted; the server and its engine were stopped")
-        return 130
-    machine = f"{platform.machine()}, {os.cpu_count()} cores ({platform.platform()})"
-    output.print(
-        f"machine: {machine}; {time.monotonic() - started:.0f} s in all. Targets: gateway/direct "
-        f">= {TARGET_RATIO}, added TTFT p50 <= {TARGET_ADDED_TTFT_MS:g} ms; the A/A rows show the "
-        "method's own spread.",
-        highlight=False,
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"
+    loads = [run.load_before for run in bench.runs]
+    print(
+        f"\nmachine: {machine}; load average before runs {min(loads):.2f} to {max(loads):.2f}; "
+        f"{time.monotonic() - started:.0f} s in all"
     )
     if arguments.json is not None:
-        settings = {key: value for key, value in vars(arguments).items() if key != "json"}
-        pairs = [
-            {
-                **asdict(pair),
-                "pair": pair.name,
-                "ratio": pair.ratio,
-                "ttft_added_ms": pair.ttft_added_ms,
-                "gateway_cpu_us_per_chunk": pair.gateway_cpu_us_per_chunk,
-            }
-            for pair in figures
-        ]
-        document = {"machine": machine, "settings": settings, "pairs": pairs}
+        document = {
+            "machine": machine,
+            "settings": {key: str(value) for key, value in vars(arguments).items() if key != "json"},
+            "summary": summary,
+            "runs": [{**vars(run), "ttft_ms": percentiles(run.ttft_ms)} for run in bench.runs],
+        }
         arguments.json.write_text(json.dumps(document, indent=2))
     return 0
 

@@ -23,6 +23,9 @@
 #   gateway-cost   gateway and direct side by side against vLLM (the gateway's cost, precisely)
 #   gateway-control the side-by-side pair at 128 streams each, with its A/A controls
 #   kill-abba      SIGKILL of vLLM mid-answer; then gateway/direct alternated, fixed work per point
+#   prefix-routing two vLLM replicas sharing GPU 0 per routing policy (least outstanding, prefix),
+#                  the multi-turn workload of benchmarks/prefix_routing.py (needs replicas that can
+#                  share a GPU: the clusters issue's scheduler)
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
 # when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
@@ -279,6 +282,23 @@ gateway-control)
   for pair in gateway,direct direct,direct gateway,gateway; do
     FIELD_SIDE_PATHS=$pair FIELD_SIDE_CONCURRENCY=${FIELD_SIDE_CONCURRENCY:-128} run gateway-cost vllm
   done
+  ;;
+prefix-routing)
+  # vLLM's prefix caching (on by default) against the gateway's routing: one deployment of two
+  # replicas per policy, all four engines on GPU 0 (a fifth of its memory each), then the same
+  # conversations through each deployment, alternated; hit rate from vLLM's own counters.
+  export MODELYARD_URL=http://127.0.0.1:$FIELD_PORT MODELYARD_DATA_DIR=$FIELD_DATA
+  PREFIX_ARGS="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.2}"
+  for pair in vllm-lo:least-outstanding vllm-px:prefix; do
+    python3 -m modelyard.cli.main deploy qwen3-field --name "${pair%%:*}" --routing "${pair##*:}" \
+      --backend vllm --version 0.25.0 --replicas 2 --gpus 1 --args="$PREFIX_ARGS" --timeout 900 || exit 6
+  done
+  mkdir -p "$FIELD_RESULTS/prefix-routing"
+  BENCH_API_KEY=$(cat "$FIELD_DATA/field-key") python3 benchmarks/prefix_routing.py --no-platform \
+    --url "$MODELYARD_URL" --metrics-token-file "$FIELD_DATA/metrics-token" --deployments vllm-lo,vllm-px \
+    --conversations 32 --turns 8 --system-words 1500 --rounds 2 \
+    --json "$FIELD_RESULTS/prefix-routing/result.json" | tee "$FIELD_RESULTS/prefix-routing/summary.txt"
+  for name in vllm-lo vllm-px; do python3 -m modelyard.cli.main rm "$name" --wait; done
   ;;
 kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one

@@ -1,8 +1,9 @@
 """The gateway over real HTTP on loopback.
 
-``GatewayHarness`` runs a FastAPI app holding only the gateway router on uvicorn (its own thread
-and event loop), over a real SQLite file, with an ``EndpointRegistry`` the tests publish into, as
-the controller would. The engines are reference servers (``modelyard.bench.reference``, the
+``GatewayHarness`` runs the gateway's ASGI app (``GatewayApp``, in front of an empty FastAPI app
+whose lifespan starts the gateway in-process, as ``--gateway-workers 0`` does) on uvicorn (its own
+thread and event loop), over a real SQLite file, with an ``EndpointRegistry`` the tests publish
+into, as the controller would. The engines are reference servers (``modelyard.bench.reference``, the
 project's engine double, playing vLLM's, SGLang's or transformers serve's contract), each on its
 own thread.
 """
@@ -24,14 +25,18 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select, update
 
+from modelyard.backends.spec import DEFAULT_API_PATHS
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.control.endpoints import Endpoint
 from modelyard.server.context import ServerContext
-from modelyard.server.gateway import GatewayRuntime, GatewaySettings, gateway_router, start_gateway
+from modelyard.server.gateway import GatewayApp, GatewayRuntime, GatewaySettings, start_gateway
+from modelyard.server.gateway.usage import UsageRecorder
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import ApiKey, UsageRecord, utc_now
+
+from .served import ServedPlatform
 
 Result = TypeVar("Result")
 
@@ -75,7 +80,11 @@ class GatewayHarness:
     # -- what the controller and the REST API would do -------------------------------------------
 
     def publish(
-        self, deployment: str, servers: list[ReferenceServer], served_model_name: str | None = None
+        self,
+        deployment: str,
+        servers: list[ReferenceServer],
+        served_model_name: str | None = None,
+        api_paths: tuple[str, ...] | None = None,
     ) -> None:
         endpoints = [
             Endpoint(
@@ -84,6 +93,9 @@ class GatewayHarness:
                 base_url=server.base_url,
                 served_model_name=served_model_name or server.config.served_model_names[0],
                 reasoning_field=server.config.reasoning_field,
+                engine=server.config.flavor,
+                engine_version="reference",
+                api_paths=api_paths if api_paths is not None else DEFAULT_API_PATHS,
             )
             for server in servers
         ]
@@ -125,7 +137,7 @@ class GatewayHarness:
     def usage_rows(self, deployment: str) -> list[UsageRecord]:
         """The usage rows of one deployment, once everything queued has been written."""
         runtime = self.runtime
-        assert runtime is not None
+        assert runtime is not None and isinstance(runtime.usage, UsageRecorder)
         self.run(runtime.usage.flush)
         with self.database.session() as session:
             return list(
@@ -137,9 +149,15 @@ class GatewayHarness:
             )
 
     def outstanding(self, base_url: str) -> int:
+        """Requests in flight to the published endpoint at ``base_url``."""
         runtime = self.runtime
         assert runtime is not None
-        return self.call(lambda: runtime.balancer._outstanding.get(base_url, 0))
+
+        def count() -> int:
+            endpoints = [e for e in runtime.registry.all_endpoints() if e.base_url == base_url]
+            return sum(runtime.balancer.outstanding(endpoint) for endpoint in endpoints)
+
+        return self.call(count)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -149,17 +167,17 @@ class GatewayHarness:
         @asynccontextmanager
         async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             harness.loop = asyncio.get_running_loop()
-            harness.runtime = await start_gateway(
-                harness.context, app, GatewaySettings(usage_batch_delay_s=0.0, key_last_used_interval_s=3600)
+            gateway = await start_gateway(
+                harness.context, GatewaySettings(usage_batch_delay_s=0.0, key_last_used_interval_s=3600)
             )
+            harness.runtime = gateway.in_process_runtime()
             try:
                 yield
             finally:
-                await harness.runtime.close()
+                await gateway.close()
 
-        app = FastAPI(lifespan=lifespan)
-        app.state.context = self.context
-        app.include_router(gateway_router)
+        inner = FastAPI(lifespan=lifespan)
+        app = GatewayApp(lambda: self.runtime, fallback=inner)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
@@ -228,6 +246,17 @@ def engines() -> Iterator[ReferenceServers]:
     servers = ReferenceServers()
     yield servers
     servers.stop_all()
+
+
+@pytest.fixture(scope="session")
+def served_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
+    """A real ``modelyard serve`` with two gateway workers, shared by the tests that need one."""
+    served = ServedPlatform(tmp_path_factory.mktemp("served") / "data", gateway_workers=2)
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
 
 
 @pytest.fixture(scope="session")

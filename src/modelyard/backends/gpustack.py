@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modelyard.backends.arguments import split_backend_parameters
 from modelyard.backends.catalog import known_versions
-from modelyard.backends.spec import BackendSpec, BackendVersion, EngineFamily
+from modelyard.backends.spec import DEFAULT_API_PATHS, BackendSpec, BackendVersion, EngineFamily
 from modelyard.backends.yaml_lines import YamlDocument
 from modelyard.errors import InvalidInput, InvalidYaml
 
@@ -64,6 +64,7 @@ VERSION_EXTENSION_KEYS = (
     "cpu_parameters",
     "install_hint",
     "description",
+    "api_paths",
 )
 
 
@@ -166,6 +167,7 @@ def _extension_defaults(command_text: str, health_check_path: str | None) -> dic
         "cpu_parameters": [],
         "install_hint": "",
         "description": "",
+        "api_paths": list(DEFAULT_API_PATHS),
     }
 
 

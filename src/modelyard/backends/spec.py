@@ -12,6 +12,8 @@ process and to know when it is ready:
   rendered into an argv list (``modelyard.backends.render``), never a shell string;
 - ``env``: default environment, KEY -> VALUE, kept apart from the arguments;
 - ``health_path`` / ``metrics_path``; ``reasoning_field``;
+- ``api_paths``: the ``/v1`` routes the engine serves, which the gateway passes through (the
+  others get a 404 naming the engine);
 - ``served_model_name``: which template value the engine answers to in ``"model"``;
 - ``cpu_parameters``: arguments added when an instance gets no GPU (``--device cpu``);
 - ``install_hint``: how to install the program when it is missing.
@@ -35,6 +37,10 @@ EngineFamily = Literal["vllm", "sglang", "transformers", "custom"]
 # Backend names appear in URLs and on the command line; versions in YAML keys and pip pins.
 BACKEND_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+API_PATH_PATTERN = re.compile(r"^/v1(/[a-z0-9_]+)+$")
+
+# The routes assumed when a backend version lists none (every OpenAI-compatible server has these).
+DEFAULT_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
 class BackendVersion(BaseModel):
@@ -53,6 +59,9 @@ class BackendVersion(BaseModel):
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"
     reasoning_field: ReasoningField = "reasoning_content"
+    # The /v1 routes the engine answers (POST), passed through by the gateway; a request for
+    # another one gets a 404 naming the engine. Read from the engines' own route tables.
+    api_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_API_PATHS))
     # The "model" value the engine accepts: the deployment name (engines started with
     # --served-model-name) or the model path (transformers serve pins the positional path).
     served_model_name: Literal["model_name", "model_path"] = "model_name"
@@ -95,6 +104,16 @@ class BackendVersion(BaseModel):
         if path is not None and not path.startswith("/"):
             raise ValueError(f"{path!r} must start with '/' (e.g. '/health')")
         return path
+
+    @field_validator("api_paths")
+    @classmethod
+    def _api_paths_are_v1_routes(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not API_PATH_PATTERN.match(path):
+                raise ValueError(
+                    f"api path {path!r} is not a /v1 route: use paths such as '/v1/chat/completions'"
+                )
+        return paths
 
     @field_validator("env")
     @classmethod

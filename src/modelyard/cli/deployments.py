@@ -68,6 +68,11 @@ def deploy(
     skip_verification: bool = typer.Option(
         False, "--skip-verification", help="Ready once the health check and one tiny chat pass."
     ),
+    routing: str = typer.Option(
+        "least-outstanding",
+        "--routing",
+        help="least-outstanding, or prefix: prompts that begin alike go to the same replica.",
+    ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
     timeout_seconds: float = typer.Option(
         DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait for running."
@@ -88,6 +93,7 @@ def deploy(
         "backend_parameters": args or [],
         "env": env or [],
         "skip_verification": skip_verification,
+        "routing": routing,
     }
     client = ApiClient.from_context(ctx)
     if preset is not None:

@@ -143,6 +143,13 @@ def serve(
         "--docker-volume",
         help="An extra volume for every container, HOST:CONTAINER[:ro|rw] (repeatable; read-only unless rw).",
     ),
+    gateway_workers: int | None = typer.Option(
+        None,
+        "--gateway-workers",
+        min=0,
+        max=64,
+        help="Processes serving /v1 on the port (default: usable cores - 1, 1 to 8; 0: in the main process).",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     started_at = time.monotonic()
@@ -165,18 +172,23 @@ def serve(
     check_data_directory(settings.data_dir)
     secure_data_directory(settings.data_dir)
     check_database_driver(settings.database_url)
-    listener = bind_listener(host, port)
+    from modelyard.server.gateway.supervisor import default_gateway_workers
+
+    workers = default_gateway_workers() if gateway_workers is None else gateway_workers
+    # With gateway workers, each has its own socket of the port (SO_REUSEPORT); this is the first.
+    listener = bind_listener(host, port, reuse_port=workers > 0)
     try:
-        _run(settings, listener, started_at, access_log)
+        _run(settings, listener, started_at, access_log, workers)
     finally:
         listener.close()
 
 
-def _run(settings: Settings, listener: socket.socket, started_at: float, access_log: bool) -> None:
+def _run(
+    settings: Settings, listener: socket.socket, started_at: float, access_log: bool, workers: int
+) -> None:
     import asyncio
     import os
 
-    import uvicorn
     from sqlalchemy.exc import SQLAlchemyError
 
     from modelyard.runtimes.selection import RuntimeSet
@@ -185,6 +197,7 @@ def _run(settings: Settings, listener: socket.socket, started_at: float, access_
     from modelyard.server.context import ServerContext
     from modelyard.server.door.http_protocol import bounded_http_protocol
     from modelyard.server.door.limits import RequestLimits
+    from modelyard.server.gateway.serving import run_server
     from modelyard.server.startup import data_directory_error, database_error
     from modelyard.services.users import ensure_admin
     from modelyard.store.database import Database
@@ -215,22 +228,22 @@ def _run(settings: Settings, listener: socket.socket, started_at: float, access_
             context.demo.message = "demo is being prepared (0%)"
 
         async def on_started(running: ServerContext) -> None:
-            _say(f"listening on {settings.server_url}", started_at)
+            _say(f"listening on {settings.server_url} ({workers} gateway worker(s) for /v1)", started_at)
             if settings.deploy_demo:
                 task = asyncio.get_running_loop().create_task(_demo_in_background(running, started_at))
                 running.background_tasks.add(task)
                 task.add_done_callback(running.background_tasks.discard)
 
         app = create_app(context, on_started=on_started)
-        config = uvicorn.Config(
+        run_server(
+            context,
             app,
-            log_level="warning",
+            listener=listener,
+            gateway_workers=workers,
             access_log=access_log,
-            timeout_graceful_shutdown=5,
             # The request line and headers are bounded inside the HTTP parser (server/door/).
-            http=bounded_http_protocol(limits),
+            http_protocol=bounded_http_protocol(limits),
         )
-        uvicorn.Server(config).run(sockets=[listener])
     finally:
         database.close()
 

@@ -7,6 +7,7 @@ truth; each reconcile pass republishes every deployment from it (``publish_all``
 
 from __future__ import annotations
 
+from modelyard.backends.spec import DEFAULT_API_PATHS
 from modelyard.control.context import ControlContext
 from modelyard.control.endpoints import Endpoint
 from modelyard.control.instance_store import DeploymentView
@@ -26,6 +27,9 @@ def endpoint_for(context: ControlContext, deployment: DeploymentView, instance_i
         engine=context.engine_family(deployment) or "custom",
         engine_version=deployment.backend_version,
         engine_api_key=engine.api_key,
+        # For the gateway: the engine's own /metrics (re-exported) and the /v1 routes it serves.
+        metrics_path=version.metrics_path if version is not None else None,
+        api_paths=tuple(version.api_paths) if version is not None else DEFAULT_API_PATHS,
     )
 
 

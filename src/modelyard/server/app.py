@@ -1,9 +1,11 @@
-"""The server: one FastAPI app holding the REST API, the gateway and the controller.
+"""The server: one FastAPI app holding the REST API and the controller, and starting the gateway.
 
-``create_app`` wires the parts around a ``ServerContext``; its lifespan starts the gateway's
-shared client, the controller (which re-adopts surviving engines) and the download manager
-(which resumes interrupted model tasks), and on shutdown stops the downloads (left queued for
-the next start), the controller and every engine it runs.
+``create_app`` wires the parts around a ``ServerContext``; its lifespan starts the gateway (in
+this process, or its worker processes), the controller (which re-adopts surviving engines) and
+the download manager (which resumes interrupted model tasks), and on shutdown stops the
+downloads (left queued for the next start), the controller and every engine it runs. ``/v1``
+never reaches this app: ``GatewayApp`` (``server/gateway/app.py``) answers it in front
+(``server/gateway/serving.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from modelyard.server.console.router import install_console
 from modelyard.server.context import ServerContext
 from modelyard.server.door.body_limit import BodyLimitMiddleware
 from modelyard.server.errors import install_error_handlers
-from modelyard.server.gateway.router import gateway_router
-from modelyard.server.gateway.runtime import start_gateway
+from modelyard.server.gateway.startup import start_gateway
+from modelyard.server.metrics.route import metrics_router
 from modelyard.server.openapi_docs import install_openapi
 
 logger = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gateway = await start_gateway(context, app)
+        gateway = await start_gateway(context)
         controller = Controller(
             settings=context.settings,
             database=context.database,
@@ -94,7 +96,7 @@ def create_app(
     # The outermost layer (added last): bodies over their route's limit never reach a route.
     app.add_middleware(BodyLimitMiddleware, limits=context.limits)
     app.include_router(api_router)
-    app.include_router(gateway_router)
+    app.include_router(metrics_router)
 
     install_console(app, openapi_url=OPENAPI_URL)
     return app

@@ -7,6 +7,7 @@ the server's one event loop.
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +25,8 @@ from modelyard.store.secret_box import SecretBox
 
 if TYPE_CHECKING:
     from modelyard.hardware.gpus import GpuInventory
+    from modelyard.server.gateway.runtime import GatewayRuntime
+    from modelyard.server.metrics.gateway_counts import GatewayCounts
 
 
 class ControllerHandle(Protocol):
@@ -55,6 +58,33 @@ class KeyCacheHandle(Protocol):
     """What the API needs of the gateway's key cache: drop it after a key is created or revoked."""
 
     def invalidate(self) -> None: ...
+
+
+class GatewayHandle(Protocol):
+    """What the server holds of the running gateway (``modelyard.server.gateway.startup``)."""
+
+    def in_process_runtime(self) -> GatewayRuntime | None:
+        """The gateway's parts when ``/v1`` is served in this process (no gateway workers)."""
+
+    def gateway_counts(self) -> GatewayCounts:
+        """Requests, tokens and latencies counted by every gateway process so far."""
+
+    def requests_by_worker(self) -> dict[str, int]:
+        """Requests answered so far by each gateway worker (by index); empty without workers."""
+
+    def usage_failure(self) -> str | None:
+        """Why usage is not being recorded durably right now (None: it is)."""
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class GatewayWorkerPlan:
+    """The public port's listening sockets (one per gateway worker) and the main process's
+    private Unix socket, where the workers relay every path but ``/v1``."""
+
+    sockets: list[socket.socket]
+    api_socket_path: str
 
 
 class _NoController:
@@ -109,6 +139,10 @@ class ServerContext:
     # Wrong admin credentials and wrong API keys per client address (server/throttle.py).
     login_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="login"))
     key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
+    # The running gateway (set by start_gateway), and, when /v1 is served by gateway worker
+    # processes, what they are started with (None: /v1 is served in this process).
+    gateway: GatewayHandle | None = None
+    gateway_workers: GatewayWorkerPlan | None = None
     # Seals secret values before they are stored (its key is <data-dir>/secret-key).
     secrets: SecretBox = field(init=False)
 

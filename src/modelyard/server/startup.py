@@ -89,8 +89,13 @@ def check_database_driver(database_url: str) -> None:
         ) from None
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
-    """The server's listening socket, bound and listening now (uvicorn serves on it later)."""
+def bind_listener(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """The server's listening socket, bound and listening now (uvicorn serves on it later).
+
+    ``reuse_port``: the port will be shared by the gateway workers' sockets (``SO_REUSEPORT``).
+    A plain bind is tried first, so a port another process holds (even one sharing it) is
+    refused as before instead of being shared with it.
+    """
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -102,6 +107,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
     listener = socket.socket(family, kind, protocol)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
+        if reuse_port:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         listener.bind(address)
         listener.listen(LISTEN_BACKLOG)
     except OSError as error:

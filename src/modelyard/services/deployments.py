@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, selectinload
 from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
+from modelyard.control.endpoints import DEFAULT_ROUTING, ROUTING_POLICIES
 from modelyard.control.scheduler import check_request_fits
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
@@ -66,6 +67,8 @@ class DeploymentRequest:
     # Environment variables to keep secret besides those whose names say so (HF_TOKEN, ...).
     secret_env: list[str] = field(default_factory=list)
     skip_verification: bool = False
+    # How the gateway picks a replica: "least-outstanding" or "prefix" (prefix-aware).
+    routing: str = DEFAULT_ROUTING
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -266,9 +269,36 @@ def check_deployment(
         env=env,
         desired_state="running",
         skip_verification=request.skip_verification,
+        routing=_checked_routing(request.routing),
         warnings=warnings,
     )
     return deployment
+
+
+def _checked_routing(routing: str) -> str:
+    if routing not in ROUTING_POLICIES:
+        raise InvalidInput(
+            f"routing {routing!r} is not one of {', '.join(ROUTING_POLICIES)}",
+            hint="prefix sends prompts that begin alike to the same replica (its prefix cache); "
+            "least-outstanding balances by requests in flight",
+        )
+    return routing
+
+
+def set_routing(session: Session, name: str, routing: str) -> Deployment:
+    """Change how the gateway picks a replica of deployment ``name``."""
+    deployment = _live_deployment(session, name, "changed")
+    deployment.routing = _checked_routing(routing)
+    session.commit()
+    return get_deployment(session, name)
+
+
+def routing_policies(session: Session) -> dict[str, str]:
+    """Every live deployment's routing policy, by name."""
+    rows = session.execute(
+        select(Deployment.name, Deployment.routing).where(Deployment.desired_state != "deleted")
+    )
+    return {name: routing for name, routing in rows}
 
 
 def _live_deployment(session: Session, name: str, action: str) -> Deployment:
@@ -366,6 +396,7 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "desired_state": deployment.desired_state,
         "state": deployment_summary_state(deployment),
         "skip_verification": deployment.skip_verification,
+        "routing": deployment.routing,
         "warnings": deployment.warnings,
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

@@ -201,6 +201,10 @@ class Deployment(Base):
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     desired_state: Mapped[str] = mapped_column(String(16), default="running")
     skip_verification: Mapped[bool] = mapped_column(default=False)
+    # How the gateway picks a replica: "least-outstanding" or "prefix" (control/endpoints.py).
+    routing: Mapped[str] = mapped_column(
+        String(32), default="least-outstanding", server_default="least-outstanding"
+    )
     # Doctor's warnings at deploy time, kept to show in `ps` and the console.
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)

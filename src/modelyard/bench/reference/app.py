@@ -24,6 +24,7 @@ from starlette.types import Send
 
 from modelyard.bench.reference.config import ReferenceConfig
 from modelyard.bench.reference.engine_metrics import EngineMetrics
+from modelyard.bench.reference.more_routes import add_more_routes
 
 logger = logging.getLogger(__name__)
 
@@ -413,6 +414,8 @@ def create_reference_app(engine: ReferenceEngine) -> FastAPI:
         if not engine.ready:
             return Response(status_code=503)
         return Response(status_code=200)
+
+    add_more_routes(app, config)
 
     if config.flavor in ("vllm", "sglang"):
 

@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from modelyard.control.endpoints import RoutingPolicy
+from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api.common import in_session
@@ -68,12 +70,16 @@ class DeploymentCreate(BaseModel):
     # Variables of env to keep secret besides those whose names say so (HF_TOKEN, *_API_KEY, ...).
     secret_env: Annotated[list[EnvName], Field(max_length=MAXIMUM_LIST_ITEMS)] = Field(default_factory=list)
     skip_verification: bool = False
+    # How the gateway picks a replica: "least-outstanding", or "prefix" (prompts that begin alike
+    # go to the same replica, within a load bound).
+    routing: RoutingPolicy = "least-outstanding"
 
 
 class DeploymentChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    replicas: int = Field(ge=0, le=deployments.MAXIMUM_REPLICAS)
+    replicas: int | None = Field(default=None, ge=0, le=deployments.MAXIMUM_REPLICAS)
+    routing: RoutingPolicy | None = None
 
 
 def _now() -> float:
@@ -106,6 +112,10 @@ def _scale(session: Session, name: str, replicas: int, inventory: GpuInventory) 
     )
 
 
+def _route(session: Session, name: str, routing: str) -> dict[str, Any]:
+    return deployments.deployment_to_json(deployments.set_routing(session, name, routing), _now())
+
+
 def _set_state(session: Session, name: str, desired_state: str) -> dict[str, Any]:
     return deployments.deployment_to_json(deployments.set_desired_state(session, name, desired_state), _now())
 
@@ -126,6 +136,7 @@ async def create_deployment(
     result = await in_session(
         context, _create, body, context.controller.gpu_inventory(), context.secrets, context.runtimes
     )
+    context.endpoints.set_routing(result["name"], body.routing)
     context.controller.poke()
     return result
 
@@ -175,7 +186,14 @@ async def show_deployment(name: str, context: ServerContext = Depends(server_con
 async def change_deployment(
     name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
+    if change.replicas is None and change.routing is None:
+        raise InvalidInput("nothing to change", hint='send {"replicas": N} or {"routing": "prefix"}')
+    result: dict[str, Any] = {}
+    if change.routing is not None:
+        result = await in_session(context, _route, name, change.routing)
+        context.endpoints.set_routing(name, change.routing)
+    if change.replicas is not None:
+        result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
     context.controller.poke()
     return result
 

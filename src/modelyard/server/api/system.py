@@ -12,10 +12,9 @@ from modelyard.server.context import ServerContext, server_context
 router = APIRouter(tags=["system"])
 
 
-def _usage_recording(request: Request) -> dict[str, Any]:
-    """Whether every answered request is being recorded durably (the usage journal and table)."""
-    gateway = getattr(request.app.state, "gateway", None)
-    problem = getattr(getattr(gateway, "usage", None), "failure", None)
+def _usage_recording(context: ServerContext) -> dict[str, Any]:
+    """Whether every answered request is being recorded durably (the usage journals and table)."""
+    problem = context.gateway.usage_failure() if context.gateway is not None else None
     return {"ok": problem is None, "problem": problem}
 
 
@@ -35,7 +34,7 @@ async def read_system(request: Request, context: ServerContext = Depends(server_
         # The demo while the server prepares it: state, progress_percent, stage, message, log_path.
         "demo": context.demo.to_json(),
         # {"ok": false, "problem": "usage journal in ...: the disk is full"} while rows are at risk.
-        "usage_recording": _usage_recording(request),
+        "usage_recording": _usage_recording(context),
     }
 
 

@@ -1,8 +1,8 @@
 """Who may call what: the bearer key, the request body's ``model``, and the replicas to try.
 
-Raises the gateway errors of ``errors.py``; the routes turn them into OpenAI-shaped responses.
-Nothing here touches the database on the way to a ready replica: keys come from ``KeyCache``,
-deployments from the controller's ``EndpointRegistry``. Only the 503 path reads instance states.
+Raises the gateway errors of ``errors.py``; the app turns them into error responses. Nothing here
+touches the database on the way to a ready replica: keys come from ``KeyCache``, deployments from
+the ``EndpointRegistry``. Only the 503 path reads instance states.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import json
 import logging
 from typing import Any
 
+import orjson
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.requests import Request
 
 from modelyard.control.endpoints import Endpoint
 from modelyard.server.door.json_depth import json_nesting_exceeds
 from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway.errors import (
+    EndpointNotServed,
     InvalidApiKey,
     InvalidJsonBody,
     KeyCheckUnavailable,
@@ -27,7 +28,7 @@ from modelyard.server.gateway.errors import (
     ModelNotFound,
     NoReadyReplica,
 )
-from modelyard.server.gateway.keys import KeyFacts
+from modelyard.server.gateway.keys import MISSING, KeyFacts
 from modelyard.server.gateway.routing import describe_unready
 from modelyard.server.gateway.runtime import GatewayRuntime
 from modelyard.services.key_hashing import display_prefix
@@ -40,22 +41,44 @@ RETRY_AFTER_WHILE_STARTING_SECONDS = 5
 
 _KEY_HINT = "an admin creates keys with `modelyard keys create NAME`"
 
+Headers = list[tuple[bytes, bytes]]
 
-async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
-    """The facts of the request's ``Authorization: Bearer`` key; ``InvalidApiKey`` otherwise."""
-    header = request.headers.get("authorization")
-    if not header:
+
+def header(headers: Headers, name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower case) in an ASGI header list."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def bearer_key(headers: Headers) -> str:
+    """The API key of ``Authorization: Bearer`` (OpenAI SDKs) or ``x-api-key`` (Anthropic SDKs)."""
+    raw = header(headers, b"authorization")
+    if raw is None:
+        api_key = header(headers, b"x-api-key")
+        if api_key is not None and api_key.strip():
+            return api_key.decode("latin-1").strip()
         raise InvalidApiKey("no API key: send the header 'Authorization: Bearer <key>'", hint=_KEY_HINT)
-    scheme, _, key = header.partition(" ")
+    scheme, _, key = raw.decode("latin-1").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
         raise InvalidApiKey("the Authorization header must be 'Bearer <key>'", hint=_KEY_HINT)
-    # Wrong keys are counted per client address: past a few, 429 without a lookup (throttle.py).
-    address = request.client.host if request.client else None
-    throttle = runtime.context.key_throttle
-    throttle.check(address)
+    return key
+
+
+async def authenticate(runtime: GatewayRuntime, headers: Headers, client_address: str | None) -> KeyFacts:
+    """The facts of the request's key; ``InvalidApiKey`` when there is none or it is not valid.
+
+    Wrong keys are counted per client address: past a few, 429 without a lookup (``throttle.py``;
+    each gateway process counts its own).
+    """
+    key = bearer_key(headers)
+    throttle = runtime.key_throttle
+    throttle.check(client_address)
+    cached = runtime.key_cache.cached(key)
     try:
-        facts = await runtime.key_cache.resolve(key)
+        facts = await runtime.key_cache.resolve(key) if cached is MISSING else cached
     except SQLAlchemyError as error:
         logger.exception("could not check an API key against the database")
         raise KeyCheckUnavailable(
@@ -63,24 +86,22 @@ async def authenticate(runtime: GatewayRuntime, request: Request) -> KeyFacts:
             hint="see the server log",
         ) from error
     if facts is None:
-        throttle.failed(address)
+        throttle.failed(client_address)
         raise InvalidApiKey(f"API key {display_prefix(key)}... is not valid", hint=_KEY_HINT)
     if facts.revoked:
-        throttle.failed(address)
+        throttle.failed(client_address)
         raise InvalidApiKey(f"API key {facts.name!r} was revoked", hint="ask an admin for a new key")
-    throttle.succeeded(address)
+    throttle.succeeded(client_address)
     return facts
 
 
 def visible_deployments(runtime: GatewayRuntime, facts: KeyFacts) -> list[str]:
     """The deployment names this key may see, sorted."""
-    return [name for name in runtime.context.endpoints.known_deployments() if facts.may_use(name)]
+    return [name for name in runtime.registry.known_deployments() if facts.may_use(name)]
 
 
-def parse_request_body(
-    body: bytes, max_json_depth: int = RequestLimits.max_json_depth
-) -> tuple[dict[str, Any], str]:
-    """The JSON object of the body and its ``model``."""
+def parse_json_body(body: bytes, max_json_depth: int = RequestLimits.max_json_depth) -> dict[str, Any]:
+    """The JSON object of a request body (nesting checked first, in linear time: server/door/)."""
     if json_nesting_exceeds(body, max_json_depth):
         raise InvalidJsonBody(
             f"the request body nests deeper than {max_json_depth} levels",
@@ -88,24 +109,32 @@ def parse_request_body(
             + RequestLimits.environment_variable("max_json_depth"),
         )
     try:
-        payload = json.loads(body)
-    except ValueError as error:
-        raise InvalidJsonBody(
-            f"the request body is not JSON ({error})",
-            hint="send a JSON object with Content-Type: application/json",
-        ) from error
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # orjson refuses lone surrogates ("\ud800"), which Python's json accepts.
+        try:
+            payload = json.loads(body)
+        except ValueError as error:
+            raise InvalidJsonBody(
+                f"the request body is not JSON ({error})",
+                hint="send a JSON object with Content-Type: application/json",
+            ) from error
     if not isinstance(payload, dict):
         raise InvalidJsonBody(
             f"the request body must be a JSON object, got a JSON {type(payload).__name__}",
             hint='send {"model": "...", ...}',
         )
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
+    return payload
+
+
+def model_of(value: Any) -> str:
+    """The deployment a request names in ``model``."""
+    if not isinstance(value, str) or not value:
         raise MissingModel(
             'the request body has no "model"',
             hint="set it to a deployment name; GET /v1/models lists them",
         )
-    return payload, model
+    return value
 
 
 def _visible_hint(runtime: GatewayRuntime, facts: KeyFacts, lead: str) -> str:
@@ -113,18 +142,18 @@ def _visible_hint(runtime: GatewayRuntime, facts: KeyFacts, lead: str) -> str:
     return f"{lead}: {', '.join(names)}" if names else "no model is available to this key yet"
 
 
-async def ready_endpoints(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> tuple[Endpoint, ...]:
-    """The ready replicas of deployment ``model`` that this key may use."""
-    registry = runtime.context.endpoints
-    note = registry.note_for(model)
-    if note is not None and not registry.is_known(model):
-        # A deployment on its way (the demo while it is prepared): "demo is being prepared (42%)".
-        raise NoReadyReplica(
-            note.message,
-            hint="`modelyard ps` shows it once it is deployed",
-            retry_after_seconds=RETRY_AFTER_WHILE_STARTING_SECONDS if note.coming else None,
-        )
+def check_model_access(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> None:
+    """``ModelNotFound`` / ``ModelNotAllowed`` unless this key may use deployment ``model``
+    (``NoReadyReplica`` for a deployment on its way: "demo is being prepared (42%)")."""
+    registry = runtime.registry
     if not registry.is_known(model):
+        note = registry.note_for(model)
+        if note is not None:
+            raise NoReadyReplica(
+                note.message,
+                hint="`modelyard ps` shows it once it is deployed",
+                retry_after_seconds=RETRY_AFTER_WHILE_STARTING_SECONDS if note.coming else None,
+            )
         raise ModelNotFound(
             f"model {model!r} does not exist", hint=_visible_hint(runtime, facts, "known models")
         )
@@ -133,11 +162,23 @@ async def ready_endpoints(runtime: GatewayRuntime, facts: KeyFacts, model: str) 
             f"API key {facts.name!r} may not use model {model!r}",
             hint=_visible_hint(runtime, facts, "it may use"),
         )
-    endpoints = registry.endpoints_for(model)
+
+
+async def ready_endpoints(runtime: GatewayRuntime, model: str, path: str) -> tuple[Endpoint, ...]:
+    """The ready replicas of deployment ``model`` (known, and allowed to the key) that serve ``path``."""
+    endpoints = runtime.registry.endpoints_for(model)
     if endpoints:
+        served = endpoints[0].api_paths
+        if path not in served:
+            engine = endpoints[0]
+            version = f" {engine.engine_version}" if engine.engine_version else ""
+            raise EndpointNotServed(
+                f"deployment {model!r} runs {engine.engine}{version}, which does not serve {path}",
+                hint=f"it serves {', '.join(served)}",
+            )
         return endpoints
     try:
-        state, coming = await asyncio.to_thread(describe_unready, runtime.context.database, model)
+        state, coming = await asyncio.to_thread(describe_unready, runtime.database, model)
     except SQLAlchemyError:
         logger.exception("could not read the instances of deployment %r", model)
         state, coming = "", False

@@ -11,13 +11,17 @@ status      code                        when
 401         ``invalid_api_key``         no ``Authorization: Bearer``, an unknown or revoked key
 403         ``model_not_allowed``       the key is limited to other deployments
 404         ``model_not_found``         no deployment of that name (the message lists the known)
+404         ``endpoint_not_served``     the deployment's engine does not serve this route (names it)
+404         ``unknown_route``           no such /v1 route
 502         ``engine_unreachable``      no replica could be reached (connection refused / reset)
 503         ``no_ready_replica``        the deployment exists but no replica is ready
 503         ``key_check_unavailable``   the database did not answer a key lookup
 ==========  ==========================  =====================================================
 
 Inside a stream that the engine cut, the client gets the same shape as an SSE event
-(``stream_interrupted``), then ``data: [DONE]``.
+(``stream_interrupted``), then ``data: [DONE]``. On ``/v1/messages`` the gateway's own errors are
+in Anthropic's shape instead (``{"type": "error", "error": {"type", "message"}}``), which the
+Anthropic SDKs read.
 """
 
 from __future__ import annotations
@@ -57,6 +61,19 @@ class ModelNotAllowed(Forbidden):
 class ModelNotFound(NotFound):
     code = "model_not_found"
     param = "model"
+
+
+class EndpointNotServed(NotFound):
+    code = "endpoint_not_served"
+
+
+class UnknownRoute(NotFound):
+    code = "unknown_route"
+
+
+class MethodNotAllowed(ModelyardError):
+    http_status = 405
+    code = "method_not_allowed"
 
 
 class InvalidJsonBody(InvalidInput):
@@ -103,15 +120,47 @@ def error_json_bytes(message: str, *, status: int, code: str | int | None, param
     return json.dumps(openai_error(message, status=status, code=code, param=param)).encode()
 
 
-def gateway_error_response(error: ModelyardError) -> Response:
-    """The HTTP response for a gateway error (``WWW-Authenticate: Bearer`` on 401)."""
+_ANTHROPIC_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def anthropic_error_json_bytes(message: str, *, status: int) -> bytes:
+    """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = _ANTHROPIC_TYPE_BY_STATUS.get(status, "api_error")
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+def gateway_error_parts(
+    error: ModelyardError, *, anthropic: bool = False
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, headers and body of a gateway error (``WWW-Authenticate: Bearer`` on 401)."""
     param = getattr(error, "param", None)
-    body = error_json_bytes(str(error), status=error.http_status, code=error.code, param=param)
-    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else {}
+    if anthropic:
+        body = anthropic_error_json_bytes(str(error), status=error.http_status)
+    else:
+        body = error_json_bytes(str(error), status=error.http_status, code=error.code, param=param)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if error.http_status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
     retry_after = getattr(error, "retry_after_seconds", None)
     if retry_after:
-        headers["Retry-After"] = str(retry_after)
-    return Response(body, status_code=error.http_status, media_type="application/json", headers=headers)
+        headers.append((b"retry-after", str(retry_after).encode()))
+    return error.http_status, headers, body
+
+
+def gateway_error_response(error: ModelyardError) -> Response:
+    """The gateway error as a Starlette response."""
+    status, headers, body = gateway_error_parts(error)
+    response = Response(body, status_code=status)
+    response.raw_headers = headers
+    return response
 
 
 def sse_error_event(message: str, *, code: str, status: int = 502) -> bytes:

@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -52,6 +53,15 @@ class KeyFacts:
 
     def may_use(self, deployment_name: str) -> bool:
         return self.allowed_deployments is None or deployment_name in self.allowed_deployments
+
+
+class Missing(enum.Enum):
+    """No fresh answer in the cache."""
+
+    MISSING = "missing"
+
+
+MISSING = Missing.MISSING
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +115,16 @@ class KeyCache:
         self._generation += 1
         self._entries.clear()
         self._lookups.clear()
+
+    def cached(self, key: str) -> KeyFacts | Missing | None:
+        """The cached answer for ``key`` without waiting (``MISSING``: ask ``resolve``)."""
+        entry = self._entries.get(hash_key(key))
+        if entry is None or entry.expires_at <= self._clock():
+            return MISSING
+        facts = entry.facts
+        if facts is not None and not facts.revoked:
+            self._last_used[facts.id] = time.time()
+        return facts
 
     async def resolve(self, key: str) -> KeyFacts | None:
         """The facts of ``key`` (``revoked`` may be True), or None for a key that does not exist."""

@@ -1,100 +1,131 @@
-"""Forwarding one OpenAI request to a replica and its answer back to the client.
+"""Forwarding one ``POST /v1/...`` request to a replica and its answer back to the client.
 
-The body is parsed once (to find ``model``), gets the engine's served model name and, when
-streaming, ``stream_options.include_usage = true`` (other stream options are kept), and is sent to
-the replica with the fewest outstanding requests. A replica that cannot be reached (refused,
-reset before answering) is skipped for another one: nothing has been sent to the client yet.
-Once the engine answers, its answer is relayed (``responses.py``): streams event by event, whole
-bodies once complete, errors in OpenAI's shape.
+The body is parsed once (to find ``model``, ``stream`` and, for prefix-aware routing, the start
+of the prompt). It is forwarded as the client wrote it unless the engine needs another model
+name, or a stream needs ``stream_options.include_usage`` (added in front of the other fields,
+without re-encoding the rest, when the client sent no ``stream_options``). The replica is the
+least busy one, or the prompt prefix's one (``routing.py``). A replica that cannot be reached
+(refused, dropped before answering) is skipped for another one: nothing has been sent to the
+client yet. Once the engine answers, its answer is relayed (``responses.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import Send
 
 from modelyard.control.endpoints import Endpoint
-from modelyard.errors import ModelyardError
-from modelyard.server.gateway.access import authenticate, parse_request_body, ready_endpoints
-from modelyard.server.gateway.errors import EngineUnreachable, error_json_bytes, gateway_error_response
+from modelyard.server.gateway.engine_client import EngineDropped, EngineResponse, EngineUnreachable
+from modelyard.server.gateway.errors import EngineUnreachable as EngineUnreachableError
+from modelyard.server.gateway.errors import error_json_bytes
+from modelyard.server.gateway.form_fields import FormFields
 from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.keys import KeyFacts
-from modelyard.server.gateway.limits import Admission, LimitExceeded, limit_exceeded_response
+from modelyard.server.gateway.limits import Admission
 from modelyard.server.gateway.model_names import ModelNameRewrite
+from modelyard.server.gateway.prefix_routing import prefix_hash
 from modelyard.server.gateway.responses import (
     CLIENT_CLOSED_REQUEST,
+    ClientTiming,
     ClientWatch,
-    ClientWatchedResponse,
     RelayOutcome,
     relay_body,
-    relay_stream,
+    relay_openai_stream,
+    relay_passthrough_stream,
     send_whole,
 )
-from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS, GatewayRuntime, gateway_runtime
+from modelyard.server.gateway.routes import OPENAI_STREAMING_PATHS, ApiRoute
+from modelyard.server.gateway.runtime import GatewayRuntime
 from modelyard.server.gateway.streaming import SseRelay
 from modelyard.server.gateway.usage import TokenUsage, UsageRow
 
 logger = logging.getLogger(__name__)
 
-_ENGINE_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
-# Failures before the engine answered, so nothing has reached the client: safe to try again.
-_UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-_DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+_USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 
 
-async def forward(request: Request, path: str) -> Response:
-    """Handle one ``POST /v1/...`` request; every failure becomes an OpenAI-shaped error."""
-    runtime = gateway_runtime(request)
-    try:
-        facts = await authenticate(runtime, request)
-        body = await request.body()
-        payload, model = parse_request_body(body, runtime.context.limits.max_json_depth)
-        endpoints = await ready_endpoints(runtime, facts, model)
-        admission = await _admit(runtime, facts, payload, len(body))
-    except LimitExceeded as error:
-        return limit_exceeded_response(error)
-    except ModelyardError as error:
-        return gateway_error_response(error)
-    return ClientWatchedResponse(
-        partial(_exchange, runtime, facts, path, payload, model, endpoints, admission)
-    )
+@dataclass
+class ForwardRequest:
+    """One request on its way, as the gateway understood it."""
+
+    route: ApiRoute
+    facts: KeyFacts
+    model: str
+    endpoints: tuple[Endpoint, ...]
+    body: bytes
+    # The JSON body (None for a form), and the form's fields (None for JSON).
+    payload: dict[str, Any] | None
+    form: FormFields | None
+    content_type: bytes
+    request_id: str
+    timing: ClientTiming
+    # What the key's limits admitted (limits.py), settled when the request ends.
+    admission: Admission | None = None
+
+    @property
+    def streaming(self) -> bool:
+        if self.payload is not None:
+            return self.payload.get("stream") is True
+        return self.form is not None and self.form.values.get("stream", "").lower() == "true"
+
+    @property
+    def openai_stream(self) -> bool:
+        return self.streaming and self.route.path in OPENAI_STREAMING_PATHS
+
+    def client_wants_usage(self) -> bool:
+        options = self.payload.get("stream_options") if self.payload is not None else None
+        return isinstance(options, dict) and options.get("include_usage") is True
+
+    def body_for(self, endpoint: Endpoint) -> bytes:
+        """The bytes to send to ``endpoint``: the client's, changed only where they must be."""
+        rename = endpoint.served_model_name != self.model
+        if self.form is not None:
+            if rename and "model" in self.form.spans:
+                return self.form.with_value(self.body, "model", endpoint.served_model_name)
+            return self.body
+        assert self.payload is not None
+        add_usage = self.openai_stream and not self.client_wants_usage()
+        if not rename and not add_usage:
+            return self.body
+        if not rename and "stream_options" not in self.payload:
+            start = self.body.find(b"{")
+            return _USAGE_OPTION + self.body[start + 1 :]
+        payload = dict(self.payload)
+        payload["model"] = endpoint.served_model_name
+        if add_usage:
+            options = payload.get("stream_options")
+            payload["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
+        return compact_json(payload)
 
 
-async def _admit(
-    runtime: GatewayRuntime, facts: KeyFacts, payload: dict[str, Any], body_bytes: int
-) -> Admission:
-    """The key's limits (``limits.py``): admitted, or ``LimitExceeded``; a quota's usage is read
-    from the database (in a worker thread) the first time the key is seen in a period."""
-    limiter = runtime.limiter
-    start = limiter.quota_to_load(facts.id, facts.limits)
-    if start is not None:
-        await asyncio.to_thread(limiter.load_quota, facts.id, start)
-    return limiter.admit(facts.id, facts.limits, payload, body_bytes=body_bytes)
+def _engine_headers(request: ForwardRequest) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"content-type", request.content_type),
+        (b"accept-encoding", b"identity"),
+        (b"x-request-id", request.request_id.encode()),
+    ]
 
 
-def _ask_for_usage(payload: dict[str, Any]) -> bool:
-    """Set ``stream_options.include_usage``; return whether the client had asked for it itself."""
-    options = payload.get("stream_options")
-    if not isinstance(options, dict):
-        options = {}
-        payload["stream_options"] = options
-    client_wants_usage = options.get("include_usage") is True
-    options["include_usage"] = True
-    return client_wants_usage
+def choose_endpoint(runtime: GatewayRuntime, request: ForwardRequest, excluded: list[str]) -> Endpoint | None:
+    balancer = runtime.balancer
+    if request.payload is not None and runtime.registry.routing_for(request.model) == "prefix":
+        settings = runtime.settings
+        key = prefix_hash(request.payload, settings.prefix_characters)
+        if key is not None:
+            return balancer.choose_by_prefix(request.endpoints, key, settings.prefix_load_factor, excluded)
+    return balancer.choose(request.endpoints, excluded)
 
 
-async def _send(
-    runtime: GatewayRuntime, path: str, payload: dict[str, Any], model: str, endpoints: tuple[Endpoint, ...]
-) -> tuple[aiohttp.ClientResponse, Endpoint]:
-    """Send to the least busy replica, moving on while replicas cannot be reached.
+async def send_to_replica(
+    runtime: GatewayRuntime, request: ForwardRequest
+) -> tuple[EngineResponse, Endpoint]:
+    """Send to the chosen replica, moving on while replicas cannot be reached.
 
     A refused or timed-out connection rules a replica out for this request. A connection dropped
     before any answer (the engine closed an idle connection just then, or is going down) gets one
@@ -105,105 +136,125 @@ async def _send(
     excluded: list[str] = []
     dropped_once: set[str] = set()
     failures: list[str] = []
-    encoded_for: str | None = None
-    content = b""
+    plain_headers = _engine_headers(request)
+    encoded: dict[str, bytes] = {}
     while True:
-        endpoint = balancer.choose(endpoints, exclude=excluded)
+        endpoint = choose_endpoint(runtime, request, excluded)
         if endpoint is None:
-            raise EngineUnreachable(
-                f"no replica of {model!r} could be reached: {'; '.join(failures)}",
-                hint=f"the engines may have just stopped; see `modelyard logs {model}`",
+            raise EngineUnreachableError(
+                f"no replica of {request.model!r} could be reached: {'; '.join(failures)}",
+                hint=f"the engines may have just stopped; see `modelyard logs {request.model}`",
             )
-        if encoded_for != endpoint.served_model_name:
-            payload["model"] = endpoint.served_model_name
-            content = compact_json(payload)
-            encoded_for = endpoint.served_model_name
-        url = endpoint.base_url + path
+        content = encoded.get(endpoint.served_model_name)
+        if content is None:
+            content = encoded[endpoint.served_model_name] = request.body_for(endpoint)
+        headers = plain_headers
+        if endpoint.engine_api_key:
+            # The engine asks for its own key: it gets that one, never the client's.
+            headers = [*plain_headers, (b"authorization", f"Bearer {endpoint.engine_api_key}".encode())]
         balancer.acquire(endpoint)
+        fresh = endpoint.base_url in dropped_once
         try:
-            headers = _ENGINE_HEADERS
-            if endpoint.engine_api_key:
-                headers = {**_ENGINE_HEADERS, "authorization": f"Bearer {endpoint.engine_api_key}"}
-            response = await runtime.engine_client.request("POST", url, data=content, headers=headers)
+            response = await runtime.engine_client.post(
+                endpoint.base_url, request.route.path, headers, content, fresh=fresh
+            )
             return response, endpoint
-        except _UNREACHABLE as error:
+        except EngineUnreachable as error:
             balancer.release(endpoint)
             balancer.refused(endpoint)
             # The engine may have died: the controller looks now, not at its next tick.
-            runtime.context.controller.poke()
+            runtime.on_refused(endpoint)
             excluded.append(endpoint.base_url)
-            failure = f"{endpoint.base_url}: {type(error).__name__}"
-        except _DROPPED as error:
+            failure = f"{endpoint.base_url}: {error}"
+        except EngineDropped as error:
             balancer.release(endpoint)
             if endpoint.base_url in dropped_once:
                 excluded.append(endpoint.base_url)
             dropped_once.add(endpoint.base_url)
-            failure = f"{endpoint.base_url}: {type(error).__name__}"
-        except ENGINE_CONNECTION_ERRORS as error:
-            balancer.release(endpoint)
-            raise EngineUnreachable(
-                f"replica {endpoint.base_url} of {model!r} failed before answering: {type(error).__name__}",
-                hint=f"see `modelyard logs {model}`",
-            ) from error
+            failure = f"{endpoint.base_url}: {error}"
         except BaseException:
             balancer.release(endpoint)
             raise
         failures.append(failure)
         logger.warning(
-            "replica %s of %r (instance %d) could not take a request (%s); trying again",
+            "request %s: replica %s of %r (instance %d) could not take a request (%s); trying again",
+            request.request_id,
             endpoint.base_url,
-            model,
+            request.model,
             endpoint.instance_id,
             failure,
         )
 
 
-async def _exchange(
+async def exchange(
     runtime: GatewayRuntime,
-    facts: KeyFacts,
-    path: str,
-    payload: dict[str, Any],
-    model: str,
-    endpoints: tuple[Endpoint, ...],
-    admission: Admission,
+    request: ForwardRequest,
     send: Send,
     watch: ClientWatch,
+    extra_headers: list[tuple[bytes, bytes]],
 ) -> None:
     """Send the request to a replica and relay its answer; record it whatever happens."""
-    streaming = path in STREAMING_PATHS and bool(payload.get("stream"))
+    counts = runtime.counts
+    model = request.model
+    counts.request_started(model)
+    outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False, code="client_closed")
+    sent: tuple[EngineResponse, Endpoint] | None = None
 
     def record(status: int, usage: TokenUsage | None) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
-        runtime.limiter.finish(admission, used)
+        if request.admission is not None:
+            runtime.limiter.finish(request.admission, used)
         runtime.usage.record(
             UsageRow(
-                api_key_id=facts.id, deployment_name=model, endpoint=path, usage=usage, status_code=status
+                api_key_id=request.facts.id,
+                deployment_name=model,
+                endpoint=request.route.path,
+                usage=usage,
+                status_code=status,
             )
         )
 
-    # Recorded (journaled) just before the answer's last bytes; below, if it never got that far.
+    # Recorded (journaled) just before the answer's last bytes; in ``finally`` if it never got there.
     watch.on_finishing = record
-    client_wants_usage = _ask_for_usage(payload) if streaming else False
-    outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False)
-    sent: tuple[aiohttp.ClientResponse, Endpoint] | None = None
     try:
         try:
-            sent = await _send(runtime, path, payload, model, endpoints)
-        except EngineUnreachable as error:
-            logger.warning("%s", error)
-            outcome.status = error.http_status
+            sent = await send_to_replica(runtime, request)
+        except EngineUnreachableError as error:
+            logger.warning("request %s: %s", request.request_id, error)
+            outcome = RelayOutcome(error.http_status, None, engine_done=False, code=error.code)
             body = error_json_bytes(str(error), status=error.http_status, code=error.code)
-            await send_whole(send, watch, error.http_status, body, "application/json")
+            await send_whole(send, watch, error.http_status, body, b"application/json", extra_headers)
             return
         upstream, endpoint = sent
         model_rewrite = ModelNameRewrite.between(endpoint.served_model_name, model)
-        description = f"deployment {model!r} (instance {endpoint.instance_id})"
-        content_type = upstream.headers.get("Content-Type", "")
-        if streaming and upstream.status == 200 and content_type.startswith("text/event-stream"):
-            relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=client_wants_usage)
-            outcome = await relay_stream(upstream, relay, send, watch, description)
+        description = (
+            f"request {request.request_id} to deployment {model!r} (instance {endpoint.instance_id})"
+        )
+        event_stream = (upstream.header(b"content-type") or b"").startswith(b"text/event-stream")
+        if request.openai_stream and upstream.status == 200 and event_stream:
+            relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=request.client_wants_usage())
+            outcome = await relay_openai_stream(
+                upstream, relay, send, watch, description, request.timing, extra_headers
+            )
+        elif (
+            request.route.answer == "passthrough"
+            and upstream.status == 200
+            and (event_stream or request.streaming)
+        ):
+            outcome = await relay_passthrough_stream(
+                upstream, send, watch, description, request.timing, extra_headers
+            )
         else:
-            outcome = await relay_body(upstream, model_rewrite, send, watch, description)
+            normalise = request.route.answer == "openai"
+            outcome = await relay_body(
+                upstream,
+                model_rewrite,
+                send,
+                watch,
+                description,
+                normalise=normalise,
+                extra_headers=extra_headers,
+            )
     finally:
         if sent is not None:
             upstream, endpoint = sent
@@ -212,6 +263,19 @@ async def _exchange(
             else:
                 upstream.close()  # the engine sees the disconnect and stops generating
             runtime.balancer.release(endpoint)
+        usage = outcome.usage
         if not watch.recorded:
             watch.recorded = True
-            record(outcome.status, outcome.usage)
+            record(outcome.status, usage)
+        timing = request.timing
+        tokens = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else None
+        code = outcome.code if outcome.status >= 400 else None
+        counts.request_finished(
+            model,
+            request.facts.name,
+            request.route.path,
+            outcome.status,
+            code,
+            timing.clock() - timing.arrived_s,
+            tokens,
+        )

@@ -1,11 +1,12 @@
 """Relaying an engine's answer to the client, and noticing when the client leaves.
 
-``ClientWatchedResponse`` runs an exchange with an engine (connect, wait, relay) as the response
-of the client's request, and cancels it the moment the client disconnects, whatever it is
-waiting for: a connection, the first byte of a long non-streamed answer, the next event. The
-exchange then closes its connection to the engine, which real engines take as an abort.
+``watched`` runs an exchange with an engine (connect, wait, relay) and cancels it the moment the
+client disconnects, whatever it is waiting for: a connection, the first byte of a long
+non-streamed answer, the next event. The exchange then closes its connection to the engine,
+which real engines take as an abort.
 
-``relay_stream`` sends each piece of an SSE stream as soon as it is read (through ``SseRelay``);
+``relay_openai_stream`` sends each piece of an OpenAI chunk stream as soon as it is read (through
+``SseRelay``); ``relay_passthrough_stream`` sends any other stream unchanged, reading its usage;
 ``relay_body`` sends a whole answer once the engine has finished it.
 """
 
@@ -16,16 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import aiohttp
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Send
 
 from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
+from modelyard.server.gateway.engine_client import EngineBroke, EngineResponse
 from modelyard.server.gateway.errors import error_json_bytes
 from modelyard.server.gateway.model_names import ModelNameRewrite
-from modelyard.server.gateway.runtime import ENGINE_CONNECTION_ERRORS
+from modelyard.server.gateway.passthrough import UsageReader
 from modelyard.server.gateway.streaming import SseRelay
-from modelyard.server.gateway.usage import TokenUsage
+from modelyard.server.gateway.usage import TokenUsage, usage_from_body
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ _SSE_HEADERS = [
 
 
 class ClientWatch:
-    """Cancels the response's task when the client disconnects, until ``finishing()``."""
+    """Cancels the request's task when the client disconnects, until ``finishing()``."""
 
     def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
         self.client_gone = False
@@ -75,37 +75,28 @@ class ClientWatch:
                 return
 
 
-Exchange = Callable[[Send, ClientWatch], Awaitable[None]]
+Exchange = Callable[[ClientWatch], Awaitable[None]]
 
 
-class ClientWatchedResponse(Response):
-    """An ASGI response that runs ``exchange(send, watch)``; a client disconnect cancels it.
+async def watched(receive: Receive, exchange: Exchange) -> None:
+    """Run ``exchange(watch)``; a client disconnect cancels it (it cleans up in ``finally``).
 
-    The exchange sees the disconnect as ``asyncio.CancelledError`` (and cleans up in ``finally``);
-    the response then ends quietly.
+    Call after the request body was read whole: the watch takes every later ``receive()``.
     """
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = []
-        self._exchange = exchange
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        watch = ClientWatch(receive, task)
-        try:
-            await self._exchange(send, watch)
-        except asyncio.CancelledError:
-            if not watch.client_gone:
-                raise
-            task.uncancel()
-        except OSError:
-            # Servers other than uvicorn report a vanished client by failing send().
-            pass
-        finally:
-            watch.stop()
+    task = asyncio.current_task()
+    assert task is not None
+    watch = ClientWatch(receive, task)
+    try:
+        await exchange(watch)
+    except asyncio.CancelledError:
+        if not watch.client_gone:
+            raise
+        task.uncancel()
+    except OSError:
+        # Servers other than uvicorn report a vanished client by failing send().
+        pass
+    finally:
+        watch.stop()
 
 
 @dataclass
@@ -116,48 +107,77 @@ class RelayOutcome:
     usage: TokenUsage | None
     # The engine's answer was read to its end: the connection can go back to the pool.
     engine_done: bool
+    # The gateway's own error code, when it made the answer an error (e.g. "stream_interrupted").
+    code: str | None = None
+
+
+@dataclass
+class ClientTiming:
+    """When the request arrived, and the observers of its first byte and later chunk gaps."""
+
+    arrived_s: float
+    clock: Callable[[], float]
+    on_first_byte: Callable[[float], None]
+    on_gap: Callable[[float], None]
+    first_byte_s: float | None = None
+
+
+def _with(headers: list[tuple[bytes, bytes]], extra: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return headers + extra if extra else headers
 
 
 async def send_whole(
     send: Send,
-    watch: ClientWatch,
+    watch: ClientWatch | None,
     status: int,
     body: bytes,
-    content_type: str,
+    content_type: bytes,
+    extra_headers: list[tuple[bytes, bytes]],
     usage: TokenUsage | None = None,
 ) -> None:
-    watch.finishing(status, usage)
-    headers = [
-        (b"content-type", content_type.encode("latin-1")),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if watch is not None:
+        watch.finishing(status, usage)
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": _with(headers, extra_headers)})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def relay_stream(
-    upstream: aiohttp.ClientResponse, relay: SseRelay, send: Send, watch: ClientWatch, description: str
+async def relay_openai_stream(
+    upstream: EngineResponse,
+    relay: SseRelay,
+    send: Send,
+    watch: ClientWatch,
+    description: str,
+    timing: ClientTiming,
+    extra_headers: list[tuple[bytes, bytes]],
 ) -> RelayOutcome:
     """Send every event as it arrives; always end with ``data: [DONE]``.
 
-    ``description`` names the engine in log lines and in the client's error event
+    ``description`` names the request and engine in log lines and in the client's error event
     (``deployment 'demo' (instance 3)``); it never contains request content.
     """
-    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    await send({"type": "http.response.start", "status": 200, "headers": _with(_SSE_HEADERS, extra_headers)})
     engine_done = False
+    clock = timing.clock
+    last_s = 0.0
+    on_gap = timing.on_gap
     try:
-        async for chunk in upstream.content.iter_any():
-            out = relay.feed(chunk)
+        while data := await upstream.read():
+            out = relay.feed(data)
             if relay.saw_done:
                 watch.finishing(200, relay.usage)  # [DONE] ends the answer for the client
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-    except ENGINE_CONNECTION_ERRORS as error:
+                now = clock()
+                if last_s:
+                    on_gap(now - last_s)
+                else:
+                    timing.first_byte_s = now
+                    timing.on_first_byte(now - timing.arrived_s)
+                last_s = now
+    except EngineBroke as error:
         logger.warning(
-            "the engine serving %s broke its stream (%s: %s); the client gets an error event",
-            description,
-            type(error).__name__,
-            error,
+            "%s: the engine broke its stream (%s); the client gets an error event", description, error
         )
         tail = relay.cut(f"the engine serving {description} stopped in the middle of the answer")
     else:
@@ -165,47 +185,96 @@ async def relay_stream(
         tail = relay.end()
         if relay.interrupted:
             logger.warning(
-                "the engine serving %s ended its stream before the answer finished; "
-                "the client gets an error event",
+                "%s: the engine ended its stream before the answer finished; the client gets an error event",
                 description,
             )
-    status = ENGINE_BROKE_OFF if relay.interrupted else 200
-    watch.finishing(status, relay.usage)
+    watch.finishing(ENGINE_BROKE_OFF if relay.interrupted else 200, relay.usage)
     await send({"type": "http.response.body", "body": tail, "more_body": False})
-    return RelayOutcome(status=status, usage=relay.usage, engine_done=engine_done)
+    if relay.interrupted:
+        return RelayOutcome(ENGINE_BROKE_OFF, relay.usage, engine_done, code="stream_interrupted")
+    return RelayOutcome(200, relay.usage, engine_done)
+
+
+async def relay_passthrough_stream(
+    upstream: EngineResponse,
+    send: Send,
+    watch: ClientWatch,
+    description: str,
+    timing: ClientTiming,
+    extra_headers: list[tuple[bytes, bytes]],
+) -> RelayOutcome:
+    """Send the engine's bytes as they come, unchanged; read the usage on the way (SSE only)."""
+    content_type = upstream.header(b"content-type") or b"application/octet-stream"
+    reader = UsageReader() if content_type.startswith(b"text/event-stream") else None
+    headers = [
+        (b"content-type", content_type),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+    ]
+    await send(
+        {"type": "http.response.start", "status": upstream.status, "headers": _with(headers, extra_headers)}
+    )
+    clock = timing.clock
+    last_s = 0.0
+    try:
+        while data := await upstream.read():
+            if reader is not None:
+                reader.feed(data)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            now = clock()
+            if last_s:
+                timing.on_gap(now - last_s)
+            else:
+                timing.first_byte_s = now
+                timing.on_first_byte(now - timing.arrived_s)
+            last_s = now
+    except EngineBroke as error:
+        logger.warning("%s: the engine broke its answer off (%s)", description, error)
+        usage = reader.usage if reader is not None else None
+        watch.finishing(ENGINE_BROKE_OFF, usage)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return RelayOutcome(ENGINE_BROKE_OFF, usage, engine_done=False, code="stream_interrupted")
+    usage = reader.usage if reader is not None else None
+    watch.finishing(upstream.status, usage)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return RelayOutcome(upstream.status, usage, engine_done=True)
 
 
 async def relay_body(
-    upstream: aiohttp.ClientResponse,
+    upstream: EngineResponse,
     model_rewrite: ModelNameRewrite | None,
     send: Send,
     watch: ClientWatch,
     description: str,
+    *,
+    normalise: bool,
+    extra_headers: list[tuple[bytes, bytes]],
 ) -> RelayOutcome:
-    """Send a whole answer (model name and reasoning normalised) or the engine's error."""
+    """Send a whole answer (``normalise``: model name and reasoning in OpenAI's shape) or the error."""
     try:
-        body = await upstream.read()
-    except ENGINE_CONNECTION_ERRORS as error:
+        body = await upstream.read_all()
+    except EngineBroke as error:
         logger.warning(
-            "the engine serving %s dropped the connection before its answer was complete (%s: %s)",
-            description,
-            type(error).__name__,
-            error,
+            "%s: the engine dropped the connection before its answer was complete (%s)", description, error
         )
         message = (
-            f"the engine serving {description} closed the connection before its answer was complete "
-            f"({type(error).__name__})"
+            f"the engine serving {description} closed the connection before its answer was complete ({error})"
         )
         body = error_json_bytes(message, status=ENGINE_BROKE_OFF, code="engine_unreachable")
-        await send_whole(send, watch, ENGINE_BROKE_OFF, body, "application/json")
-        return RelayOutcome(status=ENGINE_BROKE_OFF, usage=None, engine_done=False)
+        await send_whole(send, watch, ENGINE_BROKE_OFF, body, b"application/json", extra_headers)
+        return RelayOutcome(ENGINE_BROKE_OFF, None, engine_done=False, code="engine_unreachable")
     status = upstream.status
+    content_type = upstream.header(b"content-type") or b"application/json"
     usage = None
-    if status == 200:
+    is_json = content_type.startswith(b"application/json")
+    if status == 200 and normalise:
         body, usage = normalise_success_body(body, model_rewrite)
-        content_type = upstream.headers.get("Content-Type", "application/json")
-    else:
+    elif status == 200 and is_json:
+        if model_rewrite is not None:
+            body = model_rewrite.apply(body)
+        usage = usage_from_body(body)
+    elif normalise:
         body = normalise_error_body(body, status)
-        content_type = "application/json"
-    await send_whole(send, watch, status, body, content_type, usage)
-    return RelayOutcome(status=status, usage=usage, engine_done=True)
+        content_type = b"application/json"
+    await send_whole(send, watch, status, body, content_type, extra_headers, usage)
+    return RelayOutcome(status, usage, engine_done=True)

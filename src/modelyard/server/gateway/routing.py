@@ -1,22 +1,31 @@
-"""Choosing a replica: least outstanding requests among the ready endpoints of a deployment.
+"""Choosing a replica: least outstanding requests, or the replica a prompt prefix belongs to.
 
-The balancer counts the requests each endpoint is serving right now (from the moment one is
-sent until its response, streamed or not, is finished). Ties go round-robin, so an idle
-deployment still spreads sequential requests across replicas. A replica that refused a
-connection is passed over for ``REFUSED_HOLD_S`` while another one is there: an engine that just
-died has no requests outstanding, so least-outstanding would otherwise pick it first for every
-request until the controller notices (3.9 s after a SIGKILL on the H200). Everything runs in the
-server's event loop: no locks.
+Outstanding requests are counted per endpoint from the moment one is sent until its response,
+streamed or not, is finished, in the shared counters (``shared_counters.py``): every gateway
+worker adds to its own row, and a choice reads the sum, so balancing is global. Two workers
+choosing at the same instant may both see the same least-busy replica: the replica chosen has
+at most N−1 (N workers) more outstanding requests than the least busy one.
+
+Least outstanding: ties go round-robin, so an idle deployment still spreads sequential requests.
+A replica that refused a connection is passed over for ``REFUSED_HOLD_S`` while another one is
+there: an engine that just died has no requests outstanding, so least-outstanding would otherwise
+pick it first for every request until the controller notices (3.9 s after a SIGKILL on the H200).
+
+Prefix-aware (``prefix_routing.py`` gives the ranking): the first replica of the prefix's
+ranking whose load is within the bound, else least outstanding.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 
 from sqlalchemy import func, select
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.server.gateway.prefix_routing import ranked_by_prefix
+from modelyard.server.gateway.shared_counters import CounterTable
 from modelyard.store.database import Database
 from modelyard.store.tables import Deployment, Instance
 
@@ -25,7 +34,7 @@ REFUSED_HOLD_S = 5.0
 
 
 class ReplicaBalancer:
-    """Least outstanding requests, round-robin among equals.
+    """Least outstanding requests, round-robin among equals; prefix-aware with bounded load.
 
     Usage::
 
@@ -37,8 +46,8 @@ class ReplicaBalancer:
             balancer.release(endpoint)
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._outstanding: dict[str, int] = {}
+    def __init__(self, counters: CounterTable, clock: Callable[[], float] = time.monotonic) -> None:
+        self._counters = counters
         self._refused_until: dict[str, float] = {}
         self._clock = clock
         self._turn = 0
@@ -52,18 +61,41 @@ class ReplicaBalancer:
             return None if only.base_url in exclude else only
         self._turn += 1
         held = self._held() if self._refused_until else frozenset()
+        total = self._counters.total
         best: Endpoint | None = None
         best_key = (True, 0)
         for offset in range(count):
             endpoint = endpoints[(self._turn + offset) % count]
             if endpoint.base_url in exclude:
                 continue
-            key = (endpoint.base_url in held, self._outstanding.get(endpoint.base_url, 0))
+            key = (endpoint.base_url in held, total(endpoint.counter_column))
             if best is None or key < best_key:
                 best, best_key = endpoint, key
                 if key == (False, 0):
                     break
         return best
+
+    def choose_by_prefix(
+        self,
+        endpoints: Sequence[Endpoint],
+        prefix_hash: int,
+        load_factor: float,
+        exclude: Collection[str] = (),
+    ) -> Endpoint | None:
+        """The prefix's replica unless taking this request puts it above ``ceil(load_factor x the
+        average)``, else the least busy one; ``exclude`` and refusals as in ``choose``."""
+        candidates = [e for e in endpoints if e.base_url not in exclude]
+        if len(candidates) <= 1:
+            return candidates[0] if candidates else None
+        held = self._held() if self._refused_until else frozenset()
+        total = self._counters.total
+        loads = {endpoint.base_url: total(endpoint.counter_column) for endpoint in candidates}
+        # Consistent hashing with bounded loads: no replica above ceil(c x average), counting this one.
+        bound = math.ceil(load_factor * (sum(loads.values()) + 1) / len(candidates))
+        for endpoint in ranked_by_prefix(candidates, prefix_hash):
+            if endpoint.base_url not in held and loads[endpoint.base_url] + 1 <= bound:
+                return endpoint
+        return self.choose(candidates)
 
     def refused(self, endpoint: Endpoint) -> None:
         """``endpoint`` refused a connection: pass it over for a while when another is ready."""
@@ -76,18 +108,14 @@ class ReplicaBalancer:
         return frozenset(self._refused_until)
 
     def acquire(self, endpoint: Endpoint) -> None:
-        self._outstanding[endpoint.base_url] = self._outstanding.get(endpoint.base_url, 0) + 1
+        self._counters.add(endpoint.counter_column, 1)
 
     def release(self, endpoint: Endpoint) -> None:
-        remaining = self._outstanding.get(endpoint.base_url, 0) - 1
-        if remaining > 0:
-            self._outstanding[endpoint.base_url] = remaining
-        else:
-            self._outstanding.pop(endpoint.base_url, None)
+        self._counters.add(endpoint.counter_column, -1)
 
     def outstanding(self, endpoint: Endpoint) -> int:
-        """Requests ``endpoint`` is serving now through this gateway."""
-        return self._outstanding.get(endpoint.base_url, 0)
+        """Requests ``endpoint`` is serving now, through every gateway worker."""
+        return self._counters.total(endpoint.counter_column)
 
 
 # Instance states from which a replica comes by itself (an "error" only with a restart scheduled:

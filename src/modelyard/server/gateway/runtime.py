@@ -1,148 +1,189 @@
-"""The gateway's long-lived parts, created once at server start and closed at shutdown.
+"""The gateway's long-lived parts in one process, created at start and closed at shutdown.
 
-The server's app factory wires them in::
+A ``GatewayRuntime`` is what the fast path (``app.py``) reads on every request. It is built in
+one of two places:
 
-    app.include_router(gateway_router)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gateway = await start_gateway(context, app)   # sets context.key_cache, app.state.gateway
-        try:
-            yield
-        finally:
-            await gateway.close()                     # flushes usage rows and last_used_at
+- in a gateway worker process (``worker.py``): the registry is a copy pushed by the main
+  process, usage rows and refused-replica hints go back over the control channel, the
+  outstanding-request counts live in shared memory;
+- in the main process with ``--gateway-workers 0`` (``start_in_process_gateway``): the
+  controller's own registry, the usage recorder, private counters.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
 
-import aiohttp
-from fastapi import FastAPI, Request
-
-from modelyard.server.context import ServerContext
+from modelyard.control.endpoints import Endpoint, EndpointRegistry
+from modelyard.server.door.limits import RequestLimits
+from modelyard.server.gateway.engine_client import EngineClient
 from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.limits import InProcessCounters, KeyLimiter
 from modelyard.server.gateway.routing import ReplicaBalancer
-from modelyard.server.gateway.usage import UsageRecorder, replay_journal, tokens_used_since
+from modelyard.server.gateway.shared_counters import SharedCounters
+from modelyard.server.gateway.usage import UsageRecorder, UsageRow, tokens_used_since
 from modelyard.server.gateway.usage_journal import UsageJournal
-
-USAGE_JOURNAL_FOLDER = "usage-journal"
-
-# Anything that can go wrong between the gateway and an engine once a request is on its way.
-ENGINE_CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+from modelyard.server.metrics.gateway_counts import GatewayCounts
+from modelyard.server.throttle import FailureThrottle
+from modelyard.settings import Settings
+from modelyard.store.database import Database
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """How the gateway talks to engines and how long it trusts what it caches."""
+    """How the gateway talks to engines, how long it trusts what it caches, how it routes."""
 
     # Connecting to an engine on this host: a refused or slow connect moves on to another replica.
     connect_timeout_s: float = 5.0
-    # Longest silence between two pieces of an engine's answer (a long non-streamed answer, or a
+    # Longest silence from an engine while it answers (a long non-streamed answer, or a
     # reasoning model thinking before its first token, can take many minutes).
     read_timeout_s: float = 1800.0
-    # Open connections to all engines together; requests beyond it wait for a free one.
-    max_connections: int = 8192
     # How long an idle connection to an engine is kept for reuse. Below the engines' own idle
     # limit (uvicorn's default, used by vLLM and SGLang, is 5 s) so that the gateway never
     # sends a request on a connection the engine is closing.
     keepalive_expiry_s: float = 4.0
-    # How long a known / unknown API key is trusted without asking the database.
+    # How long a known / unknown API key is trusted without asking the database (a key changed
+    # through the REST API is dropped from every worker's cache at once).
     key_known_ttl_s: float = 30.0
     key_unknown_ttl_s: float = 5.0
     # How often last_used_at of API keys is written.
     key_last_used_interval_s: float = 60.0
     # How long the usage writer waits after a row for others to share its transaction.
     usage_batch_delay_s: float = 0.25
+    # Prefix-aware routing: the characters of the prompt that are hashed (about 4 per token of
+    # English), and how much busier than the average the prefix's replica may be before the
+    # request goes to the least busy one instead.
+    prefix_characters: int = 1024
+    prefix_load_factor: float = 1.25
+    # Garbage collection in a worker: freeze what start-up allocated, collect the youngest
+    # generation only after this many allocations (CPython's default is 2,000 before 3.13).
+    gc_freeze: bool = True
+    gc_young_threshold: int = 50_000
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GatewaySettings:
+        known = {item.name for item in dataclasses.fields(cls)}
+        return cls(**{name: value for name, value in data.items() if name in known})
 
 
-def create_engine_client(settings: GatewaySettings) -> aiohttp.ClientSession:
-    """The one HTTP client to every engine (call inside the running event loop).
+class UsageSink(Protocol):
+    """Where finished requests go: the usage writer, or the batch to the main process."""
 
-    aiohttp rather than httpx: relaying a stream costs about a fifth of the CPU per event
-    (C HTTP parser, O(1) connection pool), which is what lets one gateway process keep up with
-    hundreds of concurrent streams. No proxy from the environment: engines are on this host.
-    """
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
-            limit=settings.max_connections,
-            limit_per_host=0,
-            keepalive_timeout=settings.keepalive_expiry_s,
-        ),
-        timeout=aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
-        ),
-        auto_decompress=False,
-        trust_env=False,
-    )
+    def record(self, row: UsageRow) -> None: ...
 
 
 @dataclass
 class GatewayRuntime:
-    context: ServerContext
     settings: GatewaySettings
-    engine_client: aiohttp.ClientSession
+    registry: EndpointRegistry
+    database: Database
+    engine_client: EngineClient
     key_cache: KeyCache
-    usage: UsageRecorder
-    balancer: ReplicaBalancer = field(default_factory=ReplicaBalancer)
-    # The keys' limits (limits.py), in this process; made from the context's database.
+    usage: UsageSink
+    balancer: ReplicaBalancer
+    counts: GatewayCounts = field(default_factory=GatewayCounts)
+    # A replica refused a connection: the controller should look at it now.
+    on_refused: Callable[[Endpoint], None] = lambda endpoint: None
+    # "worker 2" or "main": named in log lines.
+    process_label: str = "main"
+    # What one request may weigh (server/door/): the JSON nesting is checked here.
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    # Wrong API keys per client address (server/throttle.py); one per process.
+    key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
+    # The keys' limits (limits.py); the quotas read from the database.
     limiter: KeyLimiter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.limiter = KeyLimiter(InProcessCounters(), partial(tokens_used_since, self.context.database))
+        self.limiter = KeyLimiter(InProcessCounters(), partial(tokens_used_since, self.database))
 
     async def close(self) -> None:
-        """Write pending usage rows and key times, then close connections to engines."""
-        await self.usage.close()
+        """Close connections to engines and write what the caches hold."""
         await self.key_cache.close()
         await self.engine_client.close()
 
 
-async def start_gateway(
-    context: ServerContext, app: FastAPI, settings: GatewaySettings | None = None
-) -> GatewayRuntime:
-    """Create the gateway's parts inside the running event loop and attach them.
+USAGE_JOURNAL_FOLDER = "usage-journal"
 
-    Sets ``context.key_cache`` (invalidated by the REST API when keys change) and makes the
-    runtime reachable by the routes (``gateway_runtime``) as ``app.state.gateway``.
-    """
-    settings = settings or GatewaySettings()
-    key_cache = KeyCache(
-        context.database,
+
+def journal_directory(settings: Settings) -> Path:
+    """Where every gateway process journals its usage rows (``usage_journal.py``)."""
+    return settings.data_dir / USAGE_JOURNAL_FOLDER
+
+
+def create_engine_client(settings: GatewaySettings) -> EngineClient:
+    return EngineClient(
+        connect_timeout_s=settings.connect_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+        keepalive_expiry_s=settings.keepalive_expiry_s,
+    )
+
+
+def create_key_cache(database: Database, settings: GatewaySettings) -> KeyCache:
+    return KeyCache(
+        database,
         known_ttl_s=settings.key_known_ttl_s,
         unknown_ttl_s=settings.key_unknown_ttl_s,
         last_used_interval_s=settings.key_last_used_interval_s,
     )
-    # Rows journaled by an earlier process (killed before it wrote them) go in first.
-    journal_directory = context.settings.data_dir / USAGE_JOURNAL_FOLDER
-    await asyncio.to_thread(replay_journal, context.database, journal_directory)
-    usage = UsageRecorder(
-        context.database,
-        journal=UsageJournal.open(journal_directory),
-        batch_delay_s=settings.usage_batch_delay_s,
-    )
+
+
+@dataclass
+class InProcessGateway:
+    """The gateway inside the main process (``--gateway-workers 0``) and what closes it."""
+
+    runtime: GatewayRuntime
+    recorder: UsageRecorder
+
+    def in_process_runtime(self) -> GatewayRuntime | None:
+        return self.runtime
+
+    def usage_failure(self) -> str | None:
+        return self.recorder.failure
+
+    def gateway_counts(self) -> GatewayCounts:
+        return self.runtime.counts
+
+    def requests_by_worker(self) -> dict[str, int]:
+        return {}
+
+    async def close(self) -> None:
+        await self.recorder.close()
+        await self.runtime.close()
+
+
+def start_in_process_gateway(
+    registry: EndpointRegistry,
+    database: Database,
+    settings: GatewaySettings,
+    on_refused: Callable[[Endpoint], None],
+    limits: RequestLimits | None = None,
+    key_throttle: FailureThrottle | None = None,
+    journal: UsageJournal | None = None,
+) -> InProcessGateway:
+    """The gateway's parts on the controller's registry (call inside the running event loop);
+    ``journal``: where each usage row goes before the answer's last bytes (usage_journal.py)."""
+    recorder = UsageRecorder(database, journal=journal, batch_delay_s=settings.usage_batch_delay_s)
     runtime = GatewayRuntime(
-        context=context,
         settings=settings,
+        registry=registry,
+        database=database,
         engine_client=create_engine_client(settings),
-        key_cache=key_cache,
-        usage=usage,
+        key_cache=create_key_cache(database, settings),
+        usage=recorder,
+        balancer=ReplicaBalancer(SharedCounters.private().table("endpoint_requests")),
+        on_refused=on_refused,
+        limits=limits or RequestLimits(),
+        key_throttle=key_throttle or FailureThrottle(what="API key"),
     )
-    key_cache.start()
-    usage.start()
-    context.key_cache = key_cache
-    app.state.gateway = runtime
-    return runtime
-
-
-def gateway_runtime(request: Request) -> GatewayRuntime:
-    """The running gateway of the app that received ``request``."""
-    runtime = getattr(request.app.state, "gateway", None)
-    if not isinstance(runtime, GatewayRuntime):
-        raise RuntimeError(
-            "the gateway is not started: call start_gateway(context, app) in the app's lifespan"
-        )
-    return runtime
+    runtime.engine_client.start()
+    runtime.key_cache.start()
+    recorder.start()
+    return InProcessGateway(runtime=runtime, recorder=recorder)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from modelyard.server.gateway.errors import engine_error_in_openai_shape, sse_error_event
 from modelyard.server.gateway.json_bytes import compact_json
 from modelyard.server.gateway.model_names import ModelNameRewrite
@@ -78,6 +80,8 @@ class SseRelay:
 
     def feed(self, data: bytes) -> bytes:
         """The events completed by ``data``, ready to send (each ends with a blank line)."""
+        if self._passes_whole(data):
+            return data
         if self._buffer:
             data = self._buffer + data
             self._buffer = b""
@@ -95,6 +99,18 @@ class SseRelay:
                 out.append(processed)
                 out.append(_EVENT_END)
         return b"".join(out)
+
+    def _passes_whole(self, data: bytes) -> bool:
+        """Whether ``data`` is whole events that need nothing (the common content chunk): then it
+        is sent as it came, scanned a few times in C and never split or copied."""
+        if self._buffer or self._model_rewrite is not None or not data.endswith(_EVENT_END) or b"\r" in data:
+            return False
+        if REASONING_MARKER in data or _TOKENS_MARKER in data or b"[DONE]" in data or b'"error"' in data:
+            return False
+        if not self.saw_finish and _FINISH_MARKER in data:
+            nulls = data.count(b'"finish_reason":null') + data.count(b'"finish_reason": null')
+            return nulls == data.count(_FINISH_MARKER)
+        return True
 
     def end(self) -> bytes:
         """The engine ended the response: flush a last unterminated event, then close the stream."""
@@ -131,9 +147,12 @@ class SseRelay:
 
     def _process_parsed(self, event: bytes) -> bytes | None:
         try:
-            payload = json.loads(event[5:])
-        except ValueError:
-            return event
+            payload = orjson.loads(event[5:])
+        except orjson.JSONDecodeError:
+            try:  # orjson refuses lone surrogates, which Python's json reads
+                payload = json.loads(event[5:])
+            except ValueError:
+                return event
         if not isinstance(payload, dict):
             return event
         changed = False

@@ -26,7 +26,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,23 @@ class TokenUsage:
 
     @classmethod
     def from_payload(cls, usage: Any) -> TokenUsage | None:
-        """From an OpenAI ``usage`` object; None when it is absent or has no token counts."""
+        """From a ``usage`` object; None when it is absent or has no token counts.
+
+        OpenAI's chat, completions and embeddings: ``prompt_tokens`` / ``completion_tokens``;
+        the Responses API and Anthropic's Messages: ``input_tokens`` / ``output_tokens``; vLLM's
+        rerank and score: ``total_tokens`` alone (all of them input). Audio durations are not tokens.
+        """
         if not isinstance(usage, dict):
             return None
         prompt_tokens = usage.get("prompt_tokens")
-        completion_tokens = usage.get("completion_tokens", 0)  # embeddings report none
-        if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
+        if prompt_tokens is None:
+            prompt_tokens = usage.get("input_tokens")
+        completion_tokens = usage.get("completion_tokens")
+        if completion_tokens is None:
+            completion_tokens = usage.get("output_tokens", 0)  # embeddings report none
+        if prompt_tokens is None and completion_tokens == 0:
+            prompt_tokens = usage.get("total_tokens")
+        if type(prompt_tokens) is not int or type(completion_tokens) is not int:
             return None
         return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
 
@@ -96,6 +107,36 @@ class UsageRow:
     # Unique per request: a row replayed from the journal is written once.
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    def to_json(self) -> list[Any]:
+        """For the trip from a gateway worker to the main process (``UsageBatch``), a flat list:
+        ``[key id, deployment, endpoint, prompt tokens|None, completion tokens|None, status, unix
+        time, request id]``."""
+        usage = self.usage
+        return [
+            self.api_key_id,
+            self.deployment_name,
+            self.endpoint,
+            None if usage is None else usage.prompt_tokens,
+            None if usage is None else usage.completion_tokens,
+            self.status_code,
+            self.at.timestamp(),
+            self.request_id,
+        ]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> UsageRow:
+        key_id, deployment, endpoint, prompt_tokens, completion_tokens, status, at, request_id = data
+        usage = None if prompt_tokens is None else TokenUsage(int(prompt_tokens), int(completion_tokens))
+        return cls(
+            api_key_id=None if key_id is None else int(key_id),
+            deployment_name=str(deployment),
+            endpoint=str(endpoint),
+            usage=usage,
+            status_code=int(status),
+            at=datetime.fromtimestamp(float(at), UTC),
+            request_id=str(request_id),
+        )
+
     def to_values(self) -> dict[str, Any]:
         """The column values of its ``usage_records`` row."""
         return {
@@ -133,11 +174,15 @@ def tokens_used_since(database: Database, key_id: int, since: datetime) -> int:
     return int(total or 0)
 
 
-def replay_journal(database: Database, directory: Path, *, batch_rows: int = 1000) -> int:
+def replay_journal(
+    database: Database, directory: Path, *, batch_rows: int = 1000, only_pid: int | None = None
+) -> int:
     """Write the rows that earlier processes journaled (skipping those already written), then
-    delete their segments. Returns how many rows were read. Blocking: call before serving."""
+    delete their segments; ``only_pid``: only that (dead) process's, e.g. a gateway worker before
+    it is restarted. Returns how many rows were read. Blocking: call before serving."""
     replayed = 0
-    for segment in journal_segments(directory, exclude_pid=os.getpid()):
+    exclude = None if only_pid is not None else os.getpid()
+    for segment in journal_segments(directory, exclude_pid=exclude, only_pid=only_pid):
         rows = list(read_segment(segment))
         with database.engine.begin() as connection:
             for start in range(0, len(rows), batch_rows):

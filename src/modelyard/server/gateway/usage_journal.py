@@ -162,14 +162,18 @@ class UsageJournal:
         self.failure = f"usage journal in {self.directory}: {reason}"
 
 
-def journal_segments(directory: Path, *, exclude_pid: int | None = None) -> list[Path]:
-    """The segment files in ``directory`` (those of ``exclude_pid`` left out), oldest first."""
+def journal_segments(
+    directory: Path, *, exclude_pid: int | None = None, only_pid: int | None = None
+) -> list[Path]:
+    """The segment files in ``directory`` (those of ``exclude_pid`` left out; ``only_pid``: only
+    that process's, e.g. a gateway worker that died), oldest first."""
     if not directory.is_dir():
         return []
     segments = [
         path
         for path in directory.glob(f"*{SEGMENT_SUFFIX}")
-        if exclude_pid is None or not path.name.startswith(f"{exclude_pid}-")
+        if (exclude_pid is None or not path.name.startswith(f"{exclude_pid}-"))
+        and (only_pid is None or path.name.startswith(f"{only_pid}-"))
     ]
     return sorted(segments, key=lambda path: path.stat().st_mtime)
 

@@ -1,0 +1,103 @@
+"""``GET /metrics``: everything in Prometheus's text format, behind a scrape token.
+
+The token is made at the server's first start in ``<data-dir>/metrics-token`` (0600); send it as
+``Authorization: Bearer <token>`` (Prometheus: ``authorization: {credentials_file: ...}``).
+It keeps key and deployment names off an open port without handing Prometheus admin rights.
+
+One scrape: the gateway's counts (summed over the workers), the controller's instances (one
+read of the store), the GPUs of this host (the controller's last NVML reading), and every ready
+engine's own metrics, read at once (``engine_scrape.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from modelyard.server.context import ServerContext, server_context
+from modelyard.server.metrics.engine_scrape import scrape_engines
+from modelyard.server.metrics.families import (
+    PREFIX,
+    controller_families,
+    gateway_families,
+    gpu_families,
+    read_instances,
+)
+from modelyard.server.metrics.gateway_counts import GatewayCounts
+from modelyard.settings import Settings
+
+metrics_router = APIRouter(tags=["metrics"])
+
+ENGINE_SCRAPE_TIMEOUT_S = 2.0
+
+
+def metrics_token_path(settings: Settings) -> Path:
+    return settings.data_dir / "metrics-token"
+
+
+def ensure_metrics_token(settings: Settings) -> str:
+    """The scrape token, made (0600) when the data directory has none."""
+    path = metrics_token_path(settings)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+def _unauthorized(message: str) -> Response:
+    body = f'{{"error": {{"message": "{message}", "code": "invalid_scrape_token"}}}}'
+    return Response(
+        body, status_code=401, media_type="application/json", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+@metrics_router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    expected = ensure_metrics_token(context.settings)
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        return _unauthorized(
+            f"send the scrape token of {metrics_token_path(context.settings)} as a Bearer token"
+        )
+    gateway = context.gateway
+    counts = gateway.gateway_counts() if gateway is not None else GatewayCounts()
+    workers = gateway.requests_by_worker() if gateway is not None else {}
+    instances, engines = await asyncio.gather(
+        asyncio.to_thread(read_instances, context.database),
+        scrape_engines(context.endpoints.all_endpoints(), timeout_s=ENGINE_SCRAPE_TIMEOUT_S),
+    )
+    worker_count = GaugeMetricFamily(
+        f"{PREFIX}_gateway_workers", "Gateway worker processes (0: /v1 in the main process)."
+    )
+    worker_count.add_metric([], len(workers) if context.gateway_workers is not None else 0)
+    families = [
+        worker_count,
+        *gateway_families(counts, workers),
+        *controller_families(instances),
+        *gpu_families(context.controller.gpu_inventory(), socket.gethostname()),
+        *engines,
+    ]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

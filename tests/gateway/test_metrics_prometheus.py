@@ -1,0 +1,205 @@
+"""``/metrics`` scraped by a real Prometheus (Debian's ``prometheus``), then queried.
+
+The server has two gateway workers and two engine doubles, one playing vLLM and one SGLang, so
+the gateway's counts are summed over processes and both engines' own metric names come through
+with their deployment. Without the ``prometheus`` binary the test is skipped locally and fails
+under CI (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.server.metrics.families import gpu_families
+
+from .served import ServedPlatform, free_port
+
+VLLM_DEPLOYMENT = "metrics-vllm"
+SGLANG_DEPLOYMENT = "metrics-sglang"
+
+
+class Prometheus:
+    def __init__(self, binary: str, directory: Path, target: str, token_file: Path) -> None:
+        self.port = free_port()
+        config = directory / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: modelyard\n    metrics_path: /metrics\n"
+            f"    authorization:\n      type: Bearer\n      credentials_file: {token_file}\n"
+            f"    static_configs:\n      - targets: ['{target}']\n"
+        )
+        argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}"]
+        argv += [f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+        self.log = directory / "prometheus.log"
+        self.process = subprocess.Popen(argv, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"prometheus did not get ready: {self.log.read_text()}")
+
+    def query(self, expression: str) -> list[dict[str, Any]]:
+        response = httpx.get(
+            f"http://127.0.0.1:{self.port}/api/v1/query", params={"query": expression}, timeout=10
+        )
+        assert response.status_code == 200, response.text
+        result: list[dict[str, Any]] = response.json()["data"]["result"]
+        return result
+
+    def wait_for(self, expression: str, minimum: float = 0.0, timeout_s: float = 30.0) -> float:
+        """The first value of ``expression`` once it is above ``minimum`` (Prometheus scrapes every 1 s)."""
+        deadline = time.monotonic() + timeout_s
+        result: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            result = self.query(expression)
+            if result and float(result[0]["value"][1]) > minimum:
+                return float(result[0]["value"][1])
+            time.sleep(0.25)
+        raise AssertionError(f"{expression} never rose above {minimum}: {result}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary() -> str:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("the prometheus binary is missing under CI: .ci/run installs Debian's prometheus")
+        pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def scraped(
+    served_platform: ServedPlatform, prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServedPlatform, Prometheus]]:
+    scratch = tmp_path_factory.mktemp("metrics")
+    served_platform.deploy_double(VLLM_DEPLOYMENT, scratch, flavor="vllm", ttft_ms=5, itl_ms=2)
+    served_platform.deploy_double(SGLANG_DEPLOYMENT, scratch, flavor="sglang", ttft_ms=5, itl_ms=2)
+    prometheus = Prometheus(
+        prometheus_binary,
+        scratch,
+        f"127.0.0.1:{served_platform.port}",
+        served_platform.data_dir / "metrics-token",
+    )
+    try:
+        yield served_platform, prometheus
+    finally:
+        prometheus.stop()
+
+
+def _chat(platform: ServedPlatform, key: str, deployment: str, stream: bool) -> None:
+    body = {"model": deployment, "messages": [{"role": "user", "content": "a b c"}], "stream": stream}
+    with httpx.Client(timeout=30) as client:
+        response = client.post(
+            platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+    assert response.status_code == 200, response.text
+
+
+def test_prometheus_scrapes_the_gateway_the_controller_and_both_engines(
+    scraped: tuple[ServedPlatform, Prometheus],
+) -> None:
+    platform, prometheus = scraped
+    key = platform.create_key("metered")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        jobs = [
+            (deployment, stream) for deployment in (VLLM_DEPLOYMENT, SGLANG_DEPLOYMENT) for stream in (1, 0)
+        ]
+        list(pool.map(lambda job: _chat(platform, key, job[0], bool(job[1])), jobs * 5))
+    assert prometheus.wait_for('up{job="modelyard"}') == 1
+    requests = (
+        f'sum(modelyard_gateway_requests_total{{deployment="{VLLM_DEPLOYMENT}",key="metered",status="200"}})'
+    )
+    assert prometheus.wait_for(requests, minimum=9) == 10
+    streamed = f'sum(modelyard_gateway_time_to_first_token_seconds_count{{deployment="{VLLM_DEPLOYMENT}"}})'
+    assert prometheus.wait_for(streamed, minimum=4) == 5
+    tokens = (
+        f'sum(modelyard_gateway_completion_tokens_total{{deployment="{SGLANG_DEPLOYMENT}",key="metered"}})'
+    )
+    assert prometheus.wait_for(tokens, minimum=79) == 80  # 10 answers of 8 tokens, as the engine reported
+    running = f'modelyard_instances{{deployment="{SGLANG_DEPLOYMENT}",state="running"}}'
+    assert prometheus.wait_for(running) == 1
+    assert (
+        prometheus.wait_for(f'modelyard_instance_time_to_running_seconds{{deployment="{VLLM_DEPLOYMENT}"}}')
+        > 0
+    )
+    # Each engine's own metrics, under its own names, with the deployment added.
+    assert (
+        prometheus.wait_for(f'vllm:request_success_total{{deployment="{VLLM_DEPLOYMENT}"}}', minimum=9) >= 10
+    )
+    assert (
+        prometheus.wait_for(f'sglang:num_requests_total{{deployment="{SGLANG_DEPLOYMENT}"}}', minimum=9) >= 10
+    )
+    assert prometheus.wait_for('sum(modelyard_engine_scrape_up{deployment=~"metrics-.*"})', minimum=1) == 2
+    assert prometheus.query("modelyard_gpu_telemetry_available == 0"), (
+        "this host has no GPU: NVML is unavailable"
+    )
+
+
+def test_metrics_need_the_scrape_token(scraped: tuple[ServedPlatform, Prometheus]) -> None:
+    platform, _ = scraped
+    refused = httpx.get(platform.url + "/metrics", timeout=10)
+    assert refused.status_code == 401
+    assert "metrics-token" in refused.json()["error"]["message"]
+    wrong = httpx.get(platform.url + "/metrics", headers={"Authorization": "Bearer wrong"}, timeout=10)
+    assert wrong.status_code == 401
+
+
+def test_gpu_readings_become_gauges_per_worker_host() -> None:
+    # The GPU cannot run here: an NVML reading of two H200s, as read_gpu_inventory returns it.
+    inventory = GpuInventory(
+        gpus=[
+            GpuInfo(
+                0, "GPU-a", "NVIDIA H200", 150_000_000_000, 50_000_000_000, 100_000_000_000, 87, 61, 612.5
+            ),
+            GpuInfo(1, "GPU-b", "NVIDIA H200", 150_000_000_000, 150_000_000_000, 0, 0, 33, 70.0),
+        ]
+    )
+    families = {family.name: family for family in gpu_families(inventory, "node-1")}
+    utilization = families["modelyard_gpu_utilization_percent"].samples
+    assert [(sample.labels["gpu"], sample.value) for sample in utilization] == [("0", 87), ("1", 0)]
+    assert {sample.labels["worker"] for sample in utilization} == {"node-1"}
+    power = families["modelyard_gpu_power_watts"].samples
+    assert [sample.value for sample in power] == [612.5, 70.0]
+    assert families["modelyard_gpu_telemetry_available"].samples[0].value == 1.0
+
+
+def test_every_query_of_the_grafana_dashboard_runs_and_the_gateway_panels_have_data(
+    scraped: tuple[ServedPlatform, Prometheus],
+) -> None:
+    platform, prometheus = scraped
+    key = platform.create_key("dashboard")
+    for _ in range(4):  # traffic of the last minute, for the rate() panels
+        _chat(platform, key, VLLM_DEPLOYMENT, stream=True)
+    dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    expressions = {
+        panel["title"]: [target["expr"].replace("$deployment", ".*") for target in panel["targets"]]
+        for panel in dashboard["panels"]
+        if panel["type"] != "row"
+    }
+    for queries in expressions.values():
+        for expression in queries:
+            prometheus.query(expression)  # a query Prometheus refuses is a 400 here
+    for title in ("Requests per second", "Instances by state", "Requests per second by gateway worker"):
+        assert prometheus.wait_for(f"sum({expressions[title][0]})") > 0, title
