@@ -42,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ SCENARIOS = {
 COST_SHORT = Scenario("cost-1-token", 32, "spread", 5, 1)
 COST_LONG = Scenario("cost-256-tokens", 32, "spread", 5, 256)
 LITELLM_SCENARIOS = frozenset({"1", "32", "256-spread"})
+# Scenarios run again with the workers' garbage collection untuned (--gc-compare).
+GC_SCENARIOS = frozenset({"256-spread", "256-together", "1024-spread"})
 
 
 @dataclass
@@ -103,10 +106,48 @@ class RunFigures:
     per_process_cpu_s: list[float]
     load_before: float
     machine_busy_fraction: float
+    gc_mode: str = "tuned"
+    # Garbage collections in the gateway processes during the run (from /metrics): how many, their
+    # total pause, and the upper bound of the slowest one's histogram bucket.
+    gc_collections: int = 0
+    gc_pause_s: float = 0.0
+    gc_slowest_under_s: float = 0.0
 
     @property
     def events_per_s(self) -> float:
         return self.events / self.duration_s
+
+
+GcReading = tuple[dict[float, float], float, float]
+
+
+def gc_reading(metrics_text: str) -> GcReading:
+    """The gateway's GC pause histogram: cumulative counts by ``le``, count, sum."""
+    buckets: dict[float, float] = {}
+    count = total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("modelyard_gateway_gc_pause_seconds_bucket"):
+            bound = line.split('le="')[1].split('"')[0]
+            buckets[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("modelyard_gateway_gc_pause_seconds_count"):
+            count = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("modelyard_gateway_gc_pause_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+    return buckets, count, total
+
+
+def gc_between(before: GcReading, after: GcReading) -> tuple[int, float, float]:
+    """(collections, total pause s, the bucket bound under which the slowest pause fell)."""
+    grown = [bound for bound in sorted(after[0]) if after[0][bound] - before[0].get(bound, 0.0) > 0]
+    slowest = 0.0
+    if grown:
+        # The first bound whose cumulative count took in every new pause.
+        new_total = after[1] - before[1]
+        slowest = next(
+            (bound for bound in sorted(after[0]) if after[0][bound] - before[0].get(bound, 0.0) >= new_total),
+            float("inf"),
+        )
+    return int(after[1] - before[1]), after[2] - before[2], slowest
 
 
 @dataclass
@@ -124,9 +165,12 @@ class Bench:
         round_index: int,
         pids: list[int],
         workers: int,
+        gc_source: Callable[[], str] | None = None,
+        gc_mode: str = "tuned",
     ) -> RunFigures:
         arguments = self.arguments
         out = self.scratch / f"{path}-{scenario.name}-{workers}w-{round_index}.json"
+        gc_before = gc_reading(gc_source()) if gc_source is not None else None
         before = [cpu_seconds(pid) for pid in pids]
         busy_before, total_before = machine_busy_s()
         load_before = os.getloadavg()[0]
@@ -146,6 +190,10 @@ class Bench:
         after = [cpu_seconds(pid) for pid in pids]
         busy_after, total_after = machine_busy_s()
         per_process = [end - start for start, end in zip(before, after, strict=True)]
+        gc = (0, 0.0, 0.0)
+        if gc_source is not None and gc_before is not None:
+            time.sleep(1.5)  # the workers send their counts every second
+            gc = gc_between(gc_before, gc_reading(gc_source()))
         if result["errors"]:
             print(f"  warning: {result['errors']} errors ({result['statuses']})", file=sys.stderr)
         figures = RunFigures(
@@ -161,6 +209,10 @@ class Bench:
             per_process_cpu_s=per_process,
             load_before=load_before,
             machine_busy_fraction=(busy_after - busy_before) / max(total_after - total_before, 1e-9),
+            gc_mode=gc_mode,
+            gc_collections=gc[0],
+            gc_pause_s=gc[1],
+            gc_slowest_under_s=gc[2],
         )
         self.runs.append(figures)
         p50, p99 = percentiles(figures.ttft_ms)
@@ -168,7 +220,8 @@ class Bench:
             f"  {path:8} {scenario.name:17} w{workers} r{round_index}: {figures.requests:6} req "
             f"{figures.events_per_s:9.0f} chunks/s  TTFT p50 {p50:7.2f} p99 {p99:7.2f} ms  "
             f"cpu {figures.serving_cpu_s:6.2f} s  load {load_before:.2f} "
-            f"busy {figures.machine_busy_fraction:.0%}",
+            f"busy {figures.machine_busy_fraction:.0%}"
+            + (f"  gc {gc[0]} x, {gc[1] * 1e3:.1f} ms, slowest < {gc[2] * 1e3:g} ms" if gc_source else ""),
             file=sys.stderr,
         )
         return figures
@@ -205,14 +258,17 @@ def cost_split(short: list[RunFigures], long: list[RunFigures]) -> tuple[float, 
     return per_request * 1e6, per_chunk * 1e6
 
 
-def run_platform(bench: Bench, workers: int) -> None:
+def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
+    """Every scenario on one ``modelyard serve`` (``gc_mode`` "default": the workers' GC untuned,
+    and only the gateway path of the GC scenarios is measured)."""
     arguments = bench.arguments
-    scratch = bench.scratch / f"platform-{workers}w"
+    scratch = bench.scratch / f"platform-{workers}w-{gc_mode}"
     scratch.mkdir()
-    server = Platform(
-        scratch, gateway_workers=workers, cpus=arguments.proxy_cpus if workers <= 1 else arguments.all_cpus
-    )
+    cpus = arguments.proxy_cpus if workers <= 1 else arguments.all_cpus
+    environment = {"MODELYARD_GATEWAY_GC": gc_mode}
+    server = Platform(scratch, gateway_workers=workers, cpus=cpus, environment=environment)
     litellm: LiteLlmProxy | None = None
+    compare_only = gc_mode != "tuned"
     try:
         server.start()
         ports: dict[float, int] = {}
@@ -220,15 +276,32 @@ def run_platform(bench: Bench, workers: int) -> None:
             options = f"--ttft-ms {TTFT_MS:g} --itl-ms {itl_ms:g}"
             ports[itl_ms] = server.deploy(f"ref{itl_ms:g}", arguments.load_cpus, options)[0]
         pids = server.serving_pids()
-        print(f"modelyard serve on {server.url}, {workers} gateway worker(s): pids {pids}", file=sys.stderr)
-        if arguments.litellm and workers == arguments.workers[0]:
+        print(
+            f"modelyard serve on {server.url}, {workers} gateway worker(s), GC {gc_mode}: pids {pids}",
+            file=sys.stderr,
+        )
+        if arguments.litellm and workers == arguments.workers[0] and not compare_only:
             litellm = LiteLlmProxy(scratch, f"http://127.0.0.1:{ports[5.0]}", cpus=arguments.proxy_cpus)
-        scenarios = [SCENARIOS[name] for name in arguments.scenarios] + [COST_SHORT, COST_LONG]
+        if compare_only:
+            scenarios = [SCENARIOS[name] for name in arguments.scenarios if name in GC_SCENARIOS]
+        else:
+            scenarios = [SCENARIOS[name] for name in arguments.scenarios] + [COST_SHORT, COST_LONG]
         for scenario in scenarios:
             for round_index in range(arguments.rounds):
                 direct = f"http://127.0.0.1:{ports[scenario.itl_ms]}"
-                bench.measure("direct", direct, "", scenario, round_index, pids, workers)
-                bench.measure("gateway", server.url, server.api_key, scenario, round_index, pids, workers)
+                if not compare_only:
+                    bench.measure("direct", direct, "", scenario, round_index, pids, workers)
+                bench.measure(
+                    "gateway",
+                    server.url,
+                    server.api_key,
+                    scenario,
+                    round_index,
+                    pids,
+                    workers,
+                    gc_source=server.metrics_text,
+                    gc_mode=gc_mode,
+                )
                 if litellm is not None and (
                     scenario.name in LITELLM_SCENARIOS or scenario.name.startswith("cost")
                 ):
@@ -246,7 +319,7 @@ def run_platform(bench: Bench, workers: int) -> None:
 def summarise(bench: Bench) -> dict[str, Any]:
     runs = bench.runs
     arguments = bench.arguments
-    summary: dict[str, Any] = {"scenarios": {}, "costs": {}}
+    summary: dict[str, Any] = {"scenarios": {}, "costs": {}, "gc": {}}
     print(
         "\nadded TTFT against direct (pooled rounds); A/A: direct odd rounds against even rounds", flush=True
     )
@@ -270,7 +343,7 @@ def summarise(bench: Bench) -> dict[str, Any]:
                 print(f"{name:18} {workers:7} {'A/A':8} {'':8} {'':8} {a50 - b50:+8.2f} {a99 - b99:+8.2f}")
             print(f"{name:18} {workers:7} {'direct':8} {d50:8.2f} {d99:8.2f}")
             for path in ("gateway", "litellm"):
-                measured = pooled(runs, scenario=name, workers=workers, path=path)
+                measured = pooled(runs, scenario=name, workers=workers, path=path, gc_mode="tuned")
                 if not measured:
                     continue
                 p50, p99 = percentiles(ttft_of(measured))
@@ -314,6 +387,37 @@ def summarise(bench: Bench) -> dict[str, Any]:
                 f"{per_chunk_us:6.1f} µs per chunk, {chunks_per_cpu_s:8.0f} chunks per CPU-second; "
                 f"CPU by process {', '.join(f'{s:.2f}' for s in shares)} s"
             )
+    gc_rows = [run for run in runs if run.path == "gateway" and run.scenario in GC_SCENARIOS]
+    if gc_rows:
+        print("\ngarbage collection in the gateway worker(s) during the runs (from /metrics)")
+        print(
+            f"{'scenario':18} {'workers':>7} {'GC':8} {'TTFT p99':>9} {'collections':>12} "
+            f"{'paused ms':>10} {'slowest <':>10}"
+        )
+        for name in sorted({run.scenario for run in gc_rows}):
+            for workers in arguments.workers:
+                for mode in ("tuned", "default"):
+                    chosen = [
+                        run
+                        for run in gc_rows
+                        if run.scenario == name and run.workers == workers and run.gc_mode == mode
+                    ]
+                    if not chosen:
+                        continue
+                    _, p99 = percentiles(ttft_of(chosen))
+                    collections = sum(run.gc_collections for run in chosen)
+                    paused_ms = sum(run.gc_pause_s for run in chosen) * 1e3
+                    slowest_ms = max(run.gc_slowest_under_s for run in chosen) * 1e3
+                    summary["gc"][f"{name}/{workers}w/{mode}"] = {
+                        "ttft_p99_ms": p99,
+                        "collections": collections,
+                        "paused_ms": paused_ms,
+                        "slowest_under_ms": slowest_ms,
+                    }
+                    print(
+                        f"{name:18} {workers:7} {mode:8} {p99:9.2f} {collections:12} "
+                        f"{paused_ms:10.1f} {slowest_ms:10g}"
+                    )
     costs = summary["costs"]
     one, many = (
         costs.get("gateway/1w"),
@@ -347,6 +451,11 @@ def main() -> int:
     parser.add_argument("--load-cpus", default="1")
     parser.add_argument("--all-cpus", default="0,1", help="CPUs of modelyard serve with several workers")
     parser.add_argument("--no-litellm", dest="litellm", action="store_false")
+    parser.add_argument(
+        "--gc-compare",
+        action="store_true",
+        help="Run the 256- and 1024-stream scenarios again with the workers' GC untuned",
+    )
     parser.add_argument("--json", type=Path, default=None)
     arguments = parser.parse_args()
     unknown = [name for name in arguments.scenarios if name not in SCENARIOS]
@@ -359,6 +468,8 @@ def main() -> int:
             bench = Bench(arguments, Path(scratch))
             for workers in arguments.workers:
                 run_platform(bench, workers)
+            if arguments.gc_compare:
+                run_platform(bench, arguments.workers[0], gc_mode="default")
             summary = summarise(bench)
     except SetupFailed as error:
         print(f"error: {error}", file=sys.stderr)

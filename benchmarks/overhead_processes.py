@@ -106,6 +106,8 @@ class Platform:
     process: subprocess.Popen[bytes] | None = None
     api_key: str = ""
     engine_port: int = 0
+    # Extra environment of modelyard serve (e.g. MODELYARD_GATEWAY_GC).
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -126,7 +128,11 @@ class Platform:
         argv += ["--gateway-workers", str(self.gateway_workers)]
         log = (self.scratch / "serve.log").open("wb")
         self.process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=_environment(), start_new_session=True
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_environment(**self.environment),
+            start_new_session=True,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

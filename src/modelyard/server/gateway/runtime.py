@@ -13,13 +13,14 @@ one of two places:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from modelyard.control.endpoints import Endpoint, EndpointRegistry
+from modelyard.errors import InvalidInput
 from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway.engine_client import EngineClient
 from modelyard.server.gateway.keys import KeyCache
@@ -32,6 +33,8 @@ from modelyard.server.metrics.gateway_counts import GatewayCounts
 from modelyard.server.throttle import FailureThrottle
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+
+GC_VARIABLE = "MODELYARD_GATEWAY_GC"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,17 @@ class GatewaySettings:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> GatewaySettings:
+        """The defaults, with ``MODELYARD_GATEWAY_GC=default`` turning the workers' GC tuning off
+        (``tuned``, the default, freezes start-up objects and collects young ones less often)."""
+        mode = environ.get(GC_VARIABLE, "tuned").strip() or "tuned"
+        if mode not in ("tuned", "default"):
+            raise InvalidInput(
+                f"{GC_VARIABLE}={mode!r} is not 'tuned' or 'default'", hint="unset it for 'tuned'"
+            )
+        return cls(gc_freeze=mode == "tuned")
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GatewaySettings:

@@ -14,6 +14,7 @@ Usage (``server/app.py``)::
 from __future__ import annotations
 
 import asyncio
+import os
 
 from modelyard.control.endpoints import ROUTING_POLICIES
 from modelyard.server.context import GatewayHandle, ServerContext
@@ -31,7 +32,7 @@ from modelyard.services.deployments import routing_policies
 
 async def start_gateway(context: ServerContext, settings: GatewaySettings | None = None) -> GatewayHandle:
     """Start the gateway (call inside the running event loop)."""
-    settings = settings or GatewaySettings()
+    settings = settings or GatewaySettings.from_environment(os.environ)
     ensure_metrics_token(context.settings)
     await _load_routing_policies(context)
     # Usage rows journaled by an earlier run (killed before it wrote them) go in first, before
