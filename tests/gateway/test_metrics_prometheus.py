@@ -192,6 +192,8 @@ def test_every_query_of_the_grafana_dashboard_runs_and_the_gateway_panels_have_d
     key = platform.create_key("dashboard")
     for _ in range(4):  # traffic of the last minute, for the rate() panels
         _chat(platform, key, VLLM_DEPLOYMENT, stream=True)
+    # Once Prometheus has scraped the new requests, the rates over the last minute are above 0.
+    prometheus.wait_for('sum(modelyard_gateway_requests_total{key="dashboard"})', minimum=3, timeout_s=60)
     dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
     expressions = {
         panel["title"]: [target["expr"].replace("$deployment", ".*") for target in panel["targets"]]
@@ -202,4 +204,4 @@ def test_every_query_of_the_grafana_dashboard_runs_and_the_gateway_panels_have_d
         for expression in queries:
             prometheus.query(expression)  # a query Prometheus refuses is a 400 here
     for title in ("Requests per second", "Instances by state", "Requests per second by gateway worker"):
-        assert prometheus.wait_for(f"sum({expressions[title][0]})") > 0, title
+        assert prometheus.wait_for(f"sum({expressions[title][0]})", timeout_s=60) > 0, title

@@ -2,8 +2,9 @@
 
 The gateway workers own the public port, so the REST API, the console and ``/metrics`` reach
 the main process through here, over its private Unix socket (only this user can connect to it).
-The main process sees the client's address in ``X-Forwarded-For``, set here from the TCP peer
-(a value the client sent is replaced, never trusted), and the scheme in ``X-Forwarded-Proto``.
+The main process sees the client's address in ``X-Forwarded-For``, set here to the address this
+worker's uvicorn found (the TCP peer, or what a proxy on this host said, as uvicorn trusts by
+default; any other value the client sent is replaced), and the scheme in ``X-Forwarded-Proto``.
 Answers are streamed as they come (``modelyard logs --follow`` holds one open); a client that
 leaves closes the relayed request too. While the main process is starting (its socket is not
 there yet), a request waits for it up to ``MAIN_WAIT_S``, then gets a 503.

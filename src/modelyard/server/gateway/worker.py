@@ -133,8 +133,10 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
-        # The client's own X-Forwarded-For is never trusted: the relay sets it from the TCP peer.
-        proxy_headers=False,
+        # As uvicorn does by default: X-Forwarded-For is taken from a proxy on this host (nginx in
+        # front) and from nobody else; the client address found is what throttling counts and
+        # what the relay tells the main process.
+        proxy_headers=True,
     )
     server = uvicorn.Server(config)
 
