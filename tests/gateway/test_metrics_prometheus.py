@@ -190,10 +190,13 @@ def test_every_query_of_the_grafana_dashboard_runs_and_the_gateway_panels_have_d
 ) -> None:
     platform, prometheus = scraped
     key = platform.create_key("dashboard")
-    for _ in range(4):  # traffic of the last minute, for the rate() panels
-        _chat(platform, key, VLLM_DEPLOYMENT, stream=True)
-    # Once Prometheus has scraped the new requests, the rates over the last minute are above 0.
-    prometheus.wait_for('sum(modelyard_gateway_requests_total{key="dashboard"})', minimum=3, timeout_s=60)
+    # Traffic of the last minute for the rate() panels, in two rounds: a series' first sample is
+    # not an increase to Prometheus, so the new key's series must be scraped before it grows.
+    counter = 'sum(modelyard_gateway_requests_total{key="dashboard"})'
+    for round_total in (2, 4):
+        for _ in range(2):
+            _chat(platform, key, VLLM_DEPLOYMENT, stream=True)
+        prometheus.wait_for(counter, minimum=round_total - 1, timeout_s=60)
     dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
     expressions = {
         panel["title"]: [target["expr"].replace("$deployment", ".*") for target in panel["targets"]]
