@@ -22,6 +22,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from modelyard.server.gateway.routes import gateway_openapi_paths
+
 _ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["error"],
@@ -55,7 +57,7 @@ _GATEWAY_STATUSES = {
     "400": "the body is not a JSON object, has no model, or nests too deep",
     "401": "no, unknown or revoked API key",
     "403": "the key may not use this model",
-    "404": "no such model",
+    "404": "no such model, or its engine does not serve this route",
     "413": "the body is over the gateway's limit",
     "429": "too many failed keys from this address, or a limit of the key (Retry-After)",
     "502": "no replica could be reached, or the engine broke off",
@@ -98,6 +100,9 @@ def _rewrite(schema: dict[str, Any]) -> dict[str, Any]:
     schemas["Error"] = _ERROR_SCHEMA
     security_schemes = components.setdefault("securitySchemes", {})
     security_schemes["ApiKey"] = {"type": "http", "scheme": "bearer", "description": "a gateway API key"}
+    # /v1 is answered in front of the app's routers (server/gateway/app.py): its operations come
+    # from the gateway's route table.
+    schema.setdefault("paths", {}).update(gateway_openapi_paths())
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
@@ -105,7 +110,7 @@ def _rewrite(schema: dict[str, Any]) -> dict[str, Any]:
             if path.startswith("/v1/"):
                 responses.update(_error_responses(_GATEWAY_STATUSES))
                 operation["security"] = [{"ApiKey": []}]
-                if method == "post":
+                if method == "post" and "requestBody" not in operation:
                     operation["requestBody"] = _GATEWAY_BODY
             elif path.startswith("/api/v1/"):
                 responses.update(_error_responses(_REST_STATUSES))

@@ -22,7 +22,7 @@ route                          body       answer (when streamed)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 BodyKind = Literal["json", "multipart"]
 # "openai": chat/completions chunks, normalised event by event (streaming.py);
@@ -57,3 +57,61 @@ API_ROUTES: dict[str, ApiRoute] = {route.path: route for route in _ROUTES}
 
 # Streamed answers in OpenAI's chunk format, which the gateway normalises event by event.
 OPENAI_STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+_MULTIPART_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["model", "file"],
+                "properties": {
+                    "model": {"type": "string", "description": "a deployment name (GET /v1/models)"},
+                    "file": {"type": "string", "format": "binary"},
+                    "stream": {"type": "string", "enum": ["true", "false"]},
+                },
+            }
+        }
+    },
+}
+
+
+def gateway_openapi_paths() -> dict[str, Any]:
+    """The gateway's operations for the served OpenAPI schema (``server/openapi_docs.py`` adds
+    their error statuses, the bearer key and the JSON body of the JSON routes). ``/v1`` is answered
+    in front of the REST API's routers, so FastAPI does not see these routes itself."""
+    ok = {"200": {"description": "the engine's answer (JSON, or an event stream when streamed)"}}
+    paths: dict[str, Any] = {
+        "/v1/models": {
+            "get": {
+                "summary": "the deployments this key may use",
+                "operationId": "list_models",
+                "responses": ok,
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "summary": "one deployment",
+                "operationId": "retrieve_model",
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": ok,
+            }
+        },
+    }
+    for route in _ROUTES:
+        operation: dict[str, Any] = {
+            "summary": f"passed to a replica of the deployment named by model ({route.answer} answer)",
+            "operationId": "gateway" + route.path.replace("/", "_"),
+            "responses": dict(ok),
+            "tags": ["gateway"],
+        }
+        if route.body == "multipart":
+            operation["requestBody"] = _MULTIPART_BODY
+        paths[route.path] = {"post": operation}
+    for item in paths.values():
+        for operation in item.values():
+            operation.setdefault("tags", ["gateway"])
+    return paths
