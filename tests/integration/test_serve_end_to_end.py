@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from modelyard.doctor.verify import WEATHER_TOOL
+from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_OWNER
 
 pytestmark = pytest.mark.slow
 
@@ -124,19 +125,26 @@ class Server:
         return [instance for instance in deployment["instances"] if instance["state"] == "running"]
 
 
-def _engine_processes(marker: str) -> list[psutil.Process]:
-    """Engine launcher processes whose command line mentions ``marker`` (a model path)."""
+def _engine_processes(server: Server, deployment: str | None = None) -> list[psutil.Process]:
+    """The engine launchers this server started (by the identity every engine carries in its
+    environment), of one deployment or all; other tests' engines on the same model are not."""
+    owner_file = server.data_dir / "server-id"
+    if not owner_file.is_file():
+        return []
+    owner = owner_file.read_text().strip()
     found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
+    for process in psutil.process_iter(["status"]):
         try:
-            if process.info["status"] == psutil.STATUS_ZOMBIE:
+            if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid != os.getpgid(process.pid):
                 continue
-            command = " ".join(process.info["cmdline"] or [])
-        except psutil.Error:
+            environment = process.environ()
+        except (psutil.Error, ProcessLookupError):
             continue
-        if marker in command and "serve" in command and "modelyard.cli.main" not in command:
+        if environment.get(ENV_OWNER) != owner:
+            continue
+        if deployment is None or environment.get(ENV_DEPLOYMENT) == deployment:
             found.append(process)
-    return [process for process in found if process.pid == os.getpgid(process.pid)]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +161,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 server.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 server.process.kill()
-        for leftover in _engine_processes(str(root)):
+        for leftover in _engine_processes(server):
             os.killpg(leftover.pid, signal.SIGKILL)
 
 
@@ -372,13 +380,13 @@ def test_server_killed_and_restarted_adopts_one_engine_per_replica(
     assert server.process is not None
     server.process.kill()
     server.process.wait(timeout=30)
-    assert len(_engine_processes(str(tiny_model))) == 1  # the engine outlived the server
+    assert len(_engine_processes(server, "tiny")) == 1  # the engine outlived the server
     server.start("--no-demo")
     _wait_until(lambda: _server_answers(server), STARTUP_SECONDS, "the restarted server answering")
     _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running after restart")
     [after] = server.running_instances("tiny")
     assert after["pid"] == before["pid"]
-    assert len(_engine_processes(str(tiny_model))) == 1
+    assert len(_engine_processes(server, "tiny")) == 1
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
     answer = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3
@@ -389,10 +397,10 @@ def test_server_killed_and_restarted_adopts_one_engine_per_replica(
 def test_removing_the_deployment_leaves_no_engine_process(
     server: Server, api_key: str, tiny_model: Path
 ) -> None:
-    assert len(_engine_processes(str(tiny_model))) == 1
+    assert len(_engine_processes(server, "tiny")) == 1
     server.cli("rm", "tiny", "--wait")
     assert server.deployment("tiny") is None
-    _wait_until(lambda: not _engine_processes(str(tiny_model)), 30, "no tiny engine process")
+    _wait_until(lambda: not _engine_processes(server, "tiny"), 30, "no tiny engine process")
 
 
 def _server_answers(server: Server) -> bool:
