@@ -22,6 +22,9 @@ from sqlalchemy.engine import make_url
 from model_cache import RECIPES, ModelCache
 from tiny_engine import TinyEngine, run_tiny_engine
 
+# The one simulated Ray cluster of the session (tests/ray_cluster.py).
+pytest_plugins = ["ray_cluster"]
+
 POSTGRES_URL_VARIABLE = "MODELYARD_TEST_POSTGRES_URL"
 
 

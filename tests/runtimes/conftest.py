@@ -1,7 +1,9 @@
 """Runtimes under test, each a real one: engine processes on this host, containers on a real
-Docker engine (``dockerd``, which ``.ci/run`` starts). The engine in both is the project's engine
-double (``python -m modelyard.bench.reference_server``, playing vLLM); in a container it runs on
-this host's Python, bind-mounted into an imported skeleton image (nothing is ever pulled).
+Docker engine (``dockerd``, which ``.ci/run`` starts), supervisor actors on a real Ray cluster
+(the session's simulated one, ``tests/ray_cluster.py``: engines on its head node). The engine
+in all of them is the project's engine double (``python -m modelyard.bench.reference_server``,
+playing vLLM); in a container it runs on this host's Python, bind-mounted into an imported
+skeleton image (nothing is ever pulled).
 
 Docker missing is a skip here and a failure under CI (``CI=true``), as PostgreSQL is.
 """
@@ -107,11 +109,17 @@ class RuntimeUnderTest:
         )
 
 
-@pytest.fixture(params=["process", "docker"])
+@pytest.fixture(params=["process", "docker", "ray"])
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
     owner = uuid.uuid4().hex
     if request.param == "process":
         yield RuntimeUnderTest("process", ProcessRuntime, None, owner, tmp_path)
+        return
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+        from modelyard.runtimes.ray_runtime import RayRuntime
+
+        yield RuntimeUnderTest("ray", RayRuntime, None, owner, tmp_path)
         return
     image = request.getfixturevalue("skeleton_image")
     yield RuntimeUnderTest("docker", lambda: DockerRuntime(docker_options()), image, owner, tmp_path)

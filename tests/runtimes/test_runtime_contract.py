@@ -15,6 +15,7 @@ import pytest
 from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.base import EngineHandle, ExitStatus, Runtime
 from modelyard.runtimes.process import ENV_OWNER
+from modelyard.runtimes.ray_runtime import RayRuntime
 
 from .conftest import RuntimeUnderTest, wait_until_healthy
 
@@ -31,17 +32,23 @@ async def wait_for_exit(runtime: Runtime, handle: EngineHandle) -> ExitStatus:
     return status
 
 
-def kill_engine(kind: str, handle: EngineHandle) -> None:
+async def kill_engine(kind: str, runtime: Runtime, handle: EngineHandle) -> None:
     """SIGKILL the engine from outside, as the OOM killer or an operator would."""
     if kind == "process":
         os.killpg(int(handle.id.split(":")[0]), signal.SIGKILL)
+    elif kind == "ray":
+        assert isinstance(runtime, RayRuntime)
+        pid = (await runtime.engine_pids(handle))[0]
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)  # the simulated nodes run on this host
     else:
         subprocess.run(["docker", "kill", handle.id], capture_output=True, check=True)
 
 
 def engine_left(kind: str, owner: str) -> list[str]:
-    """Anything of this owner's engines still there: processes (zombies included) or containers."""
-    if kind == "process":
+    """Anything of this owner's engines still there: processes (zombies included), supervisor
+    actors or containers."""
+    if kind in ("process", "ray"):
         left = []
         for process in psutil.process_iter(["pid", "status"]):
             try:
@@ -49,6 +56,14 @@ def engine_left(kind: str, owner: str) -> list[str]:
                     left.append(f"pid {process.pid} ({process.info['status']})")
             except psutil.Error:
                 continue
+        if kind == "ray":
+            import ray
+
+            left += [
+                f"actor {entry['name']}"
+                for entry in ray.util.list_named_actors(all_namespaces=True)
+                if owner in entry["name"]
+            ]
         return left
     output = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=modelyard.owner={owner}"], capture_output=True, text=True
@@ -144,7 +159,7 @@ async def test_an_engine_killed_from_outside_reports_the_signal(runtime_under_te
     spec = await runtime_under_test.spec(runtime=runtime)
     started = await runtime.start(spec)
     await wait_until_healthy(spec.address)
-    kill_engine(runtime_under_test.kind, started.handle)
+    await kill_engine(runtime_under_test.kind, runtime, started.handle)
     status = await wait_for_exit(runtime, started.handle)
     await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
     await runtime.close()
@@ -158,7 +173,7 @@ async def test_a_start_that_cannot_launch_says_why_and_leaves_nothing(
 ) -> None:
     runtime = runtime_under_test.make()
     spec = await runtime_under_test.spec(runtime=runtime)
-    if runtime_under_test.kind == "process":
+    if runtime_under_test.kind in ("process", "ray"):
         broken = type(spec)(**{**spec.__dict__, "program": ["/nonexistent/engine"]})
         expected = "executable not found"
     else:

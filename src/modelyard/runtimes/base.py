@@ -5,15 +5,25 @@ start time, a container id, an actor). The controller never assumes a pid or 127
 the runtime for an address, gives it the engine's argv, env, GPU ids and model path as data in a
 ``LaunchSpec``, and keeps the handle the runtime returns. Implementations:
 ``ProcessRuntime`` (child processes of this host), ``DockerRuntime`` (containers through the
-Docker CLI); the Ray runtime implements the same contract. All of them pass the contract test
-suite in ``tests/runtimes/``.
+Docker CLI), ``RayRuntime`` (``runtimes/ray_runtime.py``: a supervisor actor per rank on the Ray
+node the scheduler chose). All of them pass the contract test suite in ``tests/runtimes/``.
+
+Gangs. A replica may span several nodes (a multi-node vLLM or SGLang): it is one engine to the
+controller, started, watched and stopped as a whole. ``LaunchSpec`` describes rank 0 (the rank
+that serves HTTP, at ``address``) and ``worker_ranks`` the ranks above it, each with its node,
+GPU ids and its own argv (rendered from the backend version's ``multi_node`` flags). A runtime
+that runs one node (processes, Docker) refuses a spec with ``worker_ranks``; for them every
+replica is a gang of one. ``exit_status`` reports the first rank that ended (its ``detail``
+names the rank), and the controller then stops the whole gang and starts it again: an NCCL group
+cannot heal one rank.
 
 When each method is called (the controller is the only caller):
 
 - ``engine_model_path`` and ``mounts``: while rendering a launch, and by the doctor's host checks
   before a deployment is stored (what the engine will see, and which host folders it gets).
 - ``allocate_address``: once per start, before the argv is rendered (it fills ``{{port}}`` and
-  ``{{worker_ip}}``).
+  ``{{worker_ip}}``); for a gang once more on rank 0's node for the ranks' rendezvous port.
+  ``node_id`` names the cluster node (the scheduler's worker id); runtimes of one host ignore it.
 - ``start``: after the instance has recorded its launch token in the store (intent before action).
   The runtime marks the engine with ``EngineIdentity`` (an env marker, container labels) so that
   ``find_engines`` finds it again even if the server dies before the handle is written.
@@ -31,6 +41,8 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from modelyard.errors import EngineStartFailed
 
 RuntimeKind = Literal["process", "docker", "ray"]
 RUNTIME_KINDS: tuple[RuntimeKind, ...] = ("process", "docker", "ray")
@@ -103,6 +115,21 @@ class EngineIdentity:
 
 
 @dataclass(frozen=True)
+class RankLaunch:
+    """One rank above 0 of a multi-node replica: where it runs and its own command line.
+
+    ``program``/``arguments`` are complete (rank flags included: ``--node-rank 1 --headless``);
+    ``env`` is laid over the spec's env (its ``CUDA_VISIBLE_DEVICES`` is this rank's GPUs)."""
+
+    rank: int
+    node_id: str
+    gpu_ids: list[int]
+    program: list[str]
+    arguments: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """One engine start, as data. ``program`` is the executable (or the container entrypoint
     override, empty for the image's own), ``arguments`` follow it; nothing goes through a shell."""
@@ -119,6 +146,14 @@ class LaunchSpec:
     image: str | None = None
     # Values that must not appear in logs (secret flags' values, secret env values).
     secrets: frozenset[str] = field(default_factory=frozenset)
+    # The cluster node of rank 0 (a worker id of the scheduler); None: this host.
+    node_id: str | None = None
+    # The ranks above 0 of a multi-node replica (empty: a gang of one).
+    worker_ranks: tuple[RankLaunch, ...] = ()
+
+    @property
+    def rank_count(self) -> int:
+        return 1 + len(self.worker_ranks)
 
 
 @dataclass(frozen=True)
@@ -165,6 +200,15 @@ class ExitStatus:
         return -self.signal_number if self.signal_number is not None else self.exit_code
 
 
+def refuse_gangs(spec: LaunchSpec, runtime: RuntimeKind) -> None:
+    """What a runtime of one host says to a multi-node replica (it starts nothing)."""
+    if spec.worker_ranks:
+        raise EngineStartFailed(
+            f"the {runtime} runtime runs engines on one host; this replica spans {spec.rank_count} nodes",
+            hint="run the server with --cluster (the Ray runtime) for multi-node replicas",
+        )
+
+
 class Runtime(Protocol):
     """See the module docstring for when each method is called."""
 
@@ -177,12 +221,13 @@ class Runtime(Protocol):
     def mounts(self, model_path: str) -> list[Mount]:
         """The host folders the engine will get (none for a process: it sees the host)."""
 
-    async def allocate_address(self, worker_host: str) -> EngineAddress:
-        """A free address for one engine on ``worker_host``."""
+    async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
+        """A free address for one engine on ``worker_host`` (on cluster node ``node_id``)."""
 
     async def start(self, spec: LaunchSpec) -> StartedEngine:
-        """Launch the engine; its output goes to ``spec.log_path``. Raises ``EngineStartFailed``
-        (with the reason) when it cannot be launched; nothing of it is left running then."""
+        """Launch the engine (every rank of it); its output goes to ``spec.log_path``. Raises
+        ``EngineStartFailed`` (with the reason) when it cannot be launched, among them a spec with
+        ``worker_ranks`` given to a runtime of one host; nothing of it is left running then."""
 
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
         """None while the engine lives; how it ended otherwise (reaping it)."""

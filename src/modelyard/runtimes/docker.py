@@ -42,6 +42,7 @@ from modelyard.runtimes.base import (
     RuntimeKind,
     SignalTarget,
     StartedEngine,
+    refuse_gangs,
 )
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
 from modelyard.runtimes.log_files import open_engine_log, shown_command
@@ -163,7 +164,7 @@ class DockerRuntime:
         model = Mount(os.path.abspath(model_path), self.engine_model_path(model_path), read_only=True)
         return [model, *self._options.extra_volumes]
 
-    async def allocate_address(self, worker_host: str) -> EngineAddress:
+    async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
         if self._options.network == "host":
             port = free_port(worker_host)
             return EngineAddress(
@@ -205,6 +206,7 @@ class DockerRuntime:
         return [*argv, spec.image, *spec.program[1:], *spec.arguments]
 
     async def start(self, spec: LaunchSpec) -> StartedEngine:
+        refuse_gangs(spec, "docker")
         argv = self.run_arguments(spec)
         with open_engine_log(spec.log_path) as log_file:
             log_file.write(f"$ {shown_command(argv, spec.secrets)}\n".encode())

@@ -36,6 +36,7 @@ from modelyard.runtimes.base import (
     RuntimeKind,
     SignalTarget,
     StartedEngine,
+    refuse_gangs,
 )
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 
@@ -162,13 +163,14 @@ class ProcessRuntime:
     def mounts(self, model_path: str) -> list[Mount]:
         return []
 
-    async def allocate_address(self, worker_host: str) -> EngineAddress:
+    async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
         port = free_port(worker_host)
         return EngineAddress(
             bind_host=worker_host, port=port, reach_host=reachable_host(worker_host), reach_port=port
         )
 
     async def start(self, spec: LaunchSpec) -> StartedEngine:
+        refuse_gangs(spec, "process")
         return await asyncio.to_thread(self._start, spec)
 
     def _start(self, spec: LaunchSpec) -> StartedEngine:

@@ -1,0 +1,373 @@
+"""Engines on a Ray cluster: one supervisor actor per rank, pinned by a placement group.
+
+A start is a gang of ``spec.rank_count`` ranks (one for a replica on one node). The runtime makes
+one detached placement group for it, one bundle per rank, each bundle pinned to the node the
+scheduler chose (a label selector on ``ray.io/node-id``): ``STRICT_PACK`` for one rank,
+``STRICT_SPREAD`` (one node per rank) for a gang. In each bundle a detached, named
+``EngineSupervisor`` actor (``ray_supervisor.py``) starts that rank's engine as a process of its
+node, with the rank's GPUs in ``CUDA_VISIBLE_DEVICES``. GPUs are booked by modelyard's scheduler,
+by memory, not by Ray: the bundles hold a sliver of CPU only, so that two engines may share one
+GPU.
+
+- The engine listens on its node's address (``allocate_address`` asks a task on that node for a
+  free port); the gateway reaches it there.
+- Logs: every rank's output is copied into the per-start log (``ray_logs.py``).
+- ``exit_status``: the first rank that ended, or a supervisor that is gone (its node left the
+  cluster); the controller then stops the whole gang and starts it again.
+- ``find_engines``: the named actors of this owner (the names say owner, launch token, rank);
+  the identity comes from the actors themselves.
+- ``stop``: every rank at once (SIGTERM, grace, SIGKILL), then the actors and the placement group.
+
+Ray is imported when the runtime is made, never at the module's import by the single-host server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from modelyard.errors import EngineStartFailed
+from modelyard.runtimes.base import (
+    EngineAddress,
+    EngineHandle,
+    EngineIdentity,
+    ExitStatus,
+    FoundEngine,
+    LaunchSpec,
+    Mount,
+    RuntimeKind,
+    SignalTarget,
+    StartedEngine,
+)
+from modelyard.runtimes.log_files import open_engine_log, shown_command
+from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
+from modelyard.runtimes.ray_logs import RankLogCopier
+from modelyard.runtimes.ray_names import GangName, parse_actor_name
+from modelyard.runtimes.ray_supervisor import EngineSupervisor, free_port_on_this_node
+
+logger = logging.getLogger(__name__)
+
+NODE_ID_LABEL = "ray.io/node-id"
+# What each bundle and actor holds of its node (a sliver of one CPU: GPUs are booked by memory).
+BUNDLE_CPU = 0.01
+PLACEMENT_TIMEOUT_SECONDS = 60.0
+ACTOR_CALL_TIMEOUT_SECONDS = 30.0
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
+def _status_of(raw: tuple[int | None, int | None] | list[int | None] | None) -> ExitStatus | None:
+    if raw is None:
+        return None
+    code, signal_number = raw
+    return ExitStatus(exit_code=code, signal_number=signal_number)
+
+
+class RayRuntime:
+    """See the module docstring. The process must be connected (``ray_connection.connect``)."""
+
+    def __init__(self, *, placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS) -> None:
+        require_ray()
+        import ray
+
+        self._ray = ray
+        self._supervisor_class = ray.remote(EngineSupervisor)
+        self._port_task = ray.remote(free_port_on_this_node)
+        self._placement_timeout = placement_timeout_seconds
+        self._copiers: dict[str, RankLogCopier] = {}
+        self._exited: dict[str, ExitStatus] = {}
+        # The actors of the gangs this runtime started or resumed (handle id -> one per rank).
+        self._gangs: dict[str, list[Any]] = {}
+
+    @property
+    def kind(self) -> RuntimeKind:
+        return "ray"
+
+    def engine_model_path(self, model_path: str) -> str:
+        return model_path
+
+    def mounts(self, model_path: str) -> list[Mount]:
+        return []
+
+    # -- where ------------------------------------------------------------------------------
+
+    def _node_strategy(self, node_id: str) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+    async def node_address(self, node_id: str | None) -> str:
+        """The address of ``node_id`` (this process's node when None), as Ray knows it."""
+        wanted = node_id or local_node_id()
+        nodes = await asyncio.to_thread(self._ray.nodes)
+        for node in nodes:
+            if node.get("NodeID") == wanted and node.get("Alive"):
+                return str(node["NodeManagerAddress"])
+        raise EngineStartFailed(
+            f"Ray node {wanted[:12]} is not in the cluster (or not alive)",
+            hint="see `modelyard workers`; the instance is placed again on another worker",
+        )
+
+    async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
+        node_host = await self.node_address(node_id)
+        bind_host = worker_host if worker_host in WILDCARD_HOSTS else node_host
+        task = self._port_task.options(
+            scheduling_strategy=self._node_strategy(node_id or local_node_id()), num_cpus=0
+        )
+        try:
+            port: int = await asyncio.wait_for(task.remote(bind_host), ACTOR_CALL_TIMEOUT_SECONDS)
+        except (TimeoutError, self._ray.exceptions.RayError) as error:
+            raise EngineStartFailed(
+                f"cannot find a free port on Ray node {node_host}: {error}",
+                hint="check that the worker is alive (`modelyard workers`)",
+            ) from error
+        return EngineAddress(bind_host=bind_host, port=port, reach_host=node_host, reach_port=port)
+
+    # -- start ------------------------------------------------------------------------------
+
+    async def start(self, spec: LaunchSpec) -> StartedEngine:
+        name = GangName(spec.identity.owner, spec.identity.launch_token, spec.rank_count)
+        rank0_node = spec.node_id or local_node_id()
+        ranks: list[tuple[str, list[str], dict[str, str]]] = [
+            (rank0_node, [*spec.program, *spec.arguments], spec.env)
+        ]
+        for rank in spec.worker_ranks:
+            ranks.append((rank.node_id, [*rank.program, *rank.arguments], {**spec.env, **rank.env}))
+        with open_engine_log(spec.log_path) as log_file:
+            for index, (_, argv, _) in enumerate(ranks):
+                prefix = "$ " if index == 0 else f"[rank {index}] $ "
+                log_file.write(f"{prefix}{shown_command(argv, spec.secrets)}\n".encode())
+        try:
+            actors = await self._create_gang(name, ranks, spec)
+        except EngineStartFailed as error:
+            await self._remove_gang(name)
+            with open_engine_log(spec.log_path) as log_file:
+                log_file.write(f"{error.message}\n".encode())
+            raise
+        copier = RankLogCopier(actors, spec.log_path)
+        copier.start()
+        handle = name.handle()
+        self._copiers[handle.id] = copier
+        self._gangs[handle.id] = actors
+        self._exited.pop(handle.id, None)
+        logger.info("started engine %s on %d Ray node(s)", handle.label, len(ranks))
+        return StartedEngine(handle=handle, command=ranks[0][1])
+
+    async def _create_gang(
+        self, name: GangName, ranks: list[tuple[str, list[str], dict[str, str]]], spec: LaunchSpec
+    ) -> list[Any]:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        group = placement_group(
+            [{"CPU": BUNDLE_CPU} for _ in ranks],
+            strategy="STRICT_PACK" if len(ranks) == 1 else "STRICT_SPREAD",
+            name=name.group,
+            lifetime="detached",
+            bundle_label_selector=[{NODE_ID_LABEL: node_id} for node_id, _, _ in ranks],
+        )
+        try:
+            await asyncio.wait_for(group.ready(), self._placement_timeout)
+        except (TimeoutError, self._ray.exceptions.RayError) as error:
+            nodes = ", ".join(node_id[:12] for node_id, _, _ in ranks)
+            raise EngineStartFailed(
+                f"Ray could not place the replica's {len(ranks)} rank(s) on node(s) {nodes} within "
+                f"{self._placement_timeout:.0f} s",
+                hint="a node may have left the cluster: see `modelyard workers`",
+            ) from error
+        identity = asdict(spec.identity)
+        actors: list[Any] = []
+        for rank in range(len(ranks)):
+            actors.append(
+                self._supervisor_class.options(
+                    name=name.actor(rank),
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    max_restarts=0,
+                    num_cpus=BUNDLE_CPU,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=rank
+                    ),
+                ).remote(identity, rank)
+            )
+        started = await self._call_all(
+            [
+                actor.start.remote(argv, env, str(spec.working_directory))
+                for actor, (_, argv, env) in zip(actors, ranks, strict=True)
+            ]
+        )
+        for rank, result in enumerate(started):
+            if isinstance(result, BaseException):
+                raise EngineStartFailed(f"the supervisor of rank {rank} could not start: {result}")
+            if result.get("error"):
+                program = ranks[rank][1][0] if ranks[rank][1] else ""
+                if result.get("not_found"):
+                    raise EngineStartFailed(
+                        f"executable not found: {program!r} (rank {rank})",
+                        hint="install the engine on every worker, or name its full path in the version",
+                    )
+                raise EngineStartFailed(f"cannot launch {program!r} (rank {rank}): {result['error']}")
+        return actors
+
+    async def _call_all(self, references: list[Any]) -> list[Any]:
+        async def one(reference: Any) -> Any:
+            return await asyncio.wait_for(reference, ACTOR_CALL_TIMEOUT_SECONDS)
+
+        return list(
+            await asyncio.gather(*(one(reference) for reference in references), return_exceptions=True)
+        )
+
+    # -- watch ------------------------------------------------------------------------------
+
+    def _actor(self, name: GangName, rank: int) -> Any | None:
+        try:
+            return self._ray.get_actor(name.actor(rank), namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    async def _actors(self, name: GangName, *, cached: bool = True) -> list[Any | None]:
+        known = self._gangs.get(name.handle().id) if cached else None
+        if known is not None:
+            return list(known)
+        return await asyncio.to_thread(lambda: [self._actor(name, rank) for rank in range(name.ranks)])
+
+    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
+        if handle.id in self._exited:
+            return self._exited[handle.id]
+        name = GangName.from_handle(handle)
+        actors = await self._actors(name)
+        answers = await self._call_all([actor.status.remote() for actor in actors if actor is not None])
+        answer_of = iter(answers)
+        for rank, actor in enumerate(actors):
+            answer = next(answer_of) if actor is not None else None
+            status: ExitStatus | None
+            if actor is None or isinstance(answer, self._ray.exceptions.RayActorError):
+                status = ExitStatus(
+                    exit_code=None,
+                    signal_number=None,
+                    detail=f"rank {rank}: its supervisor is gone (its node left the cluster)",
+                )
+            elif isinstance(answer, BaseException):
+                logger.warning("rank %s of %s did not answer: %s", rank, handle.label, answer)
+                continue
+            else:
+                status = _status_of(answer)
+                if status is not None and name.ranks > 1:
+                    status = ExitStatus(status.exit_code, status.signal_number, f"rank {rank}")
+            if status is not None:
+                self._exited[handle.id] = status
+                return status
+        return None
+
+    async def engine_pids(self, handle: EngineHandle) -> dict[int, int | None]:
+        """The engine's pid on its node, per rank (for ``ps`` and fault tests)."""
+        name = GangName.from_handle(handle)
+        actors = await self._actors(name)
+        answers = await self._call_all([actor.pid.remote() for actor in actors if actor is not None])
+        present = [rank for rank, actor in enumerate(actors) if actor is not None]
+        return {
+            rank: answer if isinstance(answer, int) else None
+            for rank, answer in zip(present, answers, strict=True)
+        }
+
+    async def find_engines(self, owner: str) -> list[FoundEngine]:
+        listed = await asyncio.to_thread(self._ray.util.list_named_actors, True)
+        gangs: dict[str, tuple[GangName, int]] = {}
+        for entry in listed:
+            if entry.get("namespace") != NAMESPACE:
+                continue
+            parsed = parse_actor_name(str(entry.get("name", "")), owner)
+            if parsed is None:
+                continue
+            name, rank = parsed
+            known = gangs.get(name.launch_token)
+            if known is None or rank < known[1]:
+                gangs[name.launch_token] = (name, rank)
+        found = []
+        for name, rank in gangs.values():
+            actor = await asyncio.to_thread(self._actor, name, rank)
+            if actor is None:
+                continue
+            try:
+                raw: dict[str, Any] = await asyncio.wait_for(
+                    actor.identity.remote(), ACTOR_CALL_TIMEOUT_SECONDS
+                )
+            except (TimeoutError, self._ray.exceptions.RayError):
+                continue
+            raw.pop("rank", None)
+            found.append(FoundEngine(handle=name.handle(), identity=EngineIdentity(**raw)))
+        return found
+
+    async def resume(self, handle: EngineHandle, log_path: Path) -> None:
+        name = GangName.from_handle(handle)
+        actors = await self._actors(name, cached=False)
+        offsets = []
+        for actor in actors:
+            answer = (await self._call_all([actor.copied_bytes.remote()]))[0] if actor is not None else 0
+            offsets.append(answer if isinstance(answer, int) else 0)
+        copier = RankLogCopier(actors, log_path, offsets)
+        copier.start()
+        self._copiers[handle.id] = copier
+        self._gangs[handle.id] = actors
+        logger.info("re-adopted engine %s", handle.label)
+
+    # -- stop -------------------------------------------------------------------------------
+
+    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+        name = GangName.from_handle(handle)
+        actors = [actor for actor in await self._actors(name) if actor is not None]
+        stops = [actor.stop.remote(signal_target, grace_seconds) for actor in actors]
+        results = await asyncio.gather(
+            *(asyncio.wait_for(stop, grace_seconds + ACTOR_CALL_TIMEOUT_SECONDS) for stop in stops),
+            return_exceptions=True,
+        )
+        if handle.id not in self._exited:
+            for rank, result in enumerate(results):
+                if isinstance(result, (tuple, list)) and (status := _status_of(result)) is not None:
+                    detail = f"rank {rank}" if name.ranks > 1 else ""
+                    self._exited[handle.id] = ExitStatus(status.exit_code, status.signal_number, detail)
+                    break
+            else:
+                self._exited[handle.id] = ExitStatus(exit_code=None, signal_number=None, detail="stopped")
+        copier = self._copiers.pop(handle.id, None)
+        if copier is not None:
+            await copier.close(drain=True)
+        await self._call_all([actor.forget_log.remote() for actor in actors])
+        await self._remove_gang(name)
+        self._gangs.pop(handle.id, None)
+
+    async def _remove_gang(self, name: GangName) -> None:
+        """Kill the gang's actors and remove its placement group; wait until their names are free."""
+        from ray.util.placement_group import remove_placement_group
+
+        def remove() -> None:
+            for rank in range(name.ranks):
+                actor = self._actor(name, rank)
+                if actor is not None:
+                    with contextlib.suppress(Exception):
+                        self._ray.kill(actor, no_restart=True)
+            with contextlib.suppress(Exception):
+                group = self._ray.util.get_placement_group(name.group)
+                remove_placement_group(group)
+
+        await asyncio.to_thread(remove)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ACTOR_CALL_TIMEOUT_SECONDS
+        while loop.time() < deadline:
+            left = await self._actors(name, cached=False)
+            if all(actor is None for actor in left):
+                return
+            await asyncio.sleep(0.05)
+        logger.warning(
+            "the actors of %s were still named after %.0f s", name.group, ACTOR_CALL_TIMEOUT_SECONDS
+        )
+
+    async def close(self) -> None:
+        for copier in list(self._copiers.values()):
+            await copier.close(drain=True)
+        self._copiers.clear()
+        self._exited.clear()
+        self._gangs.clear()
