@@ -27,9 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import psutil
 
-from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 from modelyard.testing.serve_process import ServeProcess, wait_until
 from modelyard.testing.tiny_model import build_tiny_qwen3
 
@@ -46,23 +44,6 @@ version_configs:
 modelyard:
   family: custom
 """
-
-
-def _engines(server: ServeProcess) -> dict[str, set[str]]:
-    owner = (server.data_dir / "server-id").read_text().strip()
-    found: dict[str, set[str]] = {}
-    for process in psutil.process_iter(["status"]):
-        try:
-            if process.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            environment = process.environ()
-        except psutil.Error:
-            continue
-        if environment.get(ENV_OWNER) == owner:
-            found.setdefault(environment.get(ENV_DEPLOYMENT, ""), set()).add(
-                environment.get(ENV_LAUNCH_TOKEN, "")
-            )
-    return found
 
 
 def _state(client: httpx.Client, name: str) -> str:
@@ -104,7 +85,7 @@ def kill_series(server: ServeProcess, kills: int) -> None:
                 outcomes["launch recorded, engine not yet running: started again"] += 1
             else:
                 outcomes["not launched before the kill: started by the next server"] += 1
-    engines = _engines(server)
+    engines = server.engine_tokens()
     per_replica = Counter(len(engines.get(name, set())) for name in names)
     orphans = sum(len(tokens) for name, tokens in engines.items() if name not in names)
     print(f"kill series: {kills} server SIGKILLs at 0-200 ms after a create")

@@ -25,7 +25,6 @@ import httpx
 import psutil
 import pytest
 
-from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 from modelyard.testing.serve_process import ServeProcess, wait_until
 from modelyard.testing.tiny_model import build_tiny_qwen3
 
@@ -92,28 +91,6 @@ def first_state_is(server: ServeProcess, name: str, state: str) -> bool:
     return bool(found and found["instances"] and found["instances"][0]["state"] == state)
 
 
-def owner(server: ServeProcess) -> str:
-    return (server.data_dir / "server-id").read_text().strip()
-
-
-def engines_by_deployment(server: ServeProcess) -> dict[str, set[str]]:
-    """Launch tokens of the live engine processes of this server, by deployment (zombies left out)."""
-    found: dict[str, set[str]] = {}
-    mine = owner(server)
-    for process in psutil.process_iter(["status"]):
-        try:
-            if process.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            environment = process.environ()
-        except psutil.Error:
-            continue
-        if environment.get(ENV_OWNER) == mine:
-            found.setdefault(environment.get(ENV_DEPLOYMENT, ""), set()).add(
-                environment.get(ENV_LAUNCH_TOKEN, "")
-            )
-    return found
-
-
 def remove(server: ServeProcess, name: str) -> None:
     with server.api() as client:
         assert client.delete(f"/api/v1/deployments/{name}").status_code == 202
@@ -142,7 +119,7 @@ def test_server_killed_right_after_creates_ends_with_one_engine_per_replica_and_
         server.wait_until_answering()
     for name in names:
         wait_until(functools.partial(has_running, server, name, 1), RUNNING_SECONDS, f"{name} running")
-    engines = engines_by_deployment(server)
+    engines = server.engine_tokens()
     assert {name: len(engines.get(name, set())) for name in names} == {name: 1 for name in names}
     for name in names:
         [instance] = deployment(server, name)["instances"]  # type: ignore[index]
@@ -151,7 +128,7 @@ def test_server_killed_right_after_creates_ends_with_one_engine_per_replica_and_
     assert orphans == {}
     for name in names:
         remove(server, name)
-    assert not any(name in engines_by_deployment(server) for name in names)
+    assert not any(name in server.engine_tokens() for name in names)
 
 
 def test_rm_leaves_no_zombie_and_a_name_deployed_again_has_its_own_logs_and_events(

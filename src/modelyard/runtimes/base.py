@@ -38,6 +38,7 @@ When each method is called (the controller is the only caller):
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -127,6 +128,47 @@ class RankLaunch:
     program: list[str]
     arguments: list[str]
     env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MarkerNames:
+    """How a runtime spells each ``EngineIdentity`` field on an engine: env variable names for a
+    process, label keys for a container."""
+
+    owner: str
+    launch_token: str
+    deployment: str
+    instance_uid: str
+    replica_index: str
+    start_number: str
+
+    def write(self, identity: EngineIdentity) -> dict[str, str]:
+        return {
+            self.owner: identity.owner,
+            self.launch_token: identity.launch_token,
+            self.deployment: identity.deployment,
+            self.instance_uid: identity.instance_uid,
+            self.replica_index: str(identity.replica_index),
+            self.start_number: str(identity.start_number),
+        }
+
+    def read(self, markers: Mapping[str, str]) -> EngineIdentity:
+        """The identity in ``markers`` (fields an older engine lacks are empty or 0)."""
+
+        def number(name: str) -> int:
+            try:
+                return int(markers.get(name, "0"))
+            except ValueError:
+                return 0
+
+        return EngineIdentity(
+            owner=markers.get(self.owner, ""),
+            launch_token=markers.get(self.launch_token, ""),
+            deployment=markers.get(self.deployment, ""),
+            instance_uid=markers.get(self.instance_uid, ""),
+            replica_index=number(self.replica_index),
+            start_number=number(self.start_number),
+        )
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from modelyard.runtimes.base import (
     ExitStatus,
     FoundEngine,
     LaunchSpec,
+    MarkerNames,
     Mount,
     RuntimeKind,
     SignalTarget,
@@ -50,12 +51,16 @@ from modelyard.runtimes.process import free_port, reachable_host
 
 logger = logging.getLogger(__name__)
 
-LABEL_OWNER = "modelyard.owner"
-LABEL_LAUNCH_TOKEN = "modelyard.launch-token"
-LABEL_DEPLOYMENT = "modelyard.deployment"
-LABEL_INSTANCE = "modelyard.instance"
-LABEL_REPLICA = "modelyard.replica"
-LABEL_START = "modelyard.start"
+LABEL_MARKERS = MarkerNames(
+    owner="modelyard.owner",
+    launch_token="modelyard.launch-token",
+    deployment="modelyard.deployment",
+    instance_uid="modelyard.instance",
+    replica_index="modelyard.replica",
+    start_number="modelyard.start",
+)
+LABEL_OWNER = LABEL_MARKERS.owner
+LABEL_LAUNCH_TOKEN = LABEL_MARKERS.launch_token
 MODEL_MOUNT_ROOT = "/models"
 BRIDGE_ENGINE_PORT = 8000
 GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
@@ -90,34 +95,6 @@ def parse_volume(text: str) -> Mount:
 def container_name(identity: EngineIdentity) -> str:
     slug = _NAME_UNSAFE.sub("-", identity.deployment).strip("-._")[:64] or "deployment"
     return f"modelyard-{slug}-{identity.replica_index}-{identity.start_number}-{identity.instance_uid[:8]}"
-
-
-def _labels(identity: EngineIdentity) -> dict[str, str]:
-    return {
-        LABEL_OWNER: identity.owner,
-        LABEL_LAUNCH_TOKEN: identity.launch_token,
-        LABEL_DEPLOYMENT: identity.deployment,
-        LABEL_INSTANCE: identity.instance_uid,
-        LABEL_REPLICA: str(identity.replica_index),
-        LABEL_START: str(identity.start_number),
-    }
-
-
-def _identity_from_labels(labels: dict[str, str]) -> EngineIdentity:
-    def number(name: str) -> int:
-        try:
-            return int(labels.get(name, "0"))
-        except ValueError:
-            return 0
-
-    return EngineIdentity(
-        owner=labels.get(LABEL_OWNER, ""),
-        launch_token=labels.get(LABEL_LAUNCH_TOKEN, ""),
-        deployment=labels.get(LABEL_DEPLOYMENT, ""),
-        instance_uid=labels.get(LABEL_INSTANCE, ""),
-        replica_index=number(LABEL_REPLICA),
-        start_number=number(LABEL_START),
-    )
 
 
 def _handle(container_id: str, name: str) -> EngineHandle:
@@ -184,7 +161,7 @@ class DockerRuntime:
             raise EngineStartFailed("the Docker runtime was given a backend version without an image")
         name = container_name(spec.identity)
         argv = [self._cli.executable, "run", "--detach", "--init", "--pull", "never", "--name", name]
-        for key, value in _labels(spec.identity).items():
+        for key, value in LABEL_MARKERS.write(spec.identity).items():
             argv += ["--label", f"{key}={value}"]
         if self._options.network == "host":
             argv += ["--network", "host"]
@@ -280,7 +257,7 @@ class DockerRuntime:
             logger.warning("cannot list containers: %s", error.message)
             return []
         return [
-            FoundEngine(handle=_handle(container_id, name), identity=_identity_from_labels(labels))
+            FoundEngine(handle=_handle(container_id, name), identity=LABEL_MARKERS.read(labels))
             for container_id, name, labels in described
         ]
 

@@ -32,6 +32,7 @@ from modelyard.runtimes.base import (
     ExitStatus,
     FoundEngine,
     LaunchSpec,
+    MarkerNames,
     Mount,
     RuntimeKind,
     SignalTarget,
@@ -42,12 +43,17 @@ from modelyard.runtimes.log_files import open_engine_log, shown_command
 
 logger = logging.getLogger(__name__)
 
-ENV_OWNER = "MODELYARD_ENGINE_OWNER"
-ENV_LAUNCH_TOKEN = "MODELYARD_LAUNCH_TOKEN"
-ENV_DEPLOYMENT = "MODELYARD_DEPLOYMENT"
-ENV_INSTANCE = "MODELYARD_INSTANCE_UID"
-ENV_REPLICA = "MODELYARD_REPLICA_INDEX"
-ENV_START = "MODELYARD_START_NUMBER"
+ENV_MARKERS = MarkerNames(
+    owner="MODELYARD_ENGINE_OWNER",
+    launch_token="MODELYARD_LAUNCH_TOKEN",
+    deployment="MODELYARD_DEPLOYMENT",
+    instance_uid="MODELYARD_INSTANCE_UID",
+    replica_index="MODELYARD_REPLICA_INDEX",
+    start_number="MODELYARD_START_NUMBER",
+)
+ENV_OWNER = ENV_MARKERS.owner
+ENV_LAUNCH_TOKEN = ENV_MARKERS.launch_token
+ENV_DEPLOYMENT = ENV_MARKERS.deployment
 
 # Start times of the same process read twice differ by rounding only.
 _START_TIME_TOLERANCE_SECONDS = 1.0
@@ -70,32 +76,8 @@ def reachable_host(bind_host: str) -> str:
 
 
 def identity_env(identity: EngineIdentity) -> dict[str, str]:
-    """The environment markers an engine carries (also used by the Docker runtime as labels)."""
-    return {
-        ENV_OWNER: identity.owner,
-        ENV_LAUNCH_TOKEN: identity.launch_token,
-        ENV_DEPLOYMENT: identity.deployment,
-        ENV_INSTANCE: identity.instance_uid,
-        ENV_REPLICA: str(identity.replica_index),
-        ENV_START: str(identity.start_number),
-    }
-
-
-def _identity_from_env(environment: dict[str, str]) -> EngineIdentity:
-    def number(name: str) -> int:
-        try:
-            return int(environment.get(name, "0"))
-        except ValueError:
-            return 0
-
-    return EngineIdentity(
-        owner=environment.get(ENV_OWNER, ""),
-        launch_token=environment.get(ENV_LAUNCH_TOKEN, ""),
-        deployment=environment.get(ENV_DEPLOYMENT, ""),
-        instance_uid=environment.get(ENV_INSTANCE, ""),
-        replica_index=number(ENV_REPLICA),
-        start_number=number(ENV_START),
-    )
+    """The environment markers an engine carries."""
+    return ENV_MARKERS.write(identity)
 
 
 def _group_members(process_group_id: int) -> list[psutil.Process]:
@@ -250,7 +232,7 @@ class ProcessRuntime:
                 group = os.getpgid(candidate.pid)
             except (psutil.Error, ProcessLookupError, PermissionError, OSError):
                 continue
-            groups.setdefault(group, _identity_from_env(environment))
+            groups.setdefault(group, ENV_MARKERS.read(environment))
         by_token: dict[str, FoundEngine] = {}
         for group, identity in sorted(groups.items()):
             try:

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
+
+from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 
 START_SECONDS = 120.0
 
@@ -90,6 +93,27 @@ class ServeProcess:
 
     def log(self) -> str:
         return "\n".join(path.read_text(errors="replace") for path in self.logs if path.exists())
+
+    def owner(self) -> str:
+        """The id this server's engines carry (``<data-dir>/server-id``)."""
+        return (self.data_dir / "server-id").read_text().strip()
+
+    def engine_tokens(self) -> dict[str, set[str]]:
+        """Launch tokens of this server's live engine processes, by deployment (zombies left out):
+        one token per engine, so ``{"chat": {...one...}}`` is one engine for ``chat``."""
+        owner = self.owner()
+        found: dict[str, set[str]] = {}
+        for process in psutil.process_iter(["status"]):
+            try:
+                if process.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                environment = process.environ()
+            except psutil.Error:
+                continue
+            if environment.get(ENV_OWNER) == owner:
+                tokens = found.setdefault(environment.get(ENV_DEPLOYMENT, ""), set())
+                tokens.add(environment.get(ENV_LAUNCH_TOKEN, ""))
+        return found
 
     def password(self) -> str:
         return (self.data_dir / "admin-password").read_text().strip()
