@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -134,6 +135,7 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
 
     baseline = statistics.median(samples["python -c pass"])
     load = os.getloadavg()[0]

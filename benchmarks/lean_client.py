@@ -23,6 +23,7 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -69,7 +70,11 @@ class StreamConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if not self.first_ns:
             self.first_ns = self._arrived_ns
-        self.events += body.count(b"data:")
+        events = body.count(b"data:")
+        self.events += events
+        client = self.client
+        if client.window_from_ns <= self._arrived_ns < client.window_end_ns:
+            client.window_events += events
 
     def on_message_complete(self) -> None:
         if self.done is not None and not self.done.done():
@@ -101,6 +106,14 @@ class LeanClient:
         self.requests = 0
         self.errors = 0
         self.statuses: dict[int, int] = {}
+        # What happened inside the measured window, whether or not its request ended in it: the
+        # events that arrived and the requests that were sent (for rates and CPU per unit).
+        self.window_from_ns = 0
+        self.window_end_ns = 0
+        self.window_events = 0
+        self.window_requests = 0
+        self.cpu_at_start: list[float] = []
+        self.cpu_at_end: list[float] = []
 
     def request_bytes(self, stream_index: int) -> bytes:
         arguments = self.arguments
@@ -133,6 +146,8 @@ class LeanClient:
                     lambda: StreamConnection(self), self.host, self.port
                 )
             began_ns = time.perf_counter_ns()
+            if measure_from_ns <= began_ns < end_ns:
+                self.window_requests += 1
             try:
                 status, first_ns, total_ns, events = await connection.exchange(request)
             except ConnectionError:
@@ -159,6 +174,14 @@ class LeanClient:
         end_ns = measure_from_ns + int(arguments.duration_s * 1e9)
         spread_ns = int(arguments.answer_s * 1e9) if arguments.start == "spread" else 0
         starts = [begin_ns + spread_ns * index // arguments.streams for index in range(arguments.streams)]
+        self.window_from_ns, self.window_end_ns = measure_from_ns, end_ns
+        pids = [int(pid) for pid in arguments.cpu_pids.split(",") if pid]
+        loop = asyncio.get_running_loop()
+        # The serving processes' CPU over exactly the measured window.
+        loop.call_later(
+            (measure_from_ns - time.perf_counter_ns()) / 1e9, self._read_cpu, pids, self.cpu_at_start
+        )
+        loop.call_later((end_ns - time.perf_counter_ns()) / 1e9, self._read_cpu, pids, self.cpu_at_end)
         usage_before = resource.getrusage(resource.RUSAGE_SELF)
         await asyncio.gather(
             *(self.stream(index, start, measure_from_ns, end_ns) for index, start in enumerate(starts))
@@ -178,7 +201,22 @@ class LeanClient:
             "ttft_ms": [value / 1e6 for value in self.ttft_ns],
             "e2e_ms": [value / 1e6 for value in self.e2e_ns],
             "client_cpu_s": cpu_s,
+            "window_events": self.window_events,
+            "window_requests": self.window_requests,
+            "cpu_pids_s": [
+                end - start for start, end in zip(self.cpu_at_start, self.cpu_at_end, strict=False)
+            ],
         }
+
+    @staticmethod
+    def _read_cpu(pids: list[int], into: list[float]) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                into.append((int(fields[11]) + int(fields[12])) / ticks)
+            except FileNotFoundError:
+                into.append(0.0)
 
 
 def main() -> None:
@@ -200,6 +238,7 @@ def main() -> None:
         "--answer-s", type=float, default=0.3, help="One answer's duration (for spread starts)."
     )
     parser.add_argument("--json", required=True)
+    parser.add_argument("--cpu-pids", default="", help="Processes whose CPU over the window is reported")
     arguments = parser.parse_args()
     result = uvloop.run(LeanClient(arguments).run())
     with open(arguments.json, "wb") as handle:

@@ -235,6 +235,9 @@ class LiteLlmProxy:
     cpus: str
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # Its master key (it refuses to start without one); clients send it as their bearer key, so
+    # both proxies check a key per request.
+    master_key: str = field(default_factory=lambda: "sk-" + os.urandom(16).hex())
 
     @property
     def url(self) -> str:
@@ -283,7 +286,12 @@ class LiteLlmProxy:
         ]
         argv += ["--num_workers", "1"]
         log = (self.scratch / "litellm.log").open("wb")
-        environment = _environment(LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False", DISABLE_ADMIN_UI="True")
+        environment = _environment(
+            LITELLM_LOG="ERROR",
+            LITELLM_TELEMETRY="False",
+            DISABLE_ADMIN_UI="True",
+            LITELLM_MASTER_KEY=self.master_key,
+        )
         self.process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
         )
@@ -334,11 +342,14 @@ def run_client(
     model: str = "ref",
     prompt: str | None = None,
     extra: tuple[str, ...] = (),
+    cpu_pids: list[int] | None = None,
 ) -> dict[str, Any]:
     argv = ["taskset", "-c", cpus, sys.executable, str(CLIENT), "--url", url, "--model", model]
     argv += ["--streams", str(streams), "--start", start, "--output-tokens", str(output_tokens)]
     argv += ["--answer-s", f"{answer_s:.4f}", "--duration-s", str(duration_s), "--warmup-s", str(warmup_s)]
     argv += ["--json", str(out), *extra]
+    if cpu_pids:
+        argv += ["--cpu-pids", ",".join(str(pid) for pid in cpu_pids)]
     if prompt is not None:
         argv += ["--prompt", prompt]
     environment = _environment(BENCH_API_KEY=api_key) if api_key else _environment()

