@@ -18,6 +18,16 @@ ENV_DATABASE_URL = "MODELYARD_DATABASE_URL"
 ENV_URL = "MODELYARD_URL"
 
 
+def default_gateway_workers() -> int:
+    """``--gateway-workers`` by default: one worker per usable core but one (kept for the main
+    process), at least 1, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores - 1))
+
+
 def default_data_dir() -> Path:
     """``$MODELYARD_DATA_DIR``, else ``$XDG_DATA_HOME/modelyard``, else ``~/.local/share/modelyard``."""
     configured = os.environ.get(ENV_DATA_DIR)

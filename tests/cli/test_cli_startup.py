@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -128,3 +130,20 @@ def test_typer_click_base_is_what_the_lazy_group_catches() -> None:
     # The lazy group catches click's UsageError through typer.BadParameter's base class.
     assert issubclass(typer.BadParameter, typer.BadParameter.__bases__[0])
     assert typer.BadParameter.__bases__[0].__name__ == "UsageError"
+
+
+def test_serve_binds_its_port_before_importing_the_server(tmp_path: Path) -> None:
+    # A port already taken: serve stops at the bind, and by then it has imported nothing heavy.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        imported = _imported_by("serve", "--no-demo", "--port", port, "--data-dir", str(tmp_path / "data"))
+    assert "modelyard.cli.serve" in imported
+    heavy = sorted(
+        name
+        for name in imported
+        if name.startswith(("fastapi", "sqlalchemy", "uvicorn", "modelyard.server."))
+        and name != "modelyard.server.startup"
+    )
+    assert heavy == [], heavy[:10]

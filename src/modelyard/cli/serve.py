@@ -172,7 +172,8 @@ def serve(
     check_data_directory(settings.data_dir)
     secure_data_directory(settings.data_dir)
     check_database_driver(settings.database_url)
-    from modelyard.server.gateway.supervisor import default_gateway_workers
+    # From settings, not the gateway package: importing that costs seconds, and the port waits.
+    from modelyard.settings import default_gateway_workers
 
     workers = default_gateway_workers() if gateway_workers is None else gateway_workers
     # With gateway workers, each has its own socket of the port (SO_REUSEPORT); this is the first.

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage import UsageRow, replay_journal
 from modelyard.server.gateway.worker_usage import WorkerUsageWriter
 from modelyard.server.metrics.gateway_counts import GatewayCounts, merge_snapshots
+from modelyard.settings import default_gateway_workers as settings_default_gateway_workers
 
 logger = logging.getLogger(__name__)
 
@@ -284,10 +284,5 @@ def _requests_in(snapshot: dict[str, Any]) -> int:
     return sum(int(row[-1]) for row in snapshot.get("requests", []))
 
 
-def default_gateway_workers() -> int:
-    """One worker per usable core but one (kept for the main process), at least 1, at most 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(8, cores - 1))
+# Defined in settings.py, which `modelyard serve` reads before it binds (this package is heavy).
+default_gateway_workers = settings_default_gateway_workers
