@@ -90,6 +90,35 @@ def test_logs_tail_and_previous(with_model: LiveServer) -> None:
     assert with_model.cli("logs", "tiny", "--previous").stdout.startswith("engine double start 1\n")
 
 
+def test_logs_of_every_start_are_listed_and_each_can_be_read(with_model: LiveServer) -> None:
+    with_model.cli("deploy", "tiny", "--no-wait")
+    for _ in range(2):  # three starts in all
+        with_model.cli("stop", "tiny")
+        with_model.cli("start", "tiny")
+    auth = ("admin", with_model.password)
+    listed = httpx.get(f"{with_model.url}/api/v1/deployments/tiny/logs/starts", auth=auth).json()
+    assert listed["current_start"] == 3
+    assert [(start["start"], start["file"], start["current"]) for start in listed["starts"]] == [
+        (1, "start-1.log", False),
+        (2, "start-2.log", False),
+        (3, "start-3.log", True),
+    ]
+    assert all(
+        start["size_bytes"] == len("engine double start 1\nline 2\nline 3\n") for start in listed["starts"]
+    )
+    for number in (1, 2, 3):
+        shown = with_model.cli("logs", "tiny", "--start", str(number))
+        assert shown.exit_code == 0, shown.output
+        assert shown.stdout.startswith(f"engine double start {number}\n")
+    assert with_model.cli("logs", "tiny", "--previous").stdout.startswith("engine double start 2\n")
+    missing = with_model.cli("logs", "tiny", "--start", "7")
+    assert missing.exit_code == 1
+    assert "no log of start 7" in missing.stderr and "1, 2, 3" in missing.stderr
+    both = with_model.cli("logs", "tiny", "--start", "1", "--previous")
+    assert both.exit_code == 1
+    assert "give one of them" in both.stderr
+
+
 def test_logs_follow_streams_appended_lines_and_ends_with_the_instance(with_model: LiveServer) -> None:
     with_model.cli("deploy", "tiny", "--no-wait")
     deployment = json.loads(with_model.cli("ps", "tiny", "--json").stdout)

@@ -77,7 +77,10 @@ def test_an_events_limit_out_of_range_is_a_400(target: HostileTarget, query: str
     assert "limit" in str(error["message"])
 
 
-@pytest.mark.parametrize("query", ["tail=18446744073709551616", "instance=18446744073709551616"])
+@pytest.mark.parametrize(
+    "query",
+    ["tail=18446744073709551616", "instance=18446744073709551616", "start=18446744073709551616", "start=0"],
+)
 def test_a_logs_number_out_of_range_is_a_400(target: HostileTarget, query: str) -> None:
     with target.client(admin=True) as client:
         error = _error(client.get(f"/api/v1/deployments/demo/logs?{query}"), 400)

@@ -268,12 +268,15 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     instance: int | None = typer.Option(None, "--instance", help="Instance id (see ps; default: the first)."),
     previous: bool = typer.Option(False, "--previous", help="The log of the start before the current one."),
+    start: int | None = typer.Option(None, "--start", min=1, help="The log of start N (1: the first)."),
     tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
 ) -> None:
-    """An engine's log."""
+    """An engine's log (the current start's, or an earlier one's with --start or --previous)."""
     params: dict[str, Any] = {"follow": follow, "previous": previous}
     if instance is not None:
         params["instance"] = instance
+    if start is not None:
+        params["start"] = start
     if tail is not None:
         params["tail"] = tail
     output = typer.get_binary_stream("stdout")

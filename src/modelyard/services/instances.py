@@ -2,13 +2,15 @@
 
 Engine logs live in ``<data-dir>/instances/<instance uid>/start-<n>.log`` (the uid is never
 reused, so a name deployed again after ``rm`` starts with logs of its own); an instance's
-``log_path`` is the current start's file, and earlier starts' files stay beside it.
+``log_path`` is the current start's file, and earlier starts' files stay beside it
+(``start_logs`` lists them, ``log_file`` picks one).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,18 +117,97 @@ def choose_instance(deployment: Deployment, instance_id: int | None) -> Instance
     return deployment.instances[0]
 
 
-def log_file(instance: Instance, previous: bool) -> Path:
-    """The current start's log file, or the one before it when ``previous``."""
+@dataclass(frozen=True)
+class StartLog:
+    """One start's log file of an instance (``start-<number>.log``)."""
+
+    number: int
+    path: Path
+    size_bytes: int
+    modified_at: datetime
+    current: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.number,
+            "file": self.path.name,
+            "size_bytes": self.size_bytes,
+            "modified_at": self.modified_at.isoformat(),
+            "current": self.current,
+        }
+
+
+def _not_started(instance: Instance) -> NotFound:
+    return NotFound(
+        f"instance {instance.id} has not been started yet, so it has no log",
+        hint=f"its state is {instance.state}: {instance.reason or 'no reason recorded'}",
+    )
+
+
+def current_start_number(instance: Instance) -> int | None:
+    """The number of the start whose log is the instance's current one; None before a start."""
     if not instance.log_path:
-        raise NotFound(
-            f"instance {instance.id} has not been started yet, so it has no log",
-            hint=f"its state is {instance.state}: {instance.reason or 'no reason recorded'}",
-        )
+        return None
+    match = START_LOG_PATTERN.match(Path(instance.log_path).name)
+    return int(match.group(1)) if match else instance.start_count
+
+
+def start_logs(instance: Instance) -> list[StartLog]:
+    """Every start's log file kept beside the current one, oldest first (none before a start)."""
+    if not instance.log_path:
+        return []
     current = Path(instance.log_path)
+    current_number = current_start_number(instance)
+    found: list[StartLog] = []
+    try:
+        entries = list(current.parent.iterdir())
+    except FileNotFoundError:
+        return []
+    for path in entries:
+        match = START_LOG_PATTERN.match(path.name)
+        if match is None:
+            continue
+        try:
+            status = path.stat()
+        except FileNotFoundError:  # removed while listing
+            continue
+        number = int(match.group(1))
+        found.append(
+            StartLog(
+                number=number,
+                path=path,
+                size_bytes=status.st_size,
+                modified_at=datetime.fromtimestamp(status.st_mtime, UTC),
+                current=number == current_number,
+            )
+        )
+    return sorted(found, key=lambda start: start.number)
+
+
+def log_file(instance: Instance, previous: bool = False, start: int | None = None) -> Path:
+    """The current start's log file, the one before it when ``previous``, or start ``start``'s."""
+    if previous and start is not None:
+        raise InvalidInput(
+            "previous and start name two different logs; give one of them",
+            hint="start=N reads start N; previous=true the start before the current one",
+        )
+    if not instance.log_path:
+        raise _not_started(instance)
+    current = Path(instance.log_path)
+    current_number = current_start_number(instance) or 0
+    if start is not None:
+        if start == current_number:
+            return current
+        wanted = current.with_name(f"start-{start}.log")
+        if not wanted.is_file():
+            kept = ", ".join(str(entry.number) for entry in start_logs(instance)) or "none"
+            raise NotFound(
+                f"instance {instance.id} has no log of start {start}",
+                hint=f"its starts with a log: {kept} (the current one is {current_number})",
+            )
+        return wanted
     if not previous:
         return current
-    match = START_LOG_PATTERN.match(current.name)
-    current_number = int(match.group(1)) if match else instance.start_count
     if current_number <= 1:
         raise NotFound(
             f"instance {instance.id} has started only once; there is no previous log",

@@ -1,9 +1,11 @@
-"""``GET /api/v1/deployments/{name}/logs``: an engine's log, as text, streamed when following.
+"""``GET /api/v1/deployments/{name}/logs``: an engine's log, as text, streamed when following;
+``GET /api/v1/deployments/{name}/logs/starts``: the starts of an instance that have a log.
 
-``instance`` picks the instance (default: the first replica), ``previous`` the start before the
-current one, ``tail`` the number of last lines (default all), ``follow`` keeps the response open
-and sends lines as they are written, across engine restarts, until the client goes away or
-the instance is gone.
+``instance`` picks the instance (default: the first replica), ``start`` one start by its number
+(1 is the first), ``previous`` the start before the current one, ``tail`` the number of last lines
+(default all), ``follow`` keeps the response open and sends lines as they are written, across
+engine restarts, until the client goes away or the instance is gone (only for the current start:
+an earlier start's log is complete).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
@@ -32,10 +35,29 @@ READ_CHUNK_BYTES = 65536
 MAXIMUM_TAIL_LINES = 1_000_000
 
 
-def _resolve(session: Session, name: str, instance_id: int | None, previous: bool) -> tuple[int, Path]:
+MAXIMUM_START_NUMBER = 2**31
+
+
+def _resolve(
+    session: Session, name: str, instance_id: int | None, previous: bool, start: int | None
+) -> tuple[int, Path, bool]:
+    """The instance, the log file asked for, and whether it is the current start's."""
     deployment = deployments.get_deployment(session, name)
     instance = instances.choose_instance(deployment, instance_id)
-    return instance.id, instances.log_file(instance, previous)
+    path = instances.log_file(instance, previous, start)
+    return instance.id, path, str(path) == instance.log_path
+
+
+def _starts(session: Session, name: str, instance_id: int | None) -> dict[str, Any]:
+    deployment = deployments.get_deployment(session, name)
+    instance = instances.choose_instance(deployment, instance_id)
+    return {
+        "deployment": deployment.name,
+        "instance": instance.id,
+        "instance_uid": instance.uid,
+        "current_start": instances.current_start_number(instance),
+        "starts": [start.to_json() for start in instances.start_logs(instance)],
+    }
 
 
 def _current_log_path(session: Session, instance_id: int) -> str | None:
@@ -74,6 +96,19 @@ async def _follow(
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
+@router.get("/deployments/{name:path}/logs/starts")
+async def list_log_starts(
+    name: str,
+    instance: int | None = Query(
+        default=None, ge=1, le=2**53, description="instance id (default: the first replica)"
+    ),
+    context: ServerContext = Depends(server_context),
+) -> dict[str, Any]:
+    """The starts of an instance that left a log (``start-<n>.log``), oldest first; read one
+    with ``/logs?start=N``."""
+    return await in_session(context, _starts, name, instance)
+
+
 @router.get("/deployments/{name:path}/logs")
 async def read_logs(
     name: str,
@@ -82,20 +117,23 @@ async def read_logs(
         default=None, ge=1, le=2**53, description="instance id (default: the first replica)"
     ),
     previous: bool = Query(default=False, description="the log of the start before the current one"),
+    start: int | None = Query(
+        default=None, ge=1, le=MAXIMUM_START_NUMBER, description="the log of start N (see /logs/starts)"
+    ),
     follow: bool = Query(default=False, description="keep streaming new lines"),
     tail: int | None = Query(default=None, ge=0, le=MAXIMUM_TAIL_LINES, description="only the last N lines"),
     context: ServerContext = Depends(server_context),
 ) -> StreamingResponse:
     if tail is not None and tail < 0:
         raise InvalidInput(f"tail must be 0 or more, got {tail}")
-    instance_id, path = await in_session(context, _resolve, name, instance, previous)
-    if not path.is_file() and (previous or not follow):
+    instance_id, path, current = await in_session(context, _resolve, name, instance, previous, start)
+    if not path.is_file() and (not current or not follow):
         raise NotFound(f"log file {path} does not exist", hint="the engine may not have written it yet")
     data, offset = instances.read_tail(path, tail) if path.is_file() else (b"", 0)
 
     async def stream() -> AsyncIterator[bytes]:
         yield data
-        if follow and not previous:
+        if follow and current:
             async for chunk in _follow(request, context, instance_id, path, offset):
                 yield chunk
 
