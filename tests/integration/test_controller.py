@@ -361,3 +361,20 @@ async def test_an_engine_that_asks_for_its_own_key_gets_it_from_readiness_and_th
     [endpoint] = harness.endpoints.endpoints_for("chat")
     assert endpoint.engine_api_key == "engine-own-key"
     assert "engine-own-key" not in repr(endpoint)
+
+
+async def test_a_verification_asked_for_one_start_is_not_run_again_after_a_restart(harness: Harness) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    _set_metrics_path(harness, "/no-such-metrics")  # the suite fails on this engine
+    with harness.database.session() as session:
+        request_verification(session, "chat")
+    harness.controller.poke()
+    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
+    harness.set_deployment(desired_state="stopped")
+    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
+    harness.set_deployment(desired_state="running")
+    await harness.wait_for(lambda: harness.running_count() == 1, "running again")
+    [restarted] = harness.instances()
+    # The deployment skips the suite: the new start is in rotation, with no request left pending.
+    assert restarted.start_count == 2 and restarted.verification_requested_at is None
+    assert restarted.verification == [] and "ready" in restarted.reason

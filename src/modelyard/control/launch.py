@@ -123,6 +123,9 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         diagnosis=None,
         verification=[],
         verified_at=None,
+        # A request to verify again was for the engine that ran until now, not for this one: kept,
+        # it would run the suite on every later start, even of a deployment that skips it.
+        verification_requested_at=None,
     )
     context.ledger.book(instance.id, instance_label(deployment, instance), gpu_ids)
     context.launching.add(token)
