@@ -7,14 +7,18 @@ watched: a console error, an uncaught exception, a failed request or an HTTP err
 the test, unless the test declared that answer (``watch.expect(404, "/verify")``).
 
 Engines: the reference server playing vLLM (``modelyard.bench.reference_server``, the engine
-double), imported as a custom backend, and transformers serve with the trained tiny model for
-the playground.
+double), imported as a custom backend (as a process, and in a container of the Docker runtime:
+the test skeleton image with this host's Python mounted, as ``tests/runtimes`` runs it), and
+transformers serve with the trained tiny model for the playground. Model pulls come from the
+Hugging Face Hub DOUBLE (``modelyard.testing.hub_doubles``; no hub is reachable here), which the
+server reaches through ``HF_ENDPOINT``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +41,10 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from model_cache import ModelCache
+from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.hub_doubles import HuggingFaceHubDouble, RepositoryDouble
+
 CHROMIUM = "/usr/bin/chromium"
 # A closed network: nothing may try to reach the internet (updates, sync, QUIC probes).
 CHROMIUM_FLAGS = [
@@ -53,6 +61,8 @@ STARTUP_SECONDS = 120.0
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 390, "height": 844}
 DOUBLE_BACKEND = "vllm-double"
+CONTAINER_BACKEND = "vllm-double-in-docker"
+HUB_REPOSITORY = "modelyard-test/tiny-qwen3"
 
 
 def free_port() -> int:
@@ -90,6 +100,41 @@ def double_backend_yaml() -> str:
     )
 
 
+def container_backend_yaml(image: str) -> str:
+    """The engine double in a container: GPUStack YAML with an image and an entrypoint."""
+    return (
+        f"backend_name: {CONTAINER_BACKEND}\n"
+        "description: the reference server playing vLLM in a container (a test double)\n"
+        'default_version: "1.0"\n'
+        "health_check_path: /health\n"
+        "modelyard:\n"
+        "  family: vllm\n"
+        "version_configs:\n"
+        '  "1.0":\n'
+        f"    image_name: {image}\n"
+        "    entrypoint: python3 -m modelyard.bench.reference_server\n"
+        "    run_command: vllm serve {{model_path}} --host {{worker_ip}} --port {{port}}"
+        " --served-model-name {{model_name}}\n"
+        "    custom_framework: cpu\n"
+        "    env:\n"
+        f"      PYTHONPATH: {project_source_folder()}\n"
+        f"      PATH: {Path(sys.executable).parent}:/usr/bin\n"
+        "    modelyard:\n"
+        "      reasoning_field: reasoning\n"
+        "      stop_grace_seconds: 5\n"
+    )
+
+
+def docker_problem() -> str | None:
+    """Why the Docker runtime cannot run here; None when it can."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    probe = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"dockerd is not usable: {probe.stderr.strip().splitlines()[-1:] or 'no output'}"
+    return None
+
+
 @dataclass
 class ConsoleServer:
     """A running ``modelyard serve``; ``api`` is an httpx client with the admin's Basic auth."""
@@ -100,6 +145,9 @@ class ConsoleServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     api: httpx.Client
+    hub: HuggingFaceHubDouble
+    # Why container backends cannot run here (no Docker); None when they can.
+    docker_problem: str | None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -131,7 +179,18 @@ class ConsoleServer:
 
 
 @pytest.fixture(scope="session")
-def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+def hub(test_models: ModelCache, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HuggingFaceHubDouble]:
+    """The Hugging Face Hub DOUBLE serving the tiny test model in seven shards."""
+    model = test_models.copy("tiny-qwen3-small-shards", tmp_path_factory.mktemp("hub-model") / "tiny-qwen3")
+    with HuggingFaceHubDouble([RepositoryDouble.from_directory(HUB_REPOSITORY, model)]) as double:
+        yield double
+        double.faults.release_all()
+
+
+@pytest.fixture(scope="session")
+def console_server(
+    tmp_path_factory: pytest.TempPathFactory, hub: HuggingFaceHubDouble
+) -> Iterator[ConsoleServer]:
     root = tmp_path_factory.mktemp("console")
     data_dir = root / "data"
     port = free_port()
@@ -140,13 +199,21 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
         **os.environ,
         "MODELYARD_DATA_DIR": str(data_dir),
         "MODELYARD_URL": f"http://127.0.0.1:{port}",
-        "HF_HUB_OFFLINE": "1",
+        # Pulls go to the hub double; engines load local directories only.
+        "HF_ENDPOINT": hub.endpoint,
         "OMP_NUM_THREADS": "1",
         "NO_COLOR": "1",
     }
+    environment.pop("HF_HUB_OFFLINE", None)
+    arguments = ["serve", "--no-demo", "--port", str(port)]
+    problem = docker_problem()
+    if problem is None:
+        import_skeleton_image()
+        for mount in host_python_mounts():
+            arguments += ["--docker-volume", f"{mount.host_path}:{mount.engine_path}:ro"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo", "--port", str(port)],
+            [sys.executable, "-m", "modelyard.cli.main", *arguments],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=environment,
@@ -167,7 +234,7 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
         wait_until(ready, STARTUP_SECONDS, "modelyard serve to answer")
         password = password_file.read_text().strip()
         with httpx.Client(base_url=url, auth=("admin", password), timeout=30) as api:
-            yield ConsoleServer(url, data_dir, password, process, log_path, api)
+            yield ConsoleServer(url, data_dir, password, process, log_path, api, hub, problem)
     finally:
         process.terminate()
         try:

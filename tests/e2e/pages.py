@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from playwright.sync_api import Page
+from playwright.sync_api import Locator, Page
 
 SCREENSHOTS_VARIABLE = "MODELYARD_CONSOLE_SCREENSHOTS"
 CONTROLS = ", ".join(
@@ -68,10 +68,13 @@ def unreachable_by_keyboard(page: Page, maximum_steps: int = 250) -> list[str]:
     return missing
 
 
-def screenshot(page: Page, name: str) -> None:
+def screenshot(page: Page, name: str, top: Locator | None = None) -> None:
+    """The window as it is (or scrolled so that ``top`` is at its top edge)."""
     folder = os.environ.get(SCREENSHOTS_VARIABLE)
     if not folder:
         return
+    if top is not None:
+        top.evaluate("(element) => element.scrollIntoView({block: 'start'})")
     width = page.viewport_size["width"] if page.viewport_size else 0
     target = Path(folder) / f"{name}-{width}.png"
     target.parent.mkdir(parents=True, exist_ok=True)

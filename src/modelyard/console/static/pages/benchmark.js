@@ -1,6 +1,6 @@
 // One benchmark run: its progress while it runs, then its report (the HTML report of `modelyard
 // bench report`, with its plotly charts) below the headline figures.
-import { api, errorBox, facts, h, main, poll, replace, table } from "../console.js";
+import { api, errorBox, facts, formatTime, h, main, poll, replace, table } from "../console.js";
 
 const runId = main().dataset.runId;
 const report = document.getElementById("report");
@@ -34,7 +34,7 @@ async function refresh() {
   state.textContent = run.state;
   state.className = `badge ${run.state}`;
   replace(document.getElementById("summary"),
-    h("section", { class: "card" }, facts({ deployment: run.deployment, ...run.config, created_at: run.created_at })),
+    h("section", { class: "card" }, facts({ deployment: run.deployment, ...run.config, created_at: formatTime(run.created_at) })),
     run.error ? errorBox({ message: run.error, hint: run.hint }) : null,
     run.points ? table(
       [

@@ -1,6 +1,7 @@
 // New deployment: the form, with doctor's preflight (the same checks as deploying, nothing stored)
-// shown as you type; a refused deploy shows the error and its fix.
+// shown as you type; a refused deploy shows the error and its fix. A preset fills the form.
 import { api, debounce, errorBox, findingList, h, okBox, pathName, replace } from "../console.js";
+import { Presets } from "./deploy_presets.js";
 
 const form = document.getElementById("deploy-form");
 const preflight = document.getElementById("preflight");
@@ -74,6 +75,26 @@ backendSelect.addEventListener("change", () => {
   later();
 });
 
+const presets = new Presets({
+  select: document.getElementById("preset"),
+  info: document.getElementById("preset-info"),
+  model: () => value("model"),
+  fill: (preset) => {
+    backendSelect.value = preset.backend;
+    fillVersions();
+    versionSelect.value = preset.version;
+    document.getElementById("gpus").value = String(preset.gpus);
+    document.getElementById("gpu_ids").value = "";
+    const parameters = document.getElementById("backend_parameters");
+    parameters.value = preset.parameters.join("\n");
+    parameters.rows = Math.max(4, preset.parameters.length);
+    document.getElementById("env").value = Object.entries(preset.env).map(([key, entry]) => `${key}=${entry}`).join("\n");
+    runPreflight();
+  },
+  known: (preset) => backends.some((b) => b.name === preset.backend && b.versions.some((v) => v.version === preset.version)),
+});
+document.getElementById("model").addEventListener("change", () => presets.load());
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const button = document.getElementById("deploy-button");
@@ -99,6 +120,7 @@ async function load() {
   replace(backendSelect, catalog.map((b) => h("option", { value: b.name, selected: b.name === wantedBackend }, `${b.name}${b.builtin ? "" : " (custom)"}`)));
   fillVersions();
   runPreflight();
+  await presets.load();
 }
 
 load();

@@ -1,99 +1,56 @@
-// One deployment: its instances (every field the API gives, shown generically), its events, the
-// controls (scale, stop, start, delete, re-run verification) and the engine log, streamed live.
-import { ApiError, api, badge, errorBox, facts, formatSeconds, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+// One deployment: its instances (instance_card.js), its events, the controls (scale, stop, start,
+// delete, re-run verification, its result shown as it comes back) and the engine log of any start
+// (engine_log.js).
+import { ApiError, api, badge, errorBox, facts, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+import { EngineLog } from "./engine_log.js";
+import { instanceCard } from "./instance_card.js";
 
 const name = main().dataset.name;
 const path = `/deployments/${pathName(name)}`;
 const controlResult = document.getElementById("control-result");
-const logElement = document.getElementById("log");
-const instanceSelect = document.getElementById("log-instance");
-const startSelect = document.getElementById("log-start");
-const follow = document.getElementById("log-follow");
-let current = null;
-let logAbort = null;
-let logKey = "";
+const log = new EngineLog(path);
 let replicasTouched = false;
+// A verification asked for: each instance's verified_at when it was asked; done when all changed.
+let verifying = null;
 
 document.getElementById("try").href = `/playground?deployment=${encodeURIComponent(name)}`;
 
-function verificationList(checks) {
-  if (!checks?.length) return "–";
-  return h("ul", { class: "findings" }, checks.map((check) =>
-    h("li", { class: check.passed === false || check.status === "failed" ? "error" : "info" },
-      badge(check.status ?? (check.passed ? "passed" : "failed")), " ", check.name ?? check.check_id ?? "", ": ", check.message ?? check.detail ?? "")));
+function checkCounts(checks) {
+  const counts = {};
+  for (const check of checks ?? []) counts[check.status] = (counts[check.status] ?? 0) + 1;
+  return Object.entries(counts).map(([status, count]) => `${count} ${status}`).join(", ") || "no checks";
 }
 
-function instanceCard(instance) {
-  const shown = { ...instance };
-  const special = {
-    state: badge(instance.state),
-    uptime_seconds: formatSeconds(instance.uptime_seconds),
-    started_at: formatTime(instance.started_at),
-    ready_at: formatTime(instance.ready_at),
-    next_start_at: formatTime(instance.next_start_at),
-    command: instance.command?.length ? h("code", {}, instance.command.join(" ")) : "–",
-    verification: verificationList(instance.verification),
-  };
-  const list = facts(
-    Object.fromEntries(Object.entries(shown).filter(([key]) => !(key in special))),
-    { labels: { replica_index: "replica", gpu_ids: "GPUs", pid: "pid" } },
-  );
-  for (const [key, value] of Object.entries(special)) {
-    if (key in instance) list.append(h("dt", {}, key.replaceAll("_", " ")), h("dd", {}, value));
-  }
-  return h("article", { class: "card instance", dataset: { replica: instance.replica_index, state: instance.state } },
-    h("h3", {}, `Replica ${instance.replica_index} `, badge(instance.state)), list);
-}
-
-function fillLogChoices(deployment) {
-  const wantedInstance = instanceSelect.value;
-  replace(instanceSelect, deployment.instances.map((i) => h("option", { value: i.id, selected: String(i.id) === wantedInstance }, `replica ${i.replica_index} (instance ${i.id})`)));
-  const instance = deployment.instances.find((i) => String(i.id) === instanceSelect.value) ?? deployment.instances[0];
-  const wantedStart = startSelect.value;
-  const starts = instance?.start_count ?? 0;
-  const options = [h("option", { value: "current", selected: wantedStart !== "previous" }, `current start${starts ? ` (#${starts})` : ""}`)];
-  if (starts > 1) options.push(h("option", { value: "previous", selected: wantedStart === "previous" }, `previous start (#${starts - 1})`));
-  replace(startSelect, options);
-}
-
-async function streamLog() {
-  const instanceId = instanceSelect.value;
-  const instance = current?.instances.find((i) => String(i.id) === instanceId);
-  if (!instance?.log_path) {
-    if (!logElement.textContent) logElement.textContent = "No log yet: the engine has not been started.";
+function verificationOutcome(deployment) {
+  if (!verifying) return;
+  const asked = deployment.instances.filter((i) => verifying.before.has(i.id));
+  const done = asked.filter((i) => i.verified_at && i.verified_at !== verifying.before.get(i.id));
+  if (done.length < asked.length) {
+    replace(controlResult, h("p", { class: "muted", role: "status" },
+      `Verification running on ${asked.length - done.length} of ${asked.length} instance(s)…`));
     return;
   }
-  const previous = startSelect.value === "previous";
-  const key = `${instanceId}/${previous}/${follow.checked}`;
-  if (!instanceId || key === logKey) return;
-  logKey = key;
-  logAbort?.abort();
-  const abort = new AbortController();
-  logAbort = abort;
-  logElement.textContent = "";
-  logElement.dataset.instance = instanceId;
-  const query = new URLSearchParams({ instance: instanceId, tail: "500" });
-  if (previous) query.set("previous", "true");
-  else if (follow.checked) query.set("follow", "true");
-  try {
-    const response = await api(`${path}/logs?${query}`, { raw: true, signal: abort.signal });
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      const atBottom = logElement.scrollTop + logElement.clientHeight >= logElement.scrollHeight - 8;
-      logElement.append(decoder.decode(value, { stream: true }));
-      if (atBottom) logElement.scrollTop = logElement.scrollHeight;
-    }
-  } catch (error) {
-    if (abort.signal.aborted) return;
-    logElement.textContent = error instanceof ApiError ? `${error.message}${error.hint ? ` (${error.hint})` : ""}` : String(error);
-  }
-  if (logAbort === abort) logKey = "";  // ended: the next refresh may start it again
+  verifying = null;
+  const failed = done.some((i) => (i.verification ?? []).some((check) => check.status === "failed"));
+  const lines = done.map((i) => {
+    const failedChecks = (i.verification ?? []).filter((check) => check.status === "failed").map((check) => check.check_id);
+    return h("li", {}, `replica ${i.replica_index}: ${checkCounts(i.verification)} (${formatTime(i.verified_at)})`,
+      failedChecks.length ? `; failed: ${failedChecks.join(", ")}; kept out of rotation ` : "; in rotation ", badge(i.state));
+  });
+  const body = [h("p", {}, h("strong", {}, failed ? "Verification failed" : "Verification passed")), h("ul", {}, lines)];
+  replace(controlResult, failed ? h("div", { class: "error", role: "alert" }, ...body) : okBox(...body));
 }
 
-for (const element of [instanceSelect, startSelect, follow]) element.addEventListener("change", () => streamLog());
+function showSummary(deployment) {
+  const summary = { ...deployment };
+  for (const key of ["instances", "name", "state", "warnings"]) delete summary[key];
+  for (const key of Object.keys(summary)) if (key.endsWith("_at")) summary[key] = formatTime(summary[key]);
+  const warnings = deployment.warnings;
+  const list = facts(summary, { labels: { env: "environment" } });
+  list.classList.add("columns");
+  replace(document.getElementById("summary"), h("div", { class: "card" }, list),
+    warnings?.length ? h("section", { class: "warn" }, h("strong", {}, "Doctor's warnings at deploy time"), h("ul", {}, warnings.map((w) => h("li", {}, w.message, w.fix ? ` Fix: ${w.fix}` : "")))) : null);
+}
 
 async function refresh() {
   let deployment;
@@ -103,27 +60,21 @@ async function refresh() {
     if (error instanceof ApiError && error.status === 404) {
       replace(document.getElementById("summary"), errorBox({ message: `Deployment ${name} no longer exists.`, hint: "see the deployments list" }));
       document.getElementById("state").textContent = "gone";
-      logAbort?.abort();
+      log.stop();
       return;
     }
     throw error;
   }
-  current = deployment;
   const state = document.getElementById("state");
   state.textContent = deployment.state;
   state.className = `badge ${deployment.state}`;
-  const summary = { ...deployment };
-  delete summary.instances;
-  delete summary.name;
-  delete summary.state;
-  const warnings = summary.warnings;
-  delete summary.warnings;
-  replace(document.getElementById("summary"), h("section", { class: "card" }, facts(summary, { labels: { env: "environment" } })),
-    warnings?.length ? h("section", { class: "warn" }, h("strong", {}, "Doctor's warnings at deploy time"), h("ul", {}, warnings.map((w) => h("li", {}, w.message, w.fix ? ` Fix: ${w.fix}` : "")))) : null);
+  showSummary(deployment);
   if (!replicasTouched) document.getElementById("replicas").value = deployment.replicas;
-  replace(document.getElementById("instances"), deployment.instances.length ? deployment.instances.map(instanceCard) : h("p", { class: "muted" }, "No instances."));
-  fillLogChoices(deployment);
-  streamLog();
+  replace(document.getElementById("instances"), deployment.instances.length
+    ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
+    : h("p", { class: "muted" }, "No instances."));
+  verificationOutcome(deployment);
+  await log.show(deployment.instances);
   const events = await api(`${path}/events?limit=100`);
   replace(document.getElementById("events"), table(
     [["at", (e) => formatTime(e.at)], ["replica", (e) => String(e.replica_index)], ["from", (e) => e.from_state], ["to", (e) => badge(e.to_state)], ["reason", (e) => show(e.reason)]],
@@ -146,11 +97,29 @@ async function control(label, call) {
   }
 }
 
+async function verify() {
+  const button = document.getElementById("verify");
+  button.disabled = true;
+  replace(controlResult, h("p", { class: "muted" }, "Asking for verification…"));
+  try {
+    // 202: the controller runs the suite on every instance with an engine; the polls show the result.
+    const deployment = await api(`${path}/verify`, { method: "POST" });
+    const asked = deployment.instances.filter((i) => i.engine_id && (i.state === "running" || i.state === "error"));
+    verifying = { before: new Map(asked.map((i) => [i.id, i.verified_at])) };
+    await refresh();
+  } catch (error) {
+    verifying = null;
+    replace(controlResult, errorBox(error));
+  } finally {
+    button.disabled = false;
+  }
+}
+
 document.getElementById("scale").addEventListener("click", () =>
   control("Scale", () => api(path, { method: "PATCH", json: { replicas: Number(document.getElementById("replicas").value) } })));
 document.getElementById("stop").addEventListener("click", () => control("Stop", () => api(`${path}/stop`, { method: "POST" })));
 document.getElementById("start").addEventListener("click", () => control("Start", () => api(`${path}/start`, { method: "POST" })));
-document.getElementById("verify").addEventListener("click", () => control("Verification", () => api(`${path}/verify`, { method: "POST" })));
+document.getElementById("verify").addEventListener("click", verify);
 document.getElementById("delete").addEventListener("click", () => {
   if (!confirm(`Delete deployment ${name}? Its engines are stopped.`)) return;
   control("Delete", () => api(path, { method: "DELETE" }));

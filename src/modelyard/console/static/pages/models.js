@@ -1,5 +1,7 @@
-// Model files: add a local directory (the server validates it and says what is wrong), list them.
+// Model files: add a local directory (the server validates it and says what is wrong), pull one
+// from a hub with its progress (model_pulls.js), list them.
 import { api, badge, errorBox, formatBytes, formatCount, h, okBox, pathName, replace, table } from "../console.js";
+import { ModelPulls } from "./model_pulls.js";
 
 const form = document.getElementById("add-model");
 const result = document.getElementById("add-result");
@@ -38,6 +40,7 @@ form.addEventListener("submit", async (event) => {
       ` (${model.architecture ?? "unknown architecture"}, ${formatBytes(model.size_bytes)}).`)));
     form.reset();
     await refresh();
+new ModelPulls({ onModelsChanged: refresh }).start();
   } catch (error) {
     replace(result, errorBox(error));
   } finally {
@@ -46,3 +49,4 @@ form.addEventListener("submit", async (event) => {
 });
 
 refresh();
+new ModelPulls({ onModelsChanged: refresh }).start();
