@@ -39,7 +39,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Deployments and their instances: state, reason, port, GPUs, pid, restarts, uptime.",
         _SERVER,
     ),
-    "logs": CommandEntry(("modelyard.cli.deployments",), "An engine's log.", _SERVER),
+    "logs": CommandEntry(
+        ("modelyard.cli.deployments",),
+        "An engine's log (the current start's, or an earlier one's with --start or --previous).",
+        _SERVER,
+    ),
     "scale": CommandEntry(
         ("modelyard.cli.deployments",),
         "Set the number of replicas and wait until they run (unless --no-wait).",
