@@ -65,6 +65,7 @@ VERSION_EXTENSION_KEYS = (
     "install_hint",
     "description",
     "api_paths",
+    "multi_node",
 )
 
 
@@ -168,6 +169,7 @@ def _extension_defaults(command_text: str, health_check_path: str | None) -> dic
         "install_hint": "",
         "description": "",
         "api_paths": list(DEFAULT_API_PATHS),
+        "multi_node": None,
     }
 
 
@@ -315,6 +317,8 @@ def _version_config(version: BackendVersion, health_check_path: str) -> dict[str
         for name in VERSION_EXTENSION_KEYS
         if getattr(version, name) != defaults[name]
     }
+    if version.multi_node is not None:
+        extension["multi_node"] = version.multi_node.model_dump()
     if extension:
         config["modelyard"] = extension
     return config

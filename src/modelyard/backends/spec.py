@@ -43,6 +43,19 @@ API_PATH_PATTERN = re.compile(r"^/v1(/[a-z0-9_]+)+$")
 DEFAULT_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
+class MultiNodeFlags(BaseModel):
+    """How the engine runs one replica over several nodes (a gang; only rank 0 serves HTTP).
+
+    Templates with ``{{nnodes}}``, ``{{node_rank}}``, ``{{master_addr}}`` and ``{{master_port}}``
+    (rank 0's node and a free port there), appended to every rank's arguments; ``worker_ranks``
+    is added for ranks above 0 (vLLM's ``--headless``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all_ranks: str
+    worker_ranks: str = ""
+
+
 class BackendVersion(BaseModel):
     """One launchable version of an engine."""
 
@@ -77,6 +90,8 @@ class BackendVersion(BaseModel):
     cpu_parameters: list[str] = Field(default_factory=list)
     # What to tell a user whose machine lacks ``executable`` (e.g. "pip install vllm==0.25.0").
     install_hint: str = ""
+    # The engine's own multi-node flags (None: a replica runs on one node only).
+    multi_node: MultiNodeFlags | None = None
 
     @field_validator("version")
     @classmethod

@@ -22,6 +22,7 @@ from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.engine_key import authorization_headers, engine_api_key
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.launch import instance_label, process_identity
+from modelyard.control.placement import placement_from_json
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
 from modelyard.control.states import InstanceState
@@ -116,7 +117,11 @@ async def _adopt_one(
         api_key=_engine_key(context, deployment),
     )
     context.engines[instance.id] = engine
-    context.ledger.book(instance.id, instance_label(deployment, instance), instance.gpu_ids)
+    context.scheduler.book(
+        instance.id,
+        instance_label(deployment, instance),
+        placement_from_json(instance.placement, instance.host, instance.gpu_ids),
+    )
     pid, start_time = process_identity(handle.runtime, handle.id)
     recorded = {"handle": handle.to_json(), "pid": pid, "process_start_time": start_time}
     if not _wanted(deployment, instance):

@@ -1,5 +1,5 @@
 """What the controller's parts share while it runs: the store, the runtimes, the engines it holds,
-the slow task of each instance, the GPU ledger, the clock and its options.
+the slow task of each instance, the scheduler (workers, GPUs, bookings), the clock and its options.
 
 The parts (``launch``, ``bring_up``, ``stopping``, ``adoption``, ``reconcile``) are functions of a
 ``ControlContext``; ``Controller`` (``controller.py``) builds one and runs the loop. Everything
@@ -22,7 +22,8 @@ from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.instance_store import DeploymentView, InstanceStore
-from modelyard.control.placement import GpuLedger
+from modelyard.control.memory_demand import MemoryDemand
+from modelyard.control.scheduler import Scheduler
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory
@@ -141,7 +142,13 @@ class ControlContext:
     # Opens the sealed secrets of deployments (env values, --api-key ...) only to launch engines.
     secrets: SecretBox
     engines: dict[int, LiveEngine] = field(default_factory=dict)
-    ledger: GpuLedger = field(default_factory=GpuLedger)
+    # Workers, their GPUs and the bookings of the instances that hold engines (scheduler.py).
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    # Instances refused a placement, with the scheduler's epoch then: placed again only once it
+    # changed (a GPU freed, a worker joined), not every tick.
+    unplaced: dict[int, int] = field(default_factory=dict)
+    # Memory demands per deployment (id, updated parameters) from the estimator, computed once.
+    demands: dict[tuple[int, str], MemoryDemand | None] = field(default_factory=dict)
     # Consecutive failed starts per instance (the back-off's exponent).
     failures: dict[int, int] = field(default_factory=dict)
     inventory: GpuInventory = field(default_factory=lambda: GpuInventory(unavailable_reason="not read yet"))

@@ -34,6 +34,7 @@ from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.instance_store import InstanceStore
 from modelyard.control.owner import server_owner_id
 from modelyard.control.reconcile import reconcile_deployment
+from modelyard.control.scheduler import Worker, cluster_inventory, local_worker
 from modelyard.control.stopping import stop_instance
 from modelyard.hardware.gpus import GpuInventory, read_gpu_inventory
 from modelyard.runtimes.selection import RuntimeSet
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["Controller", "ControllerOptions"]
 
 InventorySource = Callable[[], GpuInventory]
+# A cluster's workers with their GPUs (cluster/workers.py); None: this host is the only worker.
+WorkersSource = Callable[[], list[Worker]]
 
 
 class Controller:
@@ -58,9 +61,11 @@ class Controller:
         runtimes: RuntimeSet | None = None,
         options: ControllerOptions | None = None,
         inventory_source: InventorySource = read_gpu_inventory,
+        workers_source: WorkersSource | None = None,
         clock: Clock | None = None,
     ) -> None:
         self._inventory_source = inventory_source
+        self._workers_source = workers_source
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -160,8 +165,18 @@ class Controller:
         context = self._context
         now = context.clock.monotonic()
         if force or now - self._inventory_read_at >= context.options.gpu_refresh_seconds:
-            context.inventory = await asyncio.to_thread(self._inventory_source)
+            if self._workers_source is not None:
+                workers = await asyncio.to_thread(self._workers_source)
+                context.inventory = cluster_inventory(workers)
+            else:
+                context.inventory = await asyncio.to_thread(self._inventory_source)
+                workers = [local_worker(context.inventory, context.options.worker_ip)]
+            context.scheduler.set_workers(workers)
             self._inventory_read_at = now
+
+    def workers(self) -> list[Worker]:
+        """The workers as last read (one, ``local``, on a single host)."""
+        return self._context.scheduler.workers
 
     def _load_catalog(self) -> BackendCatalog:
         """The built-in catalog and every custom backend that still validates (a broken one is

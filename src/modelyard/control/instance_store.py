@@ -7,7 +7,7 @@ an ``InstanceEvent`` with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +44,8 @@ class InstanceView:
     verification: list[dict[str, Any]]
     verified_at: datetime | None
     verification_requested_at: datetime | None
+    # Where the current start runs (workers, ranks, memory); None: this host (older rows too).
+    placement: dict[str, Any] | None = None
 
     @property
     def verification_wanted(self) -> bool:
@@ -69,6 +71,8 @@ class DeploymentView:
     model_path: str
     model_details: dict[str, Any]
     instances: list[InstanceView]
+    # Memory, nodes and selectors (``deployments.placement``); empty: whole GPUs on any worker.
+    placement: dict[str, Any] = field(default_factory=dict)
 
 
 def _handle(instance: Instance) -> EngineHandle | None:
@@ -106,6 +110,7 @@ def _instance_view(instance: Instance) -> InstanceView:
         verification=list(instance.verification or []),
         verified_at=instance.verified_at,
         verification_requested_at=instance.verification_requested_at,
+        placement=dict(instance.placement) if instance.placement else None,
     )
 
 
@@ -135,6 +140,7 @@ class InstanceStore:
                     model_path=deployment.model_file.path,
                     model_details=dict(deployment.model_file.details or {}),
                     instances=[_instance_view(instance) for instance in deployment.instances],
+                    placement=dict(deployment.placement or {}),
                 )
                 for deployment in deployments
             ]

@@ -12,18 +12,21 @@ for GPUs or a backend version, ``error`` with a back-off when the engine cannot 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from modelyard.backends.render import render_launch
+from modelyard.backends.multi_node import rank_arguments
+from modelyard.backends.render import GPU_VARIABLE, render_launch
+from modelyard.backends.spec import BackendVersion
 from modelyard.control.bring_up import bring_up
 from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import DeploymentView, InstanceView
-from modelyard.control.placement import place_instance
+from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError, Unschedulable
-from modelyard.runtimes.base import EngineIdentity, LaunchSpec
+from modelyard.runtimes.base import EngineIdentity, LaunchSpec, RankLaunch, Runtime
 from modelyard.secret_names import MASK, is_secret_env_name, mask_arguments, secret_argument_indexes
 from modelyard.store.tables import new_uid
 
@@ -39,31 +42,61 @@ async def _wait(context: ControlContext, instance: InstanceView, reason: str) ->
         await context.transition(instance.id, InstanceState.PENDING, reason)
 
 
+async def _decide(
+    context: ControlContext, deployment: DeploymentView, version: BackendVersion, parameters: list[str]
+) -> Decision:
+    """Place the replica: its memory demand (the estimator, in a thread, once per deployment
+    version of its parameters), then the scheduler's decision (on the loop: microseconds)."""
+    key = (deployment.id, "\0".join(deployment.backend_parameters) + f"|{deployment.placement}")
+    if key not in context.demands:
+        context.demands[key] = await asyncio.to_thread(
+            demand_of,
+            context.scheduler.workers,
+            deployment,
+            engine=context.engine_family(deployment),
+            engine_version=version.version,
+            parameters=parameters,
+            env=deployment.env,
+        )
+    return decide(context.scheduler, deployment, context.demands[key])
+
+
+def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:
+    """On a cluster, engine processes run through Ray on the chosen worker; containers, and
+    everything on a single host, run here."""
+    if context.runtimes.ray is not None and not version.runs_in_container:
+        return context.runtimes.ray
+    return context.runtimes.for_version(version)
+
+
 async def start_instance(context: ControlContext, deployment: DeploymentView, instance: InstanceView) -> None:
     try:
         version = context.catalog.resolve_version(deployment.backend, deployment.backend_version)
     except ModelyardError as error:
         await _wait(context, instance, f"waiting for the backend: {error}")
         return
+    if context.unplaced.get(instance.id) == context.scheduler.epoch:
+        return  # refused at this epoch: nothing has changed that could let it fit
+    parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
+    env = context.secrets.reveal_env(deployment.env)
     try:
-        gpu_ids = place_instance(
-            instance_id=instance.id,
-            gpus_per_replica=deployment.gpus_per_replica,
-            gpu_ids=deployment.gpu_ids,
-            inventory=context.inventory,
-            ledger=context.ledger,
-        )
+        decision = await _decide(context, deployment, version, parameters)
     except Unschedulable as error:
+        context.unplaced[instance.id] = context.scheduler.epoch
         await _wait(context, instance, f"waiting for placement: {error}")
         return
-    runtime = context.runtimes.for_version(version)
+    context.unplaced.pop(instance.id, None)
+    runtime = _runtime_for(context, version)
+    ranks = decision.placement.ranks
+    gpu_ids = list(ranks[0].gpu_ids)
+    on_cluster = runtime.kind == "ray"
     start_number = instance.start_count + 1
     folder = context.settings.instances_dir / instance.uid
     log_path = folder / f"start-{start_number}.log"
+    knob = decision.knob_arguments(parameters)
     try:
-        address = await runtime.allocate_address(context.options.worker_ip)
-        parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
-        env = context.secrets.reveal_env(deployment.env)
+        rank0_node = ranks[0].worker_id if on_cluster else None
+        address = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
         launch = render_launch(
             version,
             model_path=runtime.engine_model_path(deployment.model_path),
@@ -71,9 +104,35 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
             worker_ip=address.bind_host,
             model_name=deployment.name,
             gpu_ids=gpu_ids,
-            backend_parameters=parameters,
+            backend_parameters=[*parameters, *knob],
             env=env,
         )
+        worker_ranks: tuple[RankLaunch, ...] = ()
+        arguments = launch.arguments
+        if len(ranks) > 1:
+            master = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
+
+            def extra(rank: int) -> list[str]:
+                return rank_arguments(
+                    version,
+                    rank=rank,
+                    nnodes=len(ranks),
+                    master_addr=address.reach_host,
+                    master_port=master.port,
+                )
+
+            arguments = [*launch.arguments, *extra(0)]
+            worker_ranks = tuple(
+                RankLaunch(
+                    rank=number,
+                    node_id=rank.worker_id,
+                    gpu_ids=list(rank.gpu_ids),
+                    program=launch.program,
+                    arguments=[*launch.arguments, *extra(number)],
+                    env={GPU_VARIABLE: ",".join(str(gpu) for gpu in rank.gpu_ids)},
+                )
+                for number, rank in enumerate(ranks[1:], start=1)
+            )
     except (ModelyardError, OSError) as error:
         await fail_start(context, instance, f"cannot launch: {error}")
         return
@@ -89,7 +148,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
             start_number=start_number,
         ),
         program=launch.program,
-        arguments=launch.arguments,
+        arguments=arguments,
         env=launch.env,
         gpu_ids=gpu_ids,
         model_path=deployment.model_path,
@@ -98,8 +157,10 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         working_directory=folder / "work",
         image=launch.image,
         secrets=secrets,
+        node_id=rank0_node,
+        worker_ranks=worker_ranks,
     )
-    where = f"GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else "CPU"
+    where = _where(decision, on_cluster)
     await context.transition(
         instance.id,
         InstanceState.STARTING,
@@ -113,8 +174,9 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         port=address.reach_port,
         engine_port=address.port,
         gpu_ids=gpu_ids,
+        placement=placement_to_json(decision),
         mounts=[mount.to_json() for mount in runtime.mounts(deployment.model_path)],
-        command=masked_command(launch.argv, secrets),
+        command=masked_command([*launch.program, *arguments], secrets),
         log_path=str(log_path),
         start_count=start_number,
         started_at=context.clock.now(),
@@ -127,12 +189,12 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         # it would run the suite on every later start, even of a deployment that skips it.
         verification_requested_at=None,
     )
-    context.ledger.book(instance.id, instance_label(deployment, instance), gpu_ids)
+    context.scheduler.book(instance.id, instance_label(deployment, instance), decision.placement)
     context.launching.add(token)
     try:
         started = await runtime.start(spec)
     except ModelyardError as error:
-        context.ledger.release(instance.id)
+        context.scheduler.release(instance.id)
         await fail_start(context, instance, f"cannot launch: {error}")
         return
     finally:
@@ -159,6 +221,23 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     context.tasks.spawn(
         instance.id, bring_up(context, deployment, instance.id, engine, version, verified=False), "bring-up"
     )
+
+
+def _where(decision: Decision, on_cluster: bool) -> str:
+    """Where a start goes, for its reason: "GPUs 0,1", "node-a GPU 0 + node-b GPU 0", "CPU",
+    with the memory knob set from the estimate."""
+    parts = []
+    for rank in decision.placement.ranks:
+        gpus = (
+            f"GPU{'s' if len(rank.gpu_ids) > 1 else ''} {','.join(map(str, rank.gpu_ids))}"
+            if rank.gpu_ids
+            else "CPU"
+        )
+        parts.append(f"{rank.worker_name} {gpus}" if on_cluster else gpus)
+    text = " + ".join(parts)
+    if decision.demand is not None and decision.memory_fraction is not None:
+        text += f"; {decision.demand.knob} {decision.memory_fraction:g} for {decision.demand.summary()}"
+    return text
 
 
 def secret_values(deployment: DeploymentView, parameters: list[str], env: dict[str, str]) -> frozenset[str]:

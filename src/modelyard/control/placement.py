@@ -1,46 +1,160 @@
-"""Placement as the controller keeps it: which instance holds which GPU of this host.
+"""Placement as the controller does it: a deployment's request, its memory demand, the decision.
 
-``scheduler.place`` decides from a snapshot (the inventory and the bookings); ``GpuLedger`` is the
-bookings, kept by the controller for the instances that hold an engine (booked when a launch is
-recorded, released when its engine is gone).
+``scheduler.Scheduler`` holds the workers and the bookings (booked when a launch is recorded,
+released when the engine is gone); this module turns a deployment into a ``PlacementRequest``
+(GPUs per rank, ranks, memory from the estimator, selectors), asks the scheduler, and says
+which knob value the engine gets. The estimate (``demand_of``: it reads the model's headers)
+runs off the event loop (``asyncio.to_thread``); ``decide`` takes microseconds and runs on it,
+where the bookings change. A refused instance is not placed again until the scheduler's ``epoch``
+changes (a GPU freed, a worker joined or left, GPUs read again).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from modelyard.control.scheduler import place
-from modelyard.hardware.gpus import GpuInventory
+from modelyard.control.instance_store import DeploymentView
+from modelyard.control.memory_demand import MemoryDemand, memory_demand, parse_gpu_memory
+from modelyard.control.scheduler import Placement, PlacementRequest, Scheduler, Worker
+from modelyard.errors import InvalidInput, Unschedulable
+from modelyard.estimate import GpuSpec
 
-
-@dataclass
-class GpuLedger:
-    # GPU index -> (holder label, instance id)
-    _holders: dict[int, tuple[str, int]] = field(default_factory=dict)
-
-    def book(self, instance_id: int, label: str, gpu_ids: list[int]) -> None:
-        self._holders.update({gpu: (label, instance_id) for gpu in gpu_ids})
-
-    def release(self, instance_id: int) -> None:
-        for gpu in [gpu for gpu, (_, owner) in self._holders.items() if owner == instance_id]:
-            del self._holders[gpu]
-
-    def bookings(self, *, excluding: int | None = None) -> dict[int, str]:
-        return {gpu: label for gpu, (label, owner) in self._holders.items() if owner != excluding}
+__all__ = ["Decision", "Scheduler", "decide", "demand_of", "placement_request", "placement_to_json"]
 
 
-def place_instance(
-    *,
-    instance_id: int,
-    gpus_per_replica: int,
-    gpu_ids: list[int] | None,
-    inventory: GpuInventory,
-    ledger: GpuLedger,
-) -> list[int]:
-    """The GPUs for one instance now; raises ``Unschedulable`` with who holds what."""
-    return place(
-        gpus_per_replica=gpus_per_replica,
-        gpu_ids=gpu_ids,
-        inventory=inventory,
-        bookings=ledger.bookings(excluding=instance_id),
+@dataclass(frozen=True)
+class Decision:
+    placement: Placement
+    demand: MemoryDemand | None = None
+    # The knob's value on rank 0's GPU (set from the estimate), when placed by memory.
+    memory_fraction: float | None = None
+
+    def knob_arguments(self, parameters: list[str]) -> list[str]:
+        """The knob flag to add to the engine's arguments (none when the user set it)."""
+        if self.demand is None or self.memory_fraction is None or self.demand.fixed_fraction is not None:
+            return []
+        knob = self.demand.knob
+        if any(argument == knob or argument.startswith(knob + "=") for argument in parameters):
+            return []
+        return [knob, f"{self.memory_fraction:g}"]
+
+
+def ranks_of(deployment: DeploymentView) -> int:
+    nodes = deployment.placement.get("nodes", 1)
+    return nodes if isinstance(nodes, int) and nodes >= 1 else 1
+
+
+def placement_request(deployment: DeploymentView, memory_bytes_per_gpu: int | None) -> PlacementRequest:
+    ranks = ranks_of(deployment)
+    selectors = deployment.placement
+    labels = selectors.get("worker_labels") or {}
+    workers = selectors.get("workers") or []
+    gpu_model = selectors.get("gpu_model") or None
+    gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
+    return PlacementRequest(
+        gpus_per_rank=gpus // ranks if ranks > 1 else gpus,
+        ranks=ranks,
+        memory_bytes_per_gpu=memory_bytes_per_gpu,
+        gpu_ids=tuple(deployment.gpu_ids) if deployment.gpu_ids else None,
+        workers=tuple(str(worker) for worker in workers),
+        labels={str(key): str(value) for key, value in labels.items()},
+        gpu_model=str(gpu_model) if gpu_model else None,
     )
+
+
+def _reference_gpu(workers: list[Worker]) -> GpuSpec | None:
+    """The GPU kind the estimate is made for: the largest of the ready workers'."""
+    gpus = [gpu for worker in workers if worker.ready for gpu in worker.gpus]
+    if not gpus:
+        return None
+    largest = max(gpus, key=lambda gpu: gpu.memory_total_bytes)
+    return GpuSpec(name=largest.name, memory_total_bytes=largest.memory_total_bytes)
+
+
+def demand_of(
+    workers: list[Worker],
+    deployment: DeploymentView,
+    *,
+    engine: str | None,
+    engine_version: str,
+    parameters: list[str],
+    env: dict[str, str],
+) -> MemoryDemand | None:
+    """The replica's memory demand per GPU (None: whole GPUs). Reads the model directory's
+    headers: run it in a thread. ``Unschedulable`` when it cannot be estimated."""
+    wanted = parse_gpu_memory(deployment.placement.get("gpu_memory"))
+    gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
+    if wanted is None or gpus == 0:
+        return None
+    reference = _reference_gpu(workers)
+    if reference is None:
+        raise Unschedulable("placement by memory needs GPUs, and no ready worker has one")
+    try:
+        return memory_demand(
+            engine=engine or "custom",
+            engine_version=engine_version,
+            model_path=deployment.model_path,
+            parameters=parameters,
+            env=env,
+            gpu_memory=wanted,
+            gpu_count=gpus,
+            gpu=reference,
+        )
+    except InvalidInput as error:
+        raise Unschedulable(f"cannot estimate the memory it needs: {error.message}") from error
+
+
+def decide(scheduler: Scheduler, deployment: DeploymentView, demand: MemoryDemand | None) -> Decision:
+    """Where the next start of ``deployment``'s replica goes (microseconds: it runs on the loop,
+    where the bookings change); ``Unschedulable`` with a bounded reason."""
+    if demand is None:
+        return Decision(placement=scheduler.place(placement_request(deployment, None)))
+    placement = scheduler.place(placement_request(deployment, demand.bytes_per_gpu))
+    rank = placement.ranks[0]
+    worker = next(worker for worker in scheduler.workers if worker.id == rank.worker_id)
+    gpu = next(gpu for gpu in worker.gpus if gpu.index == rank.gpu_ids[0])
+    free = scheduler.free_bytes(rank.worker_id, rank.gpu_ids[0]) or gpu.memory_total_bytes
+    fraction = demand.fraction_for(gpu.memory_total_bytes, free)
+    booked = demand.bytes_per_gpu
+    if demand.engine == "vllm" and demand.fixed_fraction is None:
+        booked = int(fraction * gpu.memory_total_bytes) + demand.outside_budget_bytes
+    return Decision(
+        placement=Placement(ranks=placement.ranks, memory_bytes_per_gpu=max(booked, demand.bytes_per_gpu)),
+        demand=demand,
+        memory_fraction=fraction,
+    )
+
+
+def placement_to_json(decision: Decision) -> dict[str, Any]:
+    """What an instance records of where its start runs (shown by the API and ``ps``)."""
+    data: dict[str, Any] = {
+        "ranks": [rank.to_json() for rank in decision.placement.ranks],
+        "memory_bytes_per_gpu": decision.placement.memory_bytes_per_gpu,
+    }
+    if decision.demand is not None:
+        data.update(
+            memory_knob=decision.demand.knob,
+            memory_fraction=decision.memory_fraction,
+            demand=decision.demand.summary(),
+        )
+    return data
+
+
+def placement_from_json(data: dict[str, Any] | None, fallback_host: str, gpu_ids: list[int]) -> Placement:
+    """An instance's recorded placement (a row from before clusters: this host)."""
+    from modelyard.control.scheduler import LOCAL_WORKER, RankPlacement
+
+    if not data or not data.get("ranks"):
+        return Placement(ranks=(RankPlacement(LOCAL_WORKER, LOCAL_WORKER, fallback_host, tuple(gpu_ids)),))
+    ranks = tuple(
+        RankPlacement(
+            worker_id=str(rank.get("worker_id", LOCAL_WORKER)),
+            worker_name=str(rank.get("worker_name", "")),
+            host=str(rank.get("host", fallback_host)),
+            gpu_ids=tuple(int(index) for index in rank.get("gpu_ids", [])),
+        )
+        for rank in data["ranks"]
+    )
+    memory = data.get("memory_bytes_per_gpu")
+    return Placement(ranks=ranks, memory_bytes_per_gpu=memory if isinstance(memory, int) else None)

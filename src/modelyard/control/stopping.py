@@ -48,7 +48,7 @@ async def stop_instance(
     signal_target, grace = stop_policy(context, instance_id)
     await engine.runtime.stop(engine.handle, signal_target=signal_target, grace_seconds=grace)
     context.engines.pop(instance_id, None)
-    context.ledger.release(instance_id)
+    context.scheduler.release(instance_id)
     await context.transition(instance_id, final_state, reason, pid=None, handle=None)
 
 
@@ -82,7 +82,7 @@ async def on_engine_exit(
     """The engine ended by itself: record why (with the doctor's reading of its log), restart later."""
     leave_rotation(context, instance.id)
     context.engines.pop(instance.id, None)
-    context.ledger.release(instance.id)
+    context.scheduler.release(instance.id)
     context.tasks.cancel(instance.id, "bring-up")
     context.tasks.cancel(instance.id, "verify")
     # The launcher is gone; make sure nothing of it lingers (it could hold the GPU).

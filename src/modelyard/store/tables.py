@@ -205,6 +205,10 @@ class Deployment(Base):
     routing: Mapped[str] = mapped_column(
         String(32), default="least-outstanding", server_default="least-outstanding"
     )
+    # Where replicas go and how much they take (control/placement.py): {"gpu_memory": "auto" or
+    # bytes per GPU (absent: whole GPUs), "nodes": ranks per replica, "worker_labels": {...},
+    # "workers": [ids or names], "gpu_model": "L40S"}. None: whole GPUs on any worker.
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     # Doctor's warnings at deploy time, kept to show in `ps` and the console.
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
@@ -251,6 +255,9 @@ class Instance(Base):
     process_start_time: Mapped[float | None] = mapped_column(nullable=True)
     command: Mapped[list[str]] = mapped_column(JSON, default=list)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Where the current start runs: {"ranks": [{"worker_id", "worker_name", "host", "gpu_ids"}],
+    # "memory_bytes_per_gpu", "memory_knob", "memory_fraction", "demand"}; None: this host.
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     start_count: Mapped[int] = mapped_column(Integer, default=0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     next_start_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

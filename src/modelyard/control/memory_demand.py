@@ -1,0 +1,160 @@
+"""What a deployment placed by memory needs per GPU, and the engine's memory knob that gives it.
+
+A deployment asks for memory placement with ``placement.gpu_memory``: ``"auto"`` (from the
+estimator) or a size in bytes. ``auto`` is the estimator's sum for one replica's GPU: weights,
+peak activations, memory outside torch, the CUDA context and graphs, and a KV cache for
+``--max-num-seqs`` (vLLM) / ``--max-running-requests`` (SGLang) sequences of the deployment's
+context length, or one sequence when neither is given. The scheduler books that many bytes on
+each GPU; once the GPU is chosen the knob is set so that the engine takes exactly that:
+
+- vLLM ``--gpu-memory-utilization`` is a fraction of the GPU's TOTAL memory for everything but
+  the CUDA context (and graphs, unless they are counted in the budget);
+- SGLang ``--mem-fraction-static`` is a fraction of the memory FREE when it starts, for weights
+  and the KV pool only: it depends on what the GPU's other engines already hold.
+
+A deployment whose parameters set the knob themselves keeps it, and books what it implies.
+Without ``gpu_memory`` a deployment books whole GPUs, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelyard.errors import InvalidInput
+from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
+from modelyard.estimate.budgets import vllm_graphs_in_budget
+from modelyard.estimate.overheads import CUDA_CONTEXT_BYTES
+from modelyard.modeldir import read_model_facts
+
+GIB = 1 << 30
+KNOB_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+# Knob values are written with this many decimals (0.001 of an H200 is 0.14 GiB).
+KNOB_DECIMALS = 3
+
+
+@dataclass(frozen=True)
+class MemoryDemand:
+    """Bytes per GPU for one replica, and how they split (shown in the instance's placement)."""
+
+    engine: str
+    bytes_per_gpu: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_sequences: int
+    context_tokens: int
+    # Outside the knob's budget: the CUDA context (+ graphs for vLLM; + activations for SGLang).
+    outside_budget_bytes: int
+    # The user set the knob: its value, kept.
+    fixed_fraction: float | None = None
+
+    @property
+    def knob(self) -> str:
+        return KNOB_FLAGS[self.engine]
+
+    def summary(self) -> str:
+        return (
+            f"{self.bytes_per_gpu / GIB:.1f} GiB per GPU: weights {self.weights_bytes / GIB:.1f} GiB, "
+            f"KV cache {self.kv_cache_bytes / GIB:.2f} GiB ({self.kv_sequences} x {self.context_tokens:,} "
+            f"tokens), the rest activations, CUDA context and graphs"
+        )
+
+    def fraction_for(self, gpu_total_bytes: int, free_before_start_bytes: int) -> float:
+        """The knob's value on the chosen GPU (``free_before_start_bytes``: free once the GPU's
+        other engines hold their shares, which SGLang's fraction is taken of)."""
+        if self.fixed_fraction is not None:
+            return self.fixed_fraction
+        budget = self.bytes_per_gpu - self.outside_budget_bytes
+        if self.engine == "vllm":
+            base = gpu_total_bytes
+        else:
+            base = max(1, free_before_start_bytes - CUDA_CONTEXT_BYTES)
+        scale = 10**KNOB_DECIMALS
+        fraction: float = math.ceil(budget / base * scale) / scale
+        return min(0.99, fraction)
+
+
+def parse_gpu_memory(value: object) -> int | str | None:
+    """``placement.gpu_memory`` as stored: None, ``"auto"``, or bytes (``"20GiB"``/``"20GB"`` read)."""
+    if value is None or value == "":
+        return None
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and value > 0:
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        for unit in ("gib", "gb", "g"):
+            if text.endswith(unit):
+                try:
+                    amount = float(text[: -len(unit)])
+                except ValueError:
+                    break
+                if amount > 0:
+                    return int(amount * GIB)
+    raise InvalidInput(
+        f"gpu memory {value!r} is not 'auto' or a size such as 20GiB",
+        hint="--gpu-memory auto (from the estimate) or --gpu-memory 20GiB (per GPU)",
+    )
+
+
+def memory_demand(
+    *,
+    engine: str,
+    engine_version: str,
+    model_path: str,
+    parameters: list[str],
+    env: dict[str, str],
+    gpu_memory: int | str,
+    gpu_count: int,
+    gpu: GpuSpec,
+) -> MemoryDemand:
+    """The demand of one replica GPU of ``gpu``'s kind. ``InvalidInput`` for an engine the
+    estimator does not model (memory placement is for vLLM and SGLang)."""
+    if engine not in KNOB_FLAGS:
+        raise InvalidInput(
+            f"placement by memory needs an engine with a memory knob (vLLM, SGLang), not {engine!r}",
+            hint="leave --gpu-memory out: the deployment then books whole GPUs",
+        )
+    facts = read_model_facts(Path(model_path))
+    estimate = estimate_memory(
+        facts, engine, [gpu] * max(1, gpu_count), parameters, engine_version=engine_version, env=env
+    )
+    arguments = parse_engine_arguments(engine, parameters, engine_version)
+    outside = CUDA_CONTEXT_BYTES
+    if engine == "vllm" and not vllm_graphs_in_budget(engine_version, env):
+        outside += estimate.cuda_graph_bytes
+    if engine == "sglang":
+        outside += estimate.cuda_graph_bytes + estimate.activation_bytes
+    sequences = max(1, arguments.max_sequences or 1)
+    context = estimate.context_tokens
+    kv = estimate.cache.sequence_bytes(context) * sequences
+    if engine == "vllm":
+        inside = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes + kv
+        if vllm_graphs_in_budget(engine_version, env):
+            inside += estimate.cuda_graph_bytes
+        inside += 16 * estimate.cache.kv_bytes_per_token  # one block of slack
+    else:
+        inside = estimate.weights_bytes + kv
+    fixed = None if estimate.memory_fraction_is_default else estimate.memory_fraction
+    if fixed is not None:
+        inside = int(fixed * gpu.memory_total_bytes)
+    elif isinstance(gpu_memory, int):
+        if gpu_memory <= outside:
+            raise InvalidInput(
+                f"--gpu-memory {gpu_memory / GIB:.1f} GiB leaves nothing for the engine beyond its "
+                f"CUDA context and graphs ({outside / GIB:.1f} GiB)",
+                hint="ask for more, or --gpu-memory auto",
+            )
+        inside = gpu_memory - outside
+    return MemoryDemand(
+        engine=engine,
+        bytes_per_gpu=inside + outside,
+        weights_bytes=estimate.weights_bytes,
+        kv_cache_bytes=kv,
+        kv_sequences=sequences,
+        context_tokens=context,
+        outside_budget_bytes=outside,
+        fixed_fraction=fixed,
+    )
