@@ -91,7 +91,10 @@ def main() -> int:
     gpus = options.workers * options.gpus_per_worker
     print(f"{options.instances:,} instances over {gpus:,} GPUs ({options.workers} workers)")
     print(f"  placed {placed:,}, refused {refused:,}; longest refusal {longest} characters")
-    print(f"  fast path: {fast_seconds:.3f} s in all, {per_fast * 1e6:.1f} us per instance (target <= {TARGET_SECONDS} s)")
+    print(
+        f"  fast path: {fast_seconds:.3f} s in all, {per_fast * 1e6:.1f} us per instance "
+        f"(target <= {TARGET_SECONDS} s)"
+    )
     print(
         f"  baseline (general path, every GPU scanned), first {baseline_count:,}: "
         f"{per_baseline * 1e6:.1f} us per instance"

@@ -125,6 +125,13 @@ def ray_cluster() -> Iterator[SimulatedCluster]:
             "include_dashboard": False,
             "labels": {WORKER_LABEL: "head"},
             "env_vars": {"PYTHONPATH": SOURCE_FOLDER, "OMP_NUM_THREADS": "1"},
+            # A dead node noticed in about 1.5 s instead of Ray's default of about 15-30 s.
+            "_system_config": {
+                "health_check_initial_delay_ms": 500,
+                "health_check_period_ms": 500,
+                "health_check_timeout_ms": 500,
+                "health_check_failure_threshold": 3,
+            },
         },
     )
     simulated = SimulatedCluster(cluster=cluster, token=token, folder=folder)

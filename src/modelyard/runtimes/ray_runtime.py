@@ -56,6 +56,8 @@ NODE_ID_LABEL = "ray.io/node-id"
 BUNDLE_CPU = 0.01
 PLACEMENT_TIMEOUT_SECONDS = 60.0
 ACTOR_CALL_TIMEOUT_SECONDS = 30.0
+# A status asked every tick must not hold the pass: a rank on a node that just died may not answer.
+STATUS_TIMEOUT_SECONDS = 2.0
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
@@ -212,9 +214,11 @@ class RayRuntime:
                 raise EngineStartFailed(f"cannot launch {program!r} (rank {rank}): {result['error']}")
         return actors
 
-    async def _call_all(self, references: list[Any]) -> list[Any]:
+    async def _call_all(
+        self, references: list[Any], timeout: float = ACTOR_CALL_TIMEOUT_SECONDS
+    ) -> list[Any]:
         async def one(reference: Any) -> Any:
-            return await asyncio.wait_for(reference, ACTOR_CALL_TIMEOUT_SECONDS)
+            return await asyncio.wait_for(reference, timeout)
 
         return list(
             await asyncio.gather(*(one(reference) for reference in references), return_exceptions=True)
@@ -239,7 +243,9 @@ class RayRuntime:
             return self._exited[handle.id]
         name = GangName.from_handle(handle)
         actors = await self._actors(name)
-        answers = await self._call_all([actor.status.remote() for actor in actors if actor is not None])
+        answers = await self._call_all(
+            [actor.status.remote() for actor in actors if actor is not None], STATUS_TIMEOUT_SECONDS
+        )
         answer_of = iter(answers)
         for rank, actor in enumerate(actors):
             answer = next(answer_of) if actor is not None else None

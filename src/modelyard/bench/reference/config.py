@@ -64,6 +64,11 @@ class ReferenceConfig:
     embedding_dimensions: int = 16
     port_file: str | None = None
     workers: int = 1
+    # Multi-node (a gang): this rank of ``nnodes``; vLLM's ``--headless`` and SGLang's ranks
+    # above 0 serve no HTTP, they only hold their share of the model.
+    nnodes: int = 1
+    node_rank: int = 0
+    headless: bool = False
     """Server processes sharing the port (the program only); limits and metrics are per process."""
     ignored_arguments: list[str] = field(default_factory=list)
 
@@ -151,6 +156,9 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
     parser.add_argument("--kv-cache-tokens", type=int, default=262_144)
     parser.add_argument("--workers", type=int, default=1, help="Server processes sharing the port.")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--headless", action="store_true")
     return parser
 
 
@@ -195,5 +203,8 @@ def parse_reference_argv(argv: list[str]) -> ReferenceConfig:
         api_key=arguments.api_key,
         port_file=arguments.port_file,
         workers=arguments.workers,
+        nnodes=arguments.nnodes,
+        node_rank=arguments.node_rank,
+        headless=arguments.headless,
         ignored_arguments=ignored,
     )

@@ -387,8 +387,34 @@ def run_reference_program(config: ReferenceConfig) -> int:
     return 0
 
 
+def serves_http(config: ReferenceConfig) -> bool:
+    """Only rank 0 of a multi-node engine serves HTTP (vLLM ranks > 0 run ``--headless``)."""
+    if config.flavor == "vllm":
+        return not config.headless
+    return config.node_rank == 0
+
+
+def run_headless_rank(config: ReferenceConfig) -> int:
+    """A rank above 0: say so as the engine would, then hold until told to stop (SIGTERM)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(
+        _engine_line(
+            config,
+            "INFO",
+            "core.py:93",
+            f"headless rank {config.node_rank} of {config.nnodes} nodes started (no API server)",
+        ),
+        flush=True,
+    )
+    stop.wait()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m modelyard.bench.reference_server ...`` (see ``config.parse_reference_argv``)."""
     config = parse_reference_argv(list(sys.argv[1:] if argv is None else argv))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    if not serves_http(config):
+        return run_headless_rank(config)
     return run_reference_program(config)
