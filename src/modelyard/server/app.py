@@ -67,11 +67,13 @@ def create_app(
             runtimes=context.runtimes,
             options=controller_options,
         )
+        # The engines start while the gateway workers import (seconds on a loaded host).
         await controller.start()
         context.controller = controller
         downloads = DownloadManager(context.database, context.settings.models_dir, downloads_options)
         await downloads.start()
         context.downloads = downloads
+        await gateway.serving()
         if on_started is not None:
             await on_started(context)
         try:

@@ -75,6 +75,9 @@ class GatewayHandle(Protocol):
     def usage_failure(self) -> str | None:
         """Why usage is not being recorded durably right now (None: it is)."""
 
+    async def serving(self) -> None:
+        """Returns once ``/v1`` is served (the workers may still be importing after ``start``)."""
+
     async def close(self) -> None: ...
 
 

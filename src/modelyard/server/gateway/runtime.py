@@ -171,6 +171,9 @@ class InProcessGateway:
     def requests_by_worker(self) -> dict[str, int]:
         return {}
 
+    async def serving(self) -> None:
+        """``/v1`` is served by this process's app: nothing to wait for."""
+
     async def close(self) -> None:
         await self.recorder.close()
         await self.runtime.close()

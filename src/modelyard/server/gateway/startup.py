@@ -7,6 +7,8 @@ none, the gateway's parts run in the main process and ``GatewayApp`` serves ``/v
 Usage (``server/app.py``)::
 
     gateway = await start_gateway(context)   # sets context.gateway and context.key_cache
+    ...                                      # the controller starts its engines
+    await gateway.serving()                  # the workers serve /v1
     ...
     await gateway.close()                    # writes pending usage rows; stops the workers
 """

@@ -88,11 +88,14 @@ class WorkerSupervisor:
     # -- life cycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start every worker; returns once each has said it is serving (or at most 30 s)."""
+        """Start every worker; ``serving`` waits for them (the server starts its engines meanwhile)."""
         self._usage.start()
         self._context.endpoints.subscribe(self._endpoints_changed)
         for worker in self._workers:
             self._spawn_task(self._keep_running(worker), f"gateway-worker-{worker.index}")
+
+    async def serving(self) -> None:
+        """Returns once each worker has said it is serving (or at most 30 s after it is called)."""
         try:
             async with asyncio.timeout(30):
                 await asyncio.gather(*(worker.ready.wait() for worker in self._workers))
