@@ -73,6 +73,11 @@ def deploy(
         "--routing",
         help="least-outstanding, or prefix: prompts that begin alike go to the same replica.",
     ),
+    gpu_memory: str | None = typer.Option(
+        None,
+        "--gpu-memory",
+        help="Place by memory: auto (the estimate) or a size per GPU (20GiB); may share a GPU.",
+    ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
     timeout_seconds: float = typer.Option(
         DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait for running."
@@ -95,6 +100,8 @@ def deploy(
         "skip_verification": skip_verification,
         "routing": routing,
     }
+    if gpu_memory is not None:
+        body["gpu_memory"] = gpu_memory
     client = ApiClient.from_context(ctx)
     if preset is not None:
         from modelyard.cli.presets import apply_preset
@@ -196,6 +203,28 @@ def _print_engines(deployment: dict[str, Any]) -> None:
         )
 
 
+def _print_memory_placement(deployment: dict[str, Any]) -> None:
+    """Instances placed by memory: the bytes booked per GPU and the knob's value set from them."""
+    rows = []
+    for instance in deployment["instances"]:
+        placement = instance.get("placement") or {}
+        if not placement.get("memory_knob"):
+            continue
+        booked = placement.get("memory_bytes_per_gpu") or 0
+        rows.append(
+            [
+                instance["id"],
+                ",".join(str(index) for index in instance.get("gpu_ids") or []),
+                f"{booked / 2**30:.1f} GiB",
+                f"{placement['memory_knob']} {placement.get('memory_fraction')}",
+                placement.get("demand", ""),
+            ]
+        )
+    if rows:
+        stdout.print()
+        print_table(["INSTANCE", "GPUS", "BOOKED", "KNOB", "ESTIMATE"], rows, title="placed by memory")
+
+
 def _print_verification(deployment: dict[str, Any]) -> None:
     """The verification suite's results of each instance (run before it took traffic)."""
     rows = [
@@ -241,6 +270,7 @@ def ps(
     _print_diagnoses(deployments)
     if name:
         _print_engines(deployments[0])
+        _print_memory_placement(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:
         _print_warnings(deployment)

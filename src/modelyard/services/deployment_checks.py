@@ -32,7 +32,9 @@ class PreflightFailed(InvalidInput):
         self.details = {"findings": findings}
 
 
-def _replica_gpus(inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[int] | None) -> list[GpuInfo]:
+def gpus_of_one_replica(
+    inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[int] | None
+) -> list[GpuInfo]:
     """The GPUs one replica will likely get: the explicit ids, else the first N (same-model hosts)."""
     if gpu_ids:
         return [gpu for gpu in inventory.gpus if gpu.index in gpu_ids]
@@ -100,7 +102,7 @@ def run_preflight(
         return []
     from modelyard.doctor.findings import Severity
 
-    replica_gpus = _replica_gpus(inventory, gpus_per_replica, gpu_ids)
+    replica_gpus = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids)
     findings = preflight_deployment(
         deployment_name=deployment_name,
         model_dir=model.path,

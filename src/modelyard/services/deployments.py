@@ -30,7 +30,8 @@ from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModel
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
-from modelyard.services.deployment_checks import run_preflight
+from modelyard.services.deployment_checks import gpus_of_one_replica, run_preflight
+from modelyard.services.deployment_memory import memory_placement, preflight_parameters
 from modelyard.services.deployment_secrets import (
     check_chosen,
     seal_deployment_secrets,
@@ -69,6 +70,9 @@ class DeploymentRequest:
     skip_verification: bool = False
     # How the gateway picks a replica: "least-outstanding" or "prefix" (prefix-aware).
     routing: str = DEFAULT_ROUTING
+    # Placement by memory: "auto" (the estimate) or a size per GPU ("20GiB"); None books whole
+    # GPUs. Several such deployments (or replicas) share a GPU, each engine's knob set from it.
+    gpu_memory: str | None = None
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -82,9 +86,11 @@ def check_fits(
     replicas: int,
     inventory: GpuInventory,
     supports_cpu: bool,
+    by_memory: bool = False,
 ) -> None:
-    """Refuse (``Unschedulable``) a GPU request this host can never satisfy."""
-    check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu)
+    """Refuse (``Unschedulable``) a GPU request this host can never satisfy (``by_memory``:
+    replicas may share GPUs, so only the GPUs of one replica must exist)."""
+    check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu, by_memory=by_memory)
 
 
 def _check_replicas(replicas: int) -> None:
@@ -244,13 +250,33 @@ def check_deployment(
         gpu_count=gpus_per_replica,
         model_path=runtime.engine_model_path(model.path),
     )
-    check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
+    placement = memory_placement(request.gpu_memory, gpus_per_replica)
+    check_fits(
+        gpus_per_replica,
+        gpu_ids,
+        request.replicas,
+        inventory,
+        backend_supports_cpu(spec, version),
+        by_memory=bool(placement),
+    )
+    raw_parameters = request.backend_parameters
+    if placement:
+        raw_parameters = preflight_parameters(
+            raw_parameters,
+            parameters=parameters,
+            engine=spec.family,
+            engine_version=version.version,
+            model_path=model.path,
+            env=env,
+            gpu_memory=placement["gpu_memory"],
+            gpus=gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids),
+        )
     warnings = run_preflight(
         deployment_name=name,
         model=model,
         spec=spec,
         version=version,
-        raw_backend_parameters=request.backend_parameters,
+        raw_backend_parameters=raw_parameters,
         raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
@@ -271,6 +297,7 @@ def check_deployment(
         skip_verification=request.skip_verification,
         routing=_checked_routing(request.routing),
         warnings=warnings,
+        placement=placement or None,
     )
     return deployment
 
@@ -321,6 +348,7 @@ def scale_deployment(session: Session, name: str, replicas: int, inventory: GpuI
             replicas,
             inventory,
             backend_supports_cpu(spec, version),
+            by_memory=bool((deployment.placement or {}).get("gpu_memory")),
         )
     deployment.replicas = replicas
     session.commit()
@@ -397,6 +425,7 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "state": deployment_summary_state(deployment),
         "skip_verification": deployment.skip_verification,
         "routing": deployment.routing,
+        "placement": deployment.placement or {},
         "warnings": deployment.warnings,
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

@@ -73,6 +73,9 @@ class DeploymentCreate(BaseModel):
     # How the gateway picks a replica: "least-outstanding", or "prefix" (prompts that begin alike
     # go to the same replica, within a load bound).
     routing: RoutingPolicy = "least-outstanding"
+    # Placement by memory: "auto" (from the estimate) or a size per GPU such as "20GiB"; the
+    # engine's memory knob is set from it, and deployments so placed may share a GPU.
+    gpu_memory: str | None = Field(default=None, max_length=32)
 
 
 class DeploymentChange(BaseModel):
