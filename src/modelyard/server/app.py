@@ -66,6 +66,7 @@ def create_app(
             endpoints=context.endpoints,
             runtimes=context.runtimes,
             options=controller_options,
+            workers_source=context.cluster.workers if context.cluster is not None else None,
         )
         await controller.start()
         context.controller = controller
