@@ -177,6 +177,11 @@ def bench_arguments(
     return command
 
 
+def engine_host(instance: dict[str, Any]) -> str:
+    """Where the engine listens: loopback for a process, its node's address on the Ray runtime."""
+    return str(instance.get("host") or "127.0.0.1")
+
+
 def bench_target(
     name: str, instance: dict[str, Any], backend: str, path: str
 ) -> tuple[str, str, dict[str, str]]:
@@ -185,12 +190,14 @@ def bench_target(
     if path == "gateway":
         return f"{SERVER}/v1", name, bench_environment()
     served = model_dir() if backend == "transformers" else name
-    return f"http://127.0.0.1:{instance['port']}/v1", served, cli_environment()
+    return f"http://{engine_host(instance)}:{instance['port']}/v1", served, cli_environment()
 
 
 def engine_metrics_url(instance: dict[str, Any], backend: str) -> str | None:
     """The engine's own /metrics (transformers serve has none)."""
-    return None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
+    if backend == "transformers":
+        return None
+    return f"http://{engine_host(instance)}:{instance['port']}/metrics"
 
 
 def summarize(result_path: Path) -> list[dict[str, Any]]:

@@ -51,6 +51,7 @@ from field_common import (
     deploy_arguments,
     deployment,
     engine_busy,
+    engine_host,
     engine_metrics_url,
     model_dir,
     modelyard,
@@ -69,7 +70,10 @@ def step_serve(arguments: argparse.Namespace) -> bool:
     """Start ``modelyard serve`` (its own session, so it outlives this call), make a key, add the model."""
     DATA.mkdir(parents=True, exist_ok=True)
     MODEL_DIR_FILE.write_text(arguments.model_dir)
-    log = open(RESULTS / "serve.log", "a")  # noqa: SIM115 - the server's stdout for its lifetime
+    # A second server (another FIELD_PORT) keeps its files apart from the first's.
+    folder = RESULTS if PORT == 8080 else RESULTS / f"server-{PORT}"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(folder / "serve.log", "a")  # noqa: SIM115 - the server's stdout for its lifetime
     started = time.monotonic()
     command = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo"]
     command += ["--data-dir", str(DATA), "--port", str(PORT), "--host", "127.0.0.1"]
@@ -91,12 +95,12 @@ def step_serve(arguments: argparse.Namespace) -> bool:
     KEY_FILE.write_text(json.loads(key.stdout)["key"])
     gpus_text = modelyard("gpus")
     gpus_json = modelyard("gpus", "--json")
-    (RESULTS / "gpus.txt").write_text(gpus_text.stdout)
-    (RESULTS / "gpus.json").write_text(gpus_json.stdout)
+    (folder / "gpus.txt").write_text(gpus_text.stdout)
+    (folder / "gpus.json").write_text(gpus_json.stdout)
     api = httpx.get(f"{SERVER}/api/v1/gpus", auth=admin_auth(), timeout=10)
-    (RESULTS / "gpus-api.json").write_text(api.text)
+    (folder / "gpus-api.json").write_text(api.text)
     added = modelyard("models", "add", arguments.model_dir, "--name", MODEL_NAME, "--json")
-    (RESULTS / "model.json").write_text(added.stdout or added.stderr)
+    (folder / "model.json").write_text(added.stdout or added.stderr)
     record(
         "serve-ready",
         seconds_since_start=round(time.monotonic() - started, 2),
@@ -149,10 +153,12 @@ def step_bench(arguments: argparse.Namespace) -> bool:
         raise SystemExit(
             f"--paths takes gateway and direct (repeat them to alternate), got {arguments.paths!r}"
         )
-    passes: dict[str, int] = {}
+    # --repeat-from N: this call's passes are the Nth and later (seeds and folders as if the
+    # earlier passes had run in this call), so that two deployments' passes can be alternated.
+    passes = {path: arguments.repeat_from - 1 for path in ("gateway", "direct")}
     failed = 0
     for path in paths:
-        passes[path] = passes.get(path, 0) + 1
+        passes[path] += 1
         repeat = passes[path]
         out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}{f'-{repeat}' if repeat > 1 else ''}"
         # Every pass has prompts of its own: the same ones would hit the prefix cache an earlier
@@ -262,7 +268,7 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         env=bench_environment(),
     )
     # Building the prompt set takes a while: kill only once requests are in the engine.
-    metrics_url = f"http://127.0.0.1:{before['port']}/metrics"
+    metrics_url = f"http://{engine_host(before)}:{before['port']}/metrics"
     traffic_s = wait_for("the benchmark's requests in the engine", lambda: engine_busy(metrics_url), 300)
     print(f"requests reached the engine after {traffic_s:.1f} s", flush=True)
     time.sleep(arguments.kill_after_s)
@@ -436,6 +442,7 @@ def main() -> None:
         help="in this order; repeat to alternate, e.g. gateway,direct,direct,gateway",
     )
     bench.add_argument("--suffix", default="", help="appended to the output folders' names")
+    bench.add_argument("--repeat-from", type=int, default=1, help="number this call's first pass N")
     bench.set_defaults(run=step_bench)
     side = steps.add_parser("gateway-cost", help="gateway and direct side by side (FIELD_SIDE_*)")
     side.add_argument("name")

@@ -341,6 +341,29 @@ share-routing)
     done
   done
   ;;
+ray-runtime)
+  # The Ray runtime with one node: a second server (port 8081, its own data) with --cluster starts
+  # a Ray head on this host (docs/clusters.md) and deploys through it what solo is on the process
+  # runtime (the same flags, placed by memory on GPU 0 beside the others); a chat through each
+  # server's gateway, then the same short benchmark through each, alternated (Ray, process,
+  # process, Ray), each pass with prompts of its own.
+  [ -f "$RAY_SITE/.ok" ] || { echo "Ray is not installed here ($RAY_SITE): stage-ray first"; exit 3; }
+  export PATH=$RAY_SITE/bin:$PATH PYTHONPATH=$FIELD/site:$RAY_SITE:$ROOT/src
+  on_ray() { FIELD_PORT=8081 FIELD_DATA=$FIELD/data-ray "$@"; }
+  on_ray run serve --model-dir "$MODEL" --serve-arg=--cluster
+  [ ${#FAILED[@]} -eq 0 ] || finish
+  on_ray run deploy ray-solo --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$SOLO_ARGS"
+  on_ray run chat ray-solo
+  run chat solo
+  export FIELD_CONCURRENCY=${FIELD_CONCURRENCY:-1,16,64} FIELD_POINT_S=${FIELD_POINT_S:-10}
+  on_ray run bench ray-solo --paths gateway --suffix=-runtime
+  run bench solo --paths gateway --suffix=-runtime
+  run bench solo --paths gateway --suffix=-runtime --repeat-from 2
+  on_ray run bench ray-solo --paths gateway --suffix=-runtime --repeat-from 2
+  on_ray run kv-shared ray-solo
+  MODELYARD_URL=http://127.0.0.1:8081 MODELYARD_DATA_DIR=$FIELD/data-ray python3 -m modelyard.cli.main workers \
+    > "$FIELD_RESULTS/ray-workers.txt" 2>&1
+  ;;
 kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one
   # after the other, alternated, with a fixed amount of work per point.

@@ -129,3 +129,73 @@ def prefix_table(results: Path) -> str:
         text += f"\n\nEach engine's own counters over the whole run (hits of queries, in tokens): {shown}."
         text += f"\nSettings: `{' '.join(entry.get('settings') or [])}`."
     return text
+
+
+def _point(point: dict[str, Any]) -> dict[str, float | None]:
+    metrics = point.get("metrics") or {}
+
+    def median(name: str) -> float | None:
+        value = (metrics.get(name) or {}).get("median")
+        return float(value) if value is not None else None
+
+    return {
+        "load": float(point["point"]["value"]),
+        "ok": point.get("requests_succeeded"),
+        "tok_s": point.get("output_token_throughput_per_s"),
+        "ttft": median("ttft_ms"),
+        "tpot": median("tpot_ms"),
+    }
+
+
+def runtime_table(results: Path, ray_name: str = "ray-solo", process_name: str = "solo") -> str:
+    """The same deployment on the Ray runtime and on the process runtime, through each server's
+    gateway (``bench --suffix=-runtime``, passes alternated), and its start and first chat."""
+    rows = []
+    for repeat in range(1, 10):
+        tag = "-runtime" + (f"-{repeat}" if repeat > 1 else "")
+        ray_path = results / ray_name / f"bench-gateway{tag}" / "result.json"
+        process_path = results / process_name / f"bench-gateway{tag}" / "result.json"
+        if not ray_path.exists() or not process_path.exists():
+            break
+        ray_run, process_run = json.loads(ray_path.read_text()), json.loads(process_path.read_text())
+        for ray_point, process_point in zip(ray_run["points"], process_run["points"], strict=False):
+            r, p = _point(ray_point), _point(process_point)
+            ratio = r["tok_s"] / p["tok_s"] if r["tok_s"] and p["tok_s"] else None
+            added = r["ttft"] - p["ttft"] if r["ttft"] is not None and p["ttft"] is not None else None
+            rows.append(
+                [
+                    str(repeat),
+                    _number(r["load"], 0),
+                    f"{r['ok']} / {p['ok']}",
+                    f"{_number(r['tok_s'])} / {_number(p['tok_s'])}",
+                    _number(ratio, 3),
+                    f"{_number(r['ttft'], 2)} / {_number(p['ttft'], 2)}",
+                    _number(added, 2),
+                    f"{_number(r['tpot'], 2)} / {_number(p['tpot'], 2)}",
+                ]
+            )
+    if not rows:
+        return ""
+    text = _table(
+        [
+            "pass",
+            "streams",
+            "requests Ray / process",
+            "out tok/s Ray / process",
+            "ratio Ray/process",
+            "TTFT p50 Ray / process ms",
+            "added TTFT ms",
+            "TPOT p50 Ray / process ms",
+        ],
+        rows,
+    )
+    starts = {entry["name"]: entry.get("seconds_to_running") for entry in _steps(results, "deploy")}
+    chats = {entry["name"]: entry for entry in _steps(results, "chat")}
+    for name, runtime in ((ray_name, "Ray"), (process_name, "process")):
+        chat = chats.get(name) or {}
+        text += (
+            f"\n- {name} ({runtime} runtime): {_number(starts.get(name))} s from deploy to running; "
+            f"first chat through the gateway HTTP {chat.get('status', '-')} "
+            f"in {_number(chat.get('seconds'), 3)} s"
+        )
+    return text

@@ -307,3 +307,48 @@ def test_the_ray_wheels_travel_in_pieces_and_are_installed_once_all_are_there(
     late = _h200(field_checkout, "stage-ray", tmp_path, RAY_SITE=str(site))
     assert late.returncode == 0, late.stdout + late.stderr
     assert (site / ".ok").exists() and "ray 0.0-field-test" in late.stdout
+
+
+# The double, recording which server (FIELD_PORT) each step went to.
+PORT_DOUBLE = """#!/bin/bash
+echo "$FIELD_PORT $*" >> "$STEPS_LOG"
+exit 0
+"""
+
+
+@needs_tools
+def test_ray_runtime_needs_ray_staged_first(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "ray-runtime", tmp_path, RAY_SITE=str(tmp_path / "no-ray"))
+    assert result.returncode == 3
+    assert "stage-ray first" in result.stdout
+    assert not (tmp_path / "steps.log").exists()
+
+
+@needs_tools
+def test_ray_runtime_deploys_on_a_second_server_and_alternates_the_runtimes(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "ray-site"
+    site.mkdir()
+    (site / ".ok").touch()
+    double = tmp_path / "port_double.sh"
+    double.write_text(PORT_DOUBLE)
+    result = _h200(field_checkout, "ray-runtime", tmp_path, RAY_SITE=str(site), FIELD_RUN=f"bash {double}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = [line.split()[:3] for line in _steps(tmp_path)]
+    assert steps[:4] == [
+        ["8081", "serve", "--model-dir"],
+        ["8081", "deploy", "ray-solo"],
+        ["8081", "chat", "ray-solo"],
+        ["8080", "chat", "solo"],
+    ]
+    benches = [(port, name) for port, step, name in steps if step == "bench"]
+    assert benches == [("8081", "ray-solo"), ("8080", "solo"), ("8080", "solo"), ("8081", "ray-solo")]
+    lines = _steps(tmp_path)
+    assert "--serve-arg=--cluster" in lines[0] and "--gpu-memory auto" in lines[1]
+    assert [line.endswith("--repeat-from 2") for line in lines if " bench " in f" {line} "] == [
+        False,
+        False,
+        True,
+        True,
+    ]
