@@ -58,7 +58,9 @@ if [ "$check_only" = 0 ]; then
   pins=$(python - <<'EOF'
 import importlib.metadata as metadata
 names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "httptools", "sqlalchemy",
-         "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn"]
+         "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn",
+         # the image lacks these too (or has huggingface_hub 1.x; modelyard needs 2.x)
+         "cryptography", "cffi", "pycparser", "python_multipart", "swagger_ui_bundle_v2", "huggingface_hub"]
 pins = []
 for name in names:
     try:
@@ -73,7 +75,8 @@ EOF
   python -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_34_x86_64 -d .whl/field $pins
-  rm -f .whl/field/pygments-*.whl  # the image has it
+  # the image has these (and the same versions would only shadow its own)
+  rm -f .whl/field/{pygments,hf_xet,fsspec,filelock,tqdm,packaging,pyyaml}-*.whl
 
   # 2. The model: Qwen3's real tokenizer, and a core trained on it (about 40 s on one CPU core).
   if [ ! -f "$SOURCE/core/core.json" ]; then
