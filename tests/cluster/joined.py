@@ -75,9 +75,17 @@ class JoinedCluster:
         )
 
     def join(
-        self, name: str, gpus: list[dict[str, Any]], labels: dict[str, str] | None = None
+        self,
+        name: str,
+        gpus: list[dict[str, Any]],
+        labels: dict[str, str] | None = None,
+        *,
+        hidden: Path | None = None,
     ) -> JoinedWorker:
-        """``modelyard worker join HEAD --token-file ... --name NAME`` with this node's GPUs."""
+        """``modelyard worker join HEAD --token-file ... --name NAME`` with this node's GPUs.
+
+        ``hidden``: a folder this host does not have (an empty tmpfs over it, in a mount
+        namespace of the join's own: root only), as a host without the model directory."""
         nvml_file = self.root / f"nvml-{name}.json"
         nvml_file.write_text(json.dumps({"driver_version": "580.95.05", "gpus": gpus}))
         log_path = self.root / f"join-{name}.log"
@@ -93,6 +101,7 @@ class JoinedCluster:
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [
+                    *(_without(hidden) if hidden is not None else []),
                     sys.executable,
                     "-m",
                     "modelyard.cli.main",
@@ -143,6 +152,12 @@ class JoinedCluster:
             worker = self.workers.pop(name)
             with_group_killed(worker.process, signal.SIGTERM)
         self.server.stop()
+
+
+def _without(folder: Path) -> list[str]:
+    """A command prefix that runs the rest with ``folder`` empty (an own mount namespace)."""
+    script = 'mount -t tmpfs modelyard-hidden "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(folder)]
 
 
 def with_group_killed(process: subprocess.Popen[bytes], signal_number: int) -> None:

@@ -148,3 +148,43 @@ def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster
     assert answer.status_code == 200, answer.text
     listed = cluster.listed()[first_worker]
     assert listed["state"] == "lost" and listed["last_seen_at"] is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a host without the model needs a mount namespace (root)")
+def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_its_start(
+    cluster: JoinedCluster, tiny_model_dir: Path
+) -> None:
+    if "node-b" not in cluster.workers:
+        pytest.skip("needs the hosts joined by the tests before")
+    with cluster.server.api() as client:
+        assert client.delete("/api/v1/deployments/chat").status_code == 202
+    cluster.join("node-c", [fake_gpu("NVIDIA L4", 0, 24)], {"zone": "c"}, hidden=tiny_model_dir)
+    cluster.wait_for_state("node-c", "ready")
+    body = {"model": "tiny", "name": "pinned", "backend": "vllm-double", "gpus_per_replica": 1}
+    with cluster.server.api() as client:
+        created = client.post(
+            "/api/v1/deployments", json={**body, "skip_verification": True, "workers": ["node-c"]}
+        )
+    assert created.status_code == 201, created.text
+    [warning] = [w for w in created.json()["warnings"] if w["check_id"] == "model.missing-on-some-workers"]
+    assert "is not usable on 1 of 2 GPU workers (node-c: " in warning["message"]
+    assert warning["details"]["problems"].keys() == {"node-c"}
+
+    def refused_at_start() -> bool:
+        with cluster.server.api() as client:
+            [instance] = client.get("/api/v1/deployments/pinned").json()["instances"]
+        return "not usable on the worker this replica was placed on (node-c: " in (instance["reason"] or "")
+
+    wait_until(refused_at_start, FAILOVER_SECONDS, "the start on node-c refused for its model directory")
+    with cluster.server.api() as client:
+        assert client.delete("/api/v1/deployments/pinned").status_code == 202
+    cluster.kill_worker("node-b")
+    cluster.wait_for_state("node-b", "lost")
+    with cluster.server.api() as client:
+        refused = client.post("/api/v1/deployments", json={**body, "name": "nowhere"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "preflight_failed"
+    assert (
+        f"the model directory {tiny_model_dir} is not usable on any GPU worker (node-c: " in error["message"]
+    )

@@ -34,7 +34,6 @@ from pathlib import Path
 
 from modelyard.cluster.ray_processes import (
     STARTED_LINE,
-    WORKER_LABEL,
     failure_reason,
     labels_argument,
     node_ip_of,
@@ -43,6 +42,7 @@ from modelyard.cluster.ray_processes import (
 )
 from modelyard.errors import EngineStartFailed
 from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.runtimes.ray_names import WORKER_LABEL
 from modelyard.settings import Settings
 
 logger = logging.getLogger(__name__)

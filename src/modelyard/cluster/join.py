@@ -30,7 +30,6 @@ from types import FrameType
 
 from modelyard.cluster.ray_processes import (
     STARTED_LINE,
-    WORKER_LABEL,
     failure_reason,
     labels_argument,
     ray_command,
@@ -39,6 +38,7 @@ from modelyard.cluster.ray_processes import (
 from modelyard.cluster.token import check_token
 from modelyard.errors import EngineStartFailed, InvalidInput
 from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.runtimes.ray_names import WORKER_LABEL
 from modelyard.settings import DEFAULT_RAY_PORT
 
 REACH_TIMEOUT_SECONDS = 5.0

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from modelyard.errors import InvalidInput
 
-WORKER_LABEL = "modelyard.io/worker"
 INSTALL_HINT = "pip install 'modelyard[ray]' (on the server and on every worker, the same Ray version)"
 STARTED_LINE = "Ray runtime started"
 _NODE_IP = re.compile(r"Local node IP: (\S+)")

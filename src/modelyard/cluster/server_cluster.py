@@ -55,6 +55,10 @@ class ServerCluster:
         """The workers as the controller last read them (``GET /api/v1/workers``)."""
         return self.directory.last_read()
 
+    def model_directory_problems(self, model_path: str) -> tuple[list[str], dict[str, str]]:
+        """The doctor's model directory inspection on every ready GPU worker (blocking)."""
+        return self.directory.model_directory_problems(model_path)
+
     def join_command(self) -> str:
         """What a user runs on another host to add it."""
         return f"modelyard worker join {self.address} --token-file cluster-token"

@@ -52,6 +52,10 @@ class ClusterHandle(Protocol):
     def statuses(self) -> list[WorkerStatus]:
         """The workers as last read: state, labels, last seen (``GET /api/v1/workers``)."""
 
+    def model_directory_problems(self, model_path: str) -> tuple[list[str], dict[str, str]]:
+        """The ready GPU workers, and what is wrong with ``model_path`` on each that cannot serve
+        it (a Ray task on each; blocking: call it in a thread)."""
+
 
 class DownloadsHandle(Protocol):
     """What the API needs of the download manager (``modelyard.downloads.DownloadManager``)."""
