@@ -283,7 +283,8 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
             file=sys.stderr,
         )
         if arguments.litellm and workers == arguments.workers[0] and not compare_only:
-            litellm = LiteLlmProxy(scratch, f"http://127.0.0.1:{ports[5.0]}", cpus=arguments.proxy_cpus)
+            upstreams = {f"ref{itl_ms:g}": f"http://127.0.0.1:{port}" for itl_ms, port in ports.items()}
+            litellm = LiteLlmProxy(scratch, upstreams, cpus=arguments.proxy_cpus)
         if compare_only:
             scenarios = [SCENARIOS[name] for name in arguments.scenarios if name in GC_SCENARIOS]
         else:
@@ -309,7 +310,7 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
                     COST_LONG.name,
                 }:
                     if litellm.process is None:
-                        litellm.start("ref5")
+                        litellm.start()
                     litellm_scenario = scenario
                     if scenario.name.startswith("cost"):
                         litellm_scenario = LITELLM_COST_SHORT if scenario is COST_SHORT else LITELLM_COST_LONG

@@ -231,7 +231,8 @@ class LiteLlmProxy:
     """LiteLLM's proxy in its own virtual environment (installed on first use), one worker."""
 
     scratch: Path
-    upstream_url: str
+    # The served model name of each upstream (the same deployment names as through the gateway).
+    upstream_urls: dict[str, str]
     cpus: str
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
@@ -254,7 +255,7 @@ class LiteLlmProxy:
         subprocess.run([*pip, f"litellm[proxy]=={LITELLM_VERSION}"], check=True)
         return executable
 
-    def start(self, model: str) -> None:
+    def start(self) -> None:
         executable = self.install()
         config = self.scratch / "litellm.yaml"
         config.write_text(
@@ -265,10 +266,11 @@ class LiteLlmProxy:
                             "model_name": model,
                             "litellm_params": {
                                 "model": f"openai/{model}",
-                                "api_base": self.upstream_url + "/v1",
+                                "api_base": url + "/v1",
                                 "api_key": "none",
                             },
                         }
+                        for model, url in self.upstream_urls.items()
                     ],
                     "litellm_settings": {"drop_params": True, "set_verbose": False},
                 }

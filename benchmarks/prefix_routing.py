@@ -14,12 +14,22 @@ the contexts of half the conversations), as a GPU's KV cache holds only so much.
 Printed per policy: TTFT p50 / p99 over all turns and over turns after the first, and the
 prefix-cache hit rate (tokens served from cache / prompt tokens, from the replicas' own
 ``vllm:prefix_cache_*`` counters). The H200 version of this measurement (two vLLM replicas
-sharing one GPU) is the field phase ``prefix-routing`` (``scripts/field/h200.sh``), run on
+sharing one GPU) is the field phase ``share-routing`` (``scripts/field/h200.sh``), run on
 ``--url`` with ``--no-platform``.
 
+``--one-deployment``: one deployment of two replicas instead of two, its routing switched
+(``PATCH /api/v1/deployments/NAME {"routing": ...}``) before each pass, so that both policies run
+on the same engines; every pass then has conversations of its own (a pass's conversations would
+otherwise hit the cache the pass before it filled), and the hit rate of a pass still comes from
+its own requests (the counters' difference over the pass).
+
     python benchmarks/prefix_routing.py
+    python benchmarks/prefix_routing.py --one-deployment
     BENCH_API_KEY=... python benchmarks/prefix_routing.py --no-platform --url http://gpu-host:8080 \
         --metrics-token-file /var/lib/modelyard/metrics-token --deployments vllm-lo,vllm-px
+    BENCH_API_KEY=... python benchmarks/prefix_routing.py --no-platform --url http://gpu-host:8080 \
+        --metrics-token-file DATA/metrics-token --admin-password-file DATA/admin-password \
+        --one-deployment --deployments pair
 """
 
 from __future__ import annotations
@@ -161,6 +171,20 @@ async def run_policy(
     return figures
 
 
+def set_routing(url: str, password: str, deployment: str, policy: str) -> None:
+    """Switch ``deployment``'s routing policy through the REST API (admin)."""
+    response = httpx.patch(
+        f"{url}/api/v1/deployments/{deployment}",
+        json={"routing": policy},
+        auth=("admin", password),
+        timeout=30,
+    )
+    if response.status_code != 200:
+        raise SetupFailed(
+            f"{deployment}: routing {policy!r} refused: HTTP {response.status_code} {response.text}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,11 +210,28 @@ def main() -> int:
         "--metrics-token-file", default="", help="With --no-platform: the server's metrics-token"
     )
     parser.add_argument("--json", type=Path, default=None, help="Save the figures here")
-    parser.add_argument("--deployments", default="lo,px", help="least-outstanding,prefix deployment names")
+    parser.add_argument(
+        "--deployments",
+        default="lo,px",
+        help="least-outstanding,prefix deployment names (with --one-deployment: one name)",
+    )
+    parser.add_argument(
+        "--one-deployment",
+        action="store_true",
+        help="Both policies on one deployment of two replicas, its routing switched before each pass",
+    )
+    parser.add_argument(
+        "--admin-password-file", default="", help="With --no-platform --one-deployment: the server's"
+    )
     parser.add_argument("--proxy-cpus", default="0")
     parser.add_argument("--load-cpus", default="1")
     arguments = parser.parse_args()
-    lo_name, px_name = arguments.deployments.split(",")
+    names = arguments.deployments.split(",")
+    if arguments.one_deployment:
+        names = [names[0], names[0]] if names != ["lo", "px"] else ["shared", "shared"]
+    if len(names) != 2:
+        parser.error("--deployments takes two names (least-outstanding,prefix), or one with --one-deployment")
+    lo_name, px_name = names
     results: dict[str, list[PolicyFigures]] = {"least-outstanding": [], "prefix": []}
     try:
         with tempfile.TemporaryDirectory(prefix="modelyard-prefix-") as scratch:
@@ -198,6 +239,8 @@ def main() -> int:
             if arguments.no_platform:
                 url, key = arguments.url, os.environ.get("BENCH_API_KEY", "")
                 token = Path(arguments.metrics_token_file).read_text().strip()
+                if arguments.one_deployment:
+                    password = Path(arguments.admin_password_file).read_text().strip()
             else:
                 require_taskset()
                 platform = Platform(Path(scratch), gateway_workers=1, cpus=arguments.proxy_cpus)
@@ -205,15 +248,21 @@ def main() -> int:
                 options = f"--ttft-ms 20 --itl-ms 5 --prefill-ms-per-token {arguments.prefill_ms_per_token:g}"
                 options += f" --cache-blocks {arguments.cache_blocks}"
                 platform.deploy(lo_name, arguments.load_cpus, options, replicas=2)
-                platform.deploy(px_name, arguments.load_cpus, options, replicas=2, routing="prefix")
+                if not arguments.one_deployment:
+                    platform.deploy(px_name, arguments.load_cpus, options, replicas=2, routing="prefix")
                 url, key = platform.url, platform.api_key
                 token = (platform.data_dir / "metrics-token").read_text().strip()
+                password = (platform.data_dir / "admin-password").read_text().strip()
             try:
                 for round_index in range(arguments.rounds):
-                    for name, policy in ((lo_name, "least-outstanding"), (px_name, "prefix")):
-                        figures = asyncio.run(
-                            run_policy(url, key, token, name, policy, arguments, 7 + round_index)
-                        )
+                    for offset, (name, policy) in enumerate(
+                        ((lo_name, "least-outstanding"), (px_name, "prefix"))
+                    ):
+                        seed = 7 + round_index
+                        if arguments.one_deployment:  # the same engines: conversations of its own
+                            set_routing(url, password, name, policy)
+                            seed = 7 + 2 * round_index + offset
+                        figures = asyncio.run(run_policy(url, key, token, name, policy, arguments, seed))
                         results[policy].append(figures)
                         print(
                             f"  round {round_index} {policy:17}: TTFT p50 "
@@ -229,7 +278,12 @@ def main() -> int:
     print(
         f"\n{arguments.conversations} conversations x {arguments.turns} turns, "
         f"{arguments.system_prompts} system prompts of {arguments.system_words} words, "
-        f"{arguments.rounds} rounds; 2 replicas each"
+        f"{arguments.rounds} rounds; "
+        + (
+            "one deployment of 2 replicas, routing switched"
+            if arguments.one_deployment
+            else "2 replicas each"
+        )
     )
     print(f"{'policy':18} {'TTFT p50':>9} {'p99':>9} {'later turns p50':>16} {'hit rate':>9}")
     for policy, runs in results.items():

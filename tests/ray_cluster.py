@@ -103,12 +103,17 @@ class SimulatedCluster:
         self.cluster.remove_node(worker.node, allow_graceful=False)
 
 
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[SimulatedCluster]:
+def require_ray_for_tests() -> None:
+    """Skip without Ray, except under CI, where it is a failure."""
     if not ray_installed():
         if os.environ.get("CI"):
             pytest.fail("Ray is required under CI (.ci/run installs the 'ray' extra)")
         pytest.skip("Ray is not installed (pip install 'modelyard[ray]')")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[SimulatedCluster]:
+    require_ray_for_tests()
     token = secrets.token_hex(32)
     os.environ.update(token_environment(token))  # before Ray's first import: it reads them once
     # Every node and driver on 127.0.0.1: Ray would otherwise turn a loopback address into the

@@ -24,111 +24,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
-
-RESULTS = Path(os.environ.get("FIELD_RESULTS", "/tmp/field/results"))
-DATA = Path(os.environ.get("FIELD_DATA", "/tmp/field/data"))
-PORT = int(os.environ.get("FIELD_PORT", "8080"))
-SERVER = f"http://127.0.0.1:{PORT}"
-MODEL_NAME = "qwen3-field"
-KEY_FILE = DATA / "field-key"
-MODEL_DIR_FILE = DATA / "field-model-dir"
-STARTED = time.monotonic()
-
-# What each engine logs about its KV cache once it has sized it.
-VLLM_KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-SGLANG_KV_LINE = re.compile(r"max_total_num_tokens=(\d+)")
-
-
-def cli_environment() -> dict[str, str]:
-    return {**os.environ, "MODELYARD_URL": SERVER, "MODELYARD_DATA_DIR": str(DATA), "NO_COLOR": "1"}
-
-
-def bench_environment() -> dict[str, str]:
-    """The CLI's environment with the gateway key, which never goes on a command line (logged)."""
-    return {**cli_environment(), "MODELYARD_BENCH_API_KEY": api_key()}
-
-
-def modelyard(
-    *arguments: str, timeout: float = 900.0, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``modelyard ARGUMENTS`` as a user would; never raises for a non-zero exit."""
-    command = [sys.executable, "-m", "modelyard.cli.main", *arguments]
-    print(f"$ modelyard {shlex.join(arguments)}", flush=True)
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=env or cli_environment(), timeout=timeout, check=False
-    )
-    if result.returncode != 0:
-        print(f"  exit {result.returncode}: {result.stderr.strip()[-2000:]}", flush=True)
-    return result
-
-
-def record(step: str, **fields: Any) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    entry = {"step": step, "at_s": round(time.time(), 3), **fields}
-    with open(RESULTS / "steps.jsonl", "a") as steps:
-        steps.write(json.dumps(entry) + "\n")
-    print(f"[{step}] " + json.dumps(fields)[:1500], flush=True)
-
-
-def admin_auth() -> tuple[str, str]:
-    return ("admin", (DATA / "admin-password").read_text().strip())
-
-
-def api_key() -> str:
-    return KEY_FILE.read_text().strip()
-
-
-def model_dir() -> str:
-    return MODEL_DIR_FILE.read_text().strip()
-
-
-def deployment(name: str) -> dict[str, Any] | None:
-    result = modelyard("ps", name, "--json", timeout=60)
-    if result.returncode != 0:
-        return None
-    found: dict[str, Any] = json.loads(result.stdout)
-    return found
-
-
-def running_instance(name: str) -> dict[str, Any] | None:
-    found = deployment(name)
-    for instance in (found or {}).get("instances", []):
-        if instance.get("state") == "running":
-            return dict(instance)
-    return None
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout_s: float, every_s: float = 0.5) -> float:
-    """Seconds until ``condition()`` held; raises TimeoutError naming ``what``."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(every_s)
-    raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
-
-
-def save_deployment_files(name: str, folder: Path) -> None:
-    """``ps NAME --json`` (instances, verification, events) and the engine's log, as they are now."""
-    folder.mkdir(parents=True, exist_ok=True)
-    ps = modelyard("ps", name, "--json", timeout=60)
-    (folder / "ps.json").write_text(ps.stdout or ps.stderr)
-    logs = modelyard("logs", name, timeout=60)
-    (folder / "engine.log").write_text(
-        logs.stdout + ("\n--- stderr ---\n" + logs.stderr if logs.stderr else "")
-    )
-
+from field_common import (
+    DATA,
+    KEY_FILE,
+    MODEL_DIR_FILE,
+    MODEL_NAME,
+    PORT,
+    RESULTS,
+    SERVER,
+    SGLANG_KV_LINE,
+    VLLM_KV_LINE,
+    admin_auth,
+    api_key,
+    bench_arguments,
+    bench_environment,
+    bench_target,
+    cli_environment,
+    deploy_arguments,
+    deployment,
+    engine_busy,
+    engine_host,
+    engine_metrics_url,
+    model_dir,
+    modelyard,
+    record,
+    running_instance,
+    save_deployment_files,
+    summarize,
+    wait_for,
+)
+from field_share import add_steps
 
 # -- steps ------------------------------------------------------------------------------------------
 
@@ -137,10 +70,14 @@ def step_serve(arguments: argparse.Namespace) -> bool:
     """Start ``modelyard serve`` (its own session, so it outlives this call), make a key, add the model."""
     DATA.mkdir(parents=True, exist_ok=True)
     MODEL_DIR_FILE.write_text(arguments.model_dir)
-    log = open(RESULTS / "serve.log", "a")  # noqa: SIM115 - the server's stdout for its lifetime
+    # A second server (another FIELD_PORT) keeps its files apart from the first's.
+    folder = RESULTS if PORT == 8080 else RESULTS / f"server-{PORT}"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(folder / "serve.log", "a")  # noqa: SIM115 - the server's stdout for its lifetime
     started = time.monotonic()
     command = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo"]
     command += ["--data-dir", str(DATA), "--port", str(PORT), "--host", "127.0.0.1"]
+    command += arguments.serve_arg or []  # e.g. --cluster (docs/clusters.md)
     server = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=cli_environment(), start_new_session=True
     )
@@ -158,12 +95,12 @@ def step_serve(arguments: argparse.Namespace) -> bool:
     KEY_FILE.write_text(json.loads(key.stdout)["key"])
     gpus_text = modelyard("gpus")
     gpus_json = modelyard("gpus", "--json")
-    (RESULTS / "gpus.txt").write_text(gpus_text.stdout)
-    (RESULTS / "gpus.json").write_text(gpus_json.stdout)
+    (folder / "gpus.txt").write_text(gpus_text.stdout)
+    (folder / "gpus.json").write_text(gpus_json.stdout)
     api = httpx.get(f"{SERVER}/api/v1/gpus", auth=admin_auth(), timeout=10)
-    (RESULTS / "gpus-api.json").write_text(api.text)
+    (folder / "gpus-api.json").write_text(api.text)
     added = modelyard("models", "add", arguments.model_dir, "--name", MODEL_NAME, "--json")
-    (RESULTS / "model.json").write_text(added.stdout or added.stderr)
+    (folder / "model.json").write_text(added.stdout or added.stderr)
     record(
         "serve-ready",
         seconds_since_start=round(time.monotonic() - started, 2),
@@ -171,23 +108,6 @@ def step_serve(arguments: argparse.Namespace) -> bool:
         model_added=added.returncode == 0,
     )
     return added.returncode == 0
-
-
-def deploy_arguments(arguments: argparse.Namespace) -> list[str]:
-    command = ["deploy", MODEL_NAME, "--name", arguments.name, "--backend", arguments.backend]
-    if arguments.version:
-        command += ["--version", arguments.version]
-    if arguments.args:
-        command += ["--args", arguments.args]
-    for pair in arguments.env or []:
-        command += ["--env", pair]
-    if arguments.gpu_ids:
-        command += ["--gpu-ids", arguments.gpu_ids]
-    elif arguments.gpus is not None:
-        command += ["--gpus", str(arguments.gpus)]
-    if arguments.skip_verification:
-        command += ["--skip-verification"]
-    return [*command, "--timeout", str(arguments.timeout), "--json"]
 
 
 def step_deploy(arguments: argparse.Namespace) -> bool:
@@ -216,62 +136,6 @@ def step_deploy(arguments: argparse.Namespace) -> bool:
     return result.returncode == 0 and instance is not None
 
 
-def bench_arguments(
-    base_url: str,
-    model: str,
-    label: str,
-    out: Path,
-    metrics_url: str | None,
-    seed: int = 7,
-    gpu_ids: list[int] | None = None,
-    concurrency: str | None = None,
-    duration_s: float | None = None,
-) -> list[str]:
-    """``modelyard bench run`` for the field run; the load and its length come from FIELD_*
-    unless given."""
-    command = ["bench", "run", "--base-url", base_url, "--model", model, "--label", label]
-    command += ["--concurrency", concurrency or os.environ.get("FIELD_CONCURRENCY", "1,16,64,256")]
-    if duration_s is not None:
-        command += ["--duration-s", f"{duration_s:g}", "--warmup-s", "3"]
-    elif os.environ.get("FIELD_NUM_REQUESTS"):  # a fixed amount of work per point, repeated
-        command += ["--num-requests", os.environ["FIELD_NUM_REQUESTS"], "--warmup-requests", "16"]
-        command += ["--repeats", os.environ.get("FIELD_REPEATS", "1")]
-    else:
-        command += ["--duration-s", os.environ.get("FIELD_POINT_S", "12"), "--warmup-s", "3"]
-    command += [
-        "--input-tokens",
-        "256",
-        "--output-tokens",
-        "128",
-        "--tokenizer",
-        model_dir(),
-        "--seed",
-        str(seed),
-    ]
-    command += ["--metrics-interval-s", "0.5", "--out", str(out), "--json"]
-    if metrics_url:
-        command += ["--metrics-url", metrics_url]
-    if gpu_ids:  # the engine's GPUs only: an idle neighbour would dilute its utilization
-        command += ["--gpu-ids", ",".join(str(index) for index in gpu_ids)]
-    return command
-
-
-def bench_target(
-    name: str, instance: dict[str, Any], backend: str, path: str
-) -> tuple[str, str, dict[str, str]]:
-    """Where a bench on ``path`` sends (base URL), the model name it sends, and its environment
-    (the gateway's key only for the gateway). transformers serve answers to its model path."""
-    if path == "gateway":
-        return f"{SERVER}/v1", name, bench_environment()
-    served = model_dir() if backend == "transformers" else name
-    return f"http://127.0.0.1:{instance['port']}/v1", served, cli_environment()
-
-
-def engine_metrics_url(instance: dict[str, Any], backend: str) -> str | None:
-    """The engine's own /metrics (transformers serve has none)."""
-    return None if backend == "transformers" else f"http://127.0.0.1:{instance['port']}/metrics"
-
-
 def step_bench(arguments: argparse.Namespace) -> bool:
     """The same sweep through the gateway and directly at the engine's port."""
     instance = running_instance(arguments.name)
@@ -289,10 +153,12 @@ def step_bench(arguments: argparse.Namespace) -> bool:
         raise SystemExit(
             f"--paths takes gateway and direct (repeat them to alternate), got {arguments.paths!r}"
         )
-    passes: dict[str, int] = {}
+    # --repeat-from N: this call's passes are the Nth and later (seeds and folders as if the
+    # earlier passes had run in this call), so that two deployments' passes can be alternated.
+    passes = {path: arguments.repeat_from - 1 for path in ("gateway", "direct")}
     failed = 0
     for path in paths:
-        passes[path] = passes.get(path, 0) + 1
+        passes[path] += 1
         repeat = passes[path]
         out = RESULTS / arguments.name / f"bench-{path}{arguments.suffix}{f'-{repeat}' if repeat > 1 else ''}"
         # Every pass has prompts of its own: the same ones would hit the prefix cache an earlier
@@ -344,7 +210,7 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
         clients: dict[str, tuple[subprocess.Popen[str], Path]] = {}
         for offset, path in enumerate(paths):
             tag = path if offset == 0 or paths[0] != paths[1] else f"{path}-2"
-            out = RESULTS / arguments.name / f"side-{paths[0]}-{paths[1]}-c{streams}-{tag}"
+            out = RESULTS / arguments.name / f"side-{paths[0]}-{paths[1]}-c{streams}{arguments.suffix}-{tag}"
             base_url, served, environment = bench_target(arguments.name, instance, backend, path)
             command = bench_arguments(
                 base_url,
@@ -384,30 +250,6 @@ def step_gateway_cost(arguments: argparse.Namespace) -> None:
         )
 
 
-def summarize(result_path: Path) -> list[dict[str, Any]]:
-    """Per point: load, requests, failures, output tokens/s, TTFT/TPOT/ITL medians (ms)."""
-    if not result_path.exists():
-        return []
-    run = json.loads(result_path.read_text())
-    rows = []
-    for point in run.get("points", []):
-        metrics = point.get("metrics", {})
-        rows.append(
-            {
-                "load": point.get("point", {}).get("value"),
-                "ok": point.get("requests_succeeded"),
-                "failed": point.get("requests_failed"),
-                "out_tok_s": round(point.get("output_token_throughput_per_s") or 0.0, 1),
-            }
-            | {
-                f"{name}_p50": round(metrics[name]["median"], 2)
-                for name in ("ttft_ms", "tpot_ms", "itl_ms")
-                if (metrics.get(name) or {}).get("median") is not None
-            }
-        )
-    return rows
-
-
 def step_kill_during_bench(arguments: argparse.Namespace) -> None:
     """SIGKILL the engine in the middle of a gateway benchmark; time until it serves again."""
     before = running_instance(arguments.name)
@@ -426,7 +268,7 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         env=bench_environment(),
     )
     # Building the prompt set takes a while: kill only once requests are in the engine.
-    metrics_url = f"http://127.0.0.1:{before['port']}/metrics"
+    metrics_url = f"http://{engine_host(before)}:{before['port']}/metrics"
     traffic_s = wait_for("the benchmark's requests in the engine", lambda: engine_busy(metrics_url), 300)
     print(f"requests reached the engine after {traffic_s:.1f} s", flush=True)
     time.sleep(arguments.kill_after_s)
@@ -473,16 +315,6 @@ def step_kill_during_bench(arguments: argparse.Namespace) -> None:
         client_errors=errors,
         table=summarize(out / "result.json"),
     )
-
-
-def engine_busy(metrics_url: str) -> bool:
-    """True once vLLM's or SGLang's /metrics counts a running request."""
-    try:
-        text = httpx.get(metrics_url, timeout=2).text
-    except httpx.HTTPError:
-        return False
-    names = ("vllm:num_requests_running", "sglang:num_running_reqs")
-    return any(line.startswith(names) and float(line.rsplit(" ", 1)[-1]) > 0 for line in text.splitlines())
 
 
 def step_kv_truth(arguments: argparse.Namespace) -> bool:
@@ -577,6 +409,7 @@ def main() -> None:
     steps = parser.add_subparsers(dest="step", required=True)
     serve = steps.add_parser("serve")
     serve.add_argument("--model-dir", required=True)
+    serve.add_argument("--serve-arg", action="append", help="passed to modelyard serve (repeatable)")
     serve.set_defaults(run=step_serve)
     for name, function in (
         ("deploy", step_deploy),
@@ -591,6 +424,8 @@ def main() -> None:
         sub.add_argument("--env", action="append")
         sub.add_argument("--gpus", type=int)
         sub.add_argument("--gpu-ids", default="")
+        sub.add_argument("--replicas", type=int)
+        sub.add_argument("--gpu-memory", help="auto or a size: placed by memory (the knob from the estimate)")
         sub.add_argument("--skip-verification", action="store_true")
         sub.add_argument("--timeout", type=float, default=420.0)
         sub.add_argument("--estimate-gpus", default="1xH200")
@@ -607,9 +442,11 @@ def main() -> None:
         help="in this order; repeat to alternate, e.g. gateway,direct,direct,gateway",
     )
     bench.add_argument("--suffix", default="", help="appended to the output folders' names")
+    bench.add_argument("--repeat-from", type=int, default=1, help="number this call's first pass N")
     bench.set_defaults(run=step_bench)
     side = steps.add_parser("gateway-cost", help="gateway and direct side by side (FIELD_SIDE_*)")
     side.add_argument("name")
+    side.add_argument("--suffix", default="", help="in the output folders' names (a repeat: -r2)")
     side.set_defaults(run=step_gateway_cost)
     kill = steps.add_parser("kill-during-bench")
     kill.add_argument("name")
@@ -619,6 +456,7 @@ def main() -> None:
     remove = steps.add_parser("remove")
     remove.add_argument("name")
     remove.set_defaults(run=step_remove)
+    add_steps(steps)
     arguments = parser.parse_args()
     try:
         passed = arguments.run(arguments)

@@ -23,13 +23,22 @@
 #   gateway-cost   gateway and direct side by side against vLLM (the gateway's cost, precisely)
 #   gateway-control the side-by-side pair at 128 streams each, with its A/A controls
 #   kill-abba      SIGKILL of vLLM mid-answer; then gateway/direct alternated, fixed work per point
-#   prefix-routing two vLLM replicas sharing GPU 0 per routing policy (least outstanding, prefix),
-#                  the multi-turn workload of benchmarks/prefix_routing.py (needs replicas that can
-#                  share a GPU: the clusters issue's scheduler)
+#   stage-ray      keep Ray's wheels' pieces this call carries (.field/ray-N); installed to
+#                  $RAY_SITE once all are there (the Ray runtime's phase needs them)
+#   share-setup    (one GPU, 2026-12-02) setup without its deployments, then engines sharing GPU 0
+#                  by the estimate (deploy --gpu-memory auto): `pair` (two replicas, started one after
+#                  the other) and `solo`; each engine's knob, logged KV cache against the estimate
+#   share-routing  prefix routing against least outstanding on `pair` (its routing switched per
+#                  pass, benchmarks/prefix_routing.py); the gateway against direct on `solo` at 128
+#                  streams each, with both A/A controls, twice
+#   ray-runtime    a second server on the Ray runtime (one node; serve --cluster), vLLM deployed
+#                  through it beside `solo`: a chat, and the same short benchmark through each
+#                  server's gateway (the Ray runtime's added cost)
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
 # when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
-# FIELD_GPUS overrides the GPU count (nvidia-smi -L); FIELD_RUN the step runner (field_run.py).
+# FIELD_GPUS overrides the GPU count (nvidia-smi -L); FIELD_RUN the step runner (field_run.py);
+# FIELD_SOFTWARE=0 skips setup_software in share-setup (the software is there already: tests).
 #
 # scripts/field/prepare.sh makes what the phases carry (wheels, the model's core and tokenizer,
 # the engines' bundles). On another machine: have vLLM (a `vllm` program) and SGLang (importable
@@ -52,6 +61,7 @@ export PATH=$FIELD/bin:$PATH
 export PYTHONPATH=$FIELD/site:$ROOT/src
 MODEL=$FIELD/qwen3-field
 SGLANG_PYTHONPATH=${SGLANG_PYTHONPATH:-/tmp/sgl}
+RAY_SITE=${RAY_SITE:-/tmp/ray-site}
 MODEL_SOURCE=${MODEL_SOURCE:-.whl/field/model-source}
 GPUS=${FIELD_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 STAGE=${FIELD_STAGE:-/root/field-stage}
@@ -119,8 +129,13 @@ join_pieces() {  # NAME FILE KIT_SUMS: join $STAGE/NAME/piece-* into $STAGE/NAME
 }
 
 collect() {
-  # What this phase wrote, packed for the trip back (requests.jsonl files included).
-  (cd $FIELD && find results -newer "$MARK" -type f -print0 | tar --null -czf "$OUT/results-$PHASE.tar.gz" -T -)
+  # What this phase wrote, packed for the trip back (requests.jsonl files included); cut in parts
+  # of 15 MiB when larger (a file that comes back is at most 16 MiB): cat the parts to unpack.
+  local packed=$OUT/results-$PHASE.tar.gz
+  (cd $FIELD && find results -newer "$MARK" -type f -print0 | tar --null -czf "$packed" -T -)
+  if [ "$(stat -c %s "$packed")" -gt $((15 * 1024 * 1024)) ]; then
+    split -b 15M -d -a 1 "$packed" "$packed.part-" && rm "$packed"
+  fi
   ls -la "$OUT"
 }
 trap collect EXIT
@@ -129,6 +144,12 @@ trap 'exit 143' TERM
 
 # Engine arguments: the Qwen3 parsers (hermes-style tool calls), half the GPU, 8k context.
 VLLM_ARGS="--gpu-memory-utilization 0.5 --max-model-len 8192 --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3"
+# Engines sharing GPU 0 by the estimate: no knob here, the placement sets it. `pair`'s KV cache
+# (16 x 4,096 tokens a replica) holds about two thirds of share-routing's conversations (32 of
+# about 3,000 tokens each): all of them on each replica do not fit, half of them do. `solo` has
+# room for 256 streams of 1,024 tokens.
+PAIR_ARGS="--max-model-len 4096 --max-num-seqs 16 --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3"
+SOLO_ARGS="--max-model-len 1024 --max-num-seqs 256 --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3"
 SGLANG_ARGS="--mem-fraction-static 0.5 --context-length 8192 --tool-call-parser qwen25 --reasoning-parser qwen3 --attention-backend triton --sampling-backend pytorch"
 
 sglang_kv_variants() {  # GPU index: the SGLang KV-cache settings other than the benchmarked one
@@ -158,11 +179,49 @@ pathlib.Path(os.environ["FIELD"] + "/hog.ready").touch(); time.sleep(300)' &
     --args="${VLLM_ARGS/--tool-call-parser hermes/--tool-call-parser qwen3_coder}"
 }
 
+setup_software() {  # vLLM's bundle unpacked, modelyard's wheels installed, the field model built
+  mkdir -p $FIELD/site $FIELD/bin ~/.cache/huggingface/hub  # transformers serve 5.17's /v1/models needs the cache folder
+  if [ -f .gpu/kit/SHA256SUMS ]; then
+    # The offline vLLM bundle (the H200 image has no vLLM): join its pieces, check, unpack.
+    if [ ! -f /tmp/site/.ok ]; then
+      join_pieces vllm site.tar.xz .gpu/kit/SHA256SUMS || return 3
+      mkdir -p /tmp/site && tar -xJf "$STAGE/vllm/site.tar.xz" -C /tmp/site && touch /tmp/site/.ok || return 3
+      PYTHONPATH=/tmp/site python3 -c 'import vllm; from vllm.entrypoints.openai import api_server; print("vllm", vllm.__version__, "imports")' || return 3
+    fi
+    # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
+    cat > $FIELD/bin/vllm <<EOF
+#!/bin/sh
+export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0
+exec $(command -v python3) -m vllm.entrypoints.cli.main "\$@"
+EOF
+    chmod +x $FIELD/bin/vllm
+  fi
+  if ls .whl/field/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $FIELD/site .whl/field/*.whl || return 3
+  fi
+  started=$(date +%s.%N)
+  mkdir -p $FIELD/tokenizer && cp "$MODEL_SOURCE/tokenizer/tokenizer_config.json" $FIELD/tokenizer/
+  xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > $FIELD/tokenizer/tokenizer.json
+  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer $FIELD/tokenizer \
+    --out "$MODEL" --device cuda || return 4
+  echo "model built in $(python3 -c "import time; print(round(time.time() - $started, 1))") s"; du -sh "$MODEL"
+}
+
 case $PHASE in
 stage-vllm)
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())'
   stage_pieces vllm || exit 3
+  ;;
+stage-ray)
+  stage_pieces ray || exit 3
+  # All pieces here: install the wheels (Ray and what it needs that the image lacks) to $RAY_SITE.
+  if [ ! -f "$RAY_SITE/.ok" ] && join_pieces ray ray-wheels.tar .field/ray-kit/SHA256SUMS; then
+    mkdir -p "$STAGE/ray/wheels" "$RAY_SITE" && tar -xf "$STAGE/ray/ray-wheels.tar" -C "$STAGE/ray/wheels" \
+      && python3 -m pip install -q --no-index --no-deps --no-compile --target "$RAY_SITE" "$STAGE"/ray/wheels/*.whl \
+      && touch "$RAY_SITE/.ok" || exit 3
+    PYTHONPATH=$RAY_SITE python3 -c 'import ray; print("ray", ray.__version__)' || exit 3
+  fi
   ;;
 stage-sglang)
   stage_pieces sglang || exit 3
@@ -174,31 +233,7 @@ stage-sglang)
   fi
   ;;
 setup)
-  mkdir -p $FIELD/site $FIELD/bin ~/.cache/huggingface/hub  # transformers serve 5.17's /v1/models needs the cache folder
-  if [ -f .gpu/kit/SHA256SUMS ]; then
-    # The offline vLLM bundle (the H200 image has no vLLM): join its pieces, check, unpack.
-    if [ ! -f /tmp/site/.ok ]; then
-      join_pieces vllm site.tar.xz .gpu/kit/SHA256SUMS || exit 3
-      mkdir -p /tmp/site && tar -xJf "$STAGE/vllm/site.tar.xz" -C /tmp/site && touch /tmp/site/.ok || exit 3
-      PYTHONPATH=/tmp/site python3 -c 'import vllm; from vllm.entrypoints.openai import api_server; print("vllm", vllm.__version__, "imports")' || exit 3
-    fi
-    # `vllm` as a user's venv would have it: the bundle, with FlashInfer's sampler off (not bundled).
-    cat > $FIELD/bin/vllm <<EOF
-#!/bin/sh
-export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0
-exec $(command -v python3) -m vllm.entrypoints.cli.main "\$@"
-EOF
-    chmod +x $FIELD/bin/vllm
-  fi
-  if ls .whl/field/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target $FIELD/site .whl/field/*.whl || exit 3
-  fi
-  started=$(date +%s.%N)
-  mkdir -p $FIELD/tokenizer && cp "$MODEL_SOURCE/tokenizer/tokenizer_config.json" $FIELD/tokenizer/
-  xz -dc "$MODEL_SOURCE/tokenizer/tokenizer.json.xz" > $FIELD/tokenizer/tokenizer.json
-  python3 -m modelyard.testing.field_model expand --core "$MODEL_SOURCE/core" --tokenizer $FIELD/tokenizer \
-    --out "$MODEL" --device cuda || exit 4
-  echo "model built in $(python3 -c "import time; print(round(time.time() - $started, 1))") s"; du -sh "$MODEL"
+  setup_software || exit $?
   run serve --model-dir "$MODEL"
   [ ${#FAILED[@]} -eq 0 ] || finish
   # FIELD_ENGINES=vllm deploys vLLM alone (the second window's setup: gateway cost, SIGKILL, TP 2).
@@ -283,22 +318,51 @@ gateway-control)
     FIELD_SIDE_PATHS=$pair FIELD_SIDE_CONCURRENCY=${FIELD_SIDE_CONCURRENCY:-128} run gateway-cost vllm
   done
   ;;
-prefix-routing)
-  # vLLM's prefix caching (on by default) against the gateway's routing: one deployment of two
-  # replicas per policy, all four engines on GPU 0 (a fifth of its memory each), then the same
-  # conversations through each deployment, alternated; hit rate from vLLM's own counters.
-  export MODELYARD_URL=http://127.0.0.1:$FIELD_PORT MODELYARD_DATA_DIR=$FIELD_DATA
-  PREFIX_ARGS="${VLLM_ARGS/--gpu-memory-utilization 0.5/--gpu-memory-utilization 0.2}"
-  for pair in vllm-lo:least-outstanding vllm-px:prefix; do
-    python3 -m modelyard.cli.main deploy qwen3-field --name "${pair%%:*}" --routing "${pair##*:}" \
-      --backend vllm --version 0.25.0 --replicas 2 --gpus 1 --args="$PREFIX_ARGS" --timeout 900 || exit 6
+share-setup)
+  # Two deployments on GPU 0, placed by memory: the knob of each engine comes from the estimate.
+  # pair's second replica starts once the first runs: vLLM sizes its KV cache from the device's
+  # free memory while it profiles, so two starting together would count each other's memory.
+  if [ "${FIELD_SOFTWARE:-1}" = 1 ]; then setup_software || exit $?; fi
+  run serve --model-dir "$MODEL"
+  [ ${#FAILED[@]} -eq 0 ] || finish
+  run deploy pair --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$PAIR_ARGS"
+  run scale pair 2
+  run deploy solo --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$SOLO_ARGS"
+  run kv-shared pair solo
+  ;;
+share-routing)
+  # Prefix routing against least outstanding on pair's two replicas (vLLM's own counters), then
+  # the gateway against direct on solo at 128 streams each with both A/A controls, twice.
+  FIELD_PREFIX_ARGS=${FIELD_PREFIX_ARGS:-"--conversations 32 --turns 6 --system-prompts 32 --system-words 2400 --rounds 3"} \
+    run prefix-routing pair
+  for repeat in 1 2; do
+    for pair in gateway,direct direct,direct gateway,gateway; do
+      FIELD_SIDE_PATHS=$pair FIELD_SIDE_CONCURRENCY=${FIELD_SIDE_CONCURRENCY:-128} run gateway-cost solo --suffix="-r$repeat"
+    done
   done
-  mkdir -p "$FIELD_RESULTS/prefix-routing"
-  BENCH_API_KEY=$(cat "$FIELD_DATA/field-key") python3 benchmarks/prefix_routing.py --no-platform \
-    --url "$MODELYARD_URL" --metrics-token-file "$FIELD_DATA/metrics-token" --deployments vllm-lo,vllm-px \
-    --conversations 32 --turns 8 --system-words 1500 --rounds 2 \
-    --json "$FIELD_RESULTS/prefix-routing/result.json" | tee "$FIELD_RESULTS/prefix-routing/summary.txt"
-  for name in vllm-lo vllm-px; do python3 -m modelyard.cli.main rm "$name" --wait; done
+  ;;
+ray-runtime)
+  # The Ray runtime with one node: a second server (port 8081, its own data) with --cluster starts
+  # a Ray head on this host (docs/clusters.md) and deploys through it what solo is on the process
+  # runtime (the same flags, placed by memory on GPU 0 beside the others); a chat through each
+  # server's gateway, then the same short benchmark through each, alternated (Ray, process,
+  # process, Ray), each pass with prompts of its own.
+  [ -f "$RAY_SITE/.ok" ] || { echo "Ray is not installed here ($RAY_SITE): stage-ray first"; exit 3; }
+  export PATH=$RAY_SITE/bin:$PATH PYTHONPATH=$FIELD/site:$RAY_SITE:$ROOT/src
+  on_ray() { FIELD_PORT=8081 FIELD_DATA=$FIELD/data-ray "$@"; }
+  on_ray run serve --model-dir "$MODEL" --serve-arg=--cluster
+  [ ${#FAILED[@]} -eq 0 ] || finish
+  on_ray run deploy ray-solo --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$SOLO_ARGS"
+  on_ray run chat ray-solo
+  run chat solo
+  export FIELD_CONCURRENCY=${FIELD_CONCURRENCY:-1,16,64} FIELD_POINT_S=${FIELD_POINT_S:-10}
+  on_ray run bench ray-solo --paths gateway --suffix=-runtime
+  run bench solo --paths gateway --suffix=-runtime
+  run bench solo --paths gateway --suffix=-runtime --repeat-from 2
+  on_ray run bench ray-solo --paths gateway --suffix=-runtime --repeat-from 2
+  on_ray run kv-shared ray-solo
+  MODELYARD_URL=http://127.0.0.1:8081 MODELYARD_DATA_DIR=$FIELD/data-ray python3 -m modelyard.cli.main workers \
+    > "$FIELD_RESULTS/ray-workers.txt" 2>&1
   ;;
 kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one

@@ -5,6 +5,7 @@
 #
 #   bash scripts/field/prepare.sh
 #   bash scripts/field/prepare.sh --check     # only the size check and the plan (nothing built)
+#   FIELD_BUNDLES="vllm ray" bash scripts/field/prepare.sh   # which bundles (default: vllm sglang)
 #
 # Prerequisites (docs/field-tests/README.md): git, npm (Qwen3's tokenizer), xz, and for the engine
 # bundles a Python 3.12 with torch 2.11.0 (PY312, default python3.12), nvcc 13 and a C++
@@ -16,7 +17,9 @@
 #   .whl/field/model-source/tokenizer Qwen3's tokenizer (tokenizer.json xz-compressed) and chat template
 #   .gpu/p1 .gpu/p2 .gpu/kit          the vLLM 0.25.0 bundle (../shared/gpu/build-vllm-kit.sh)
 #   .sglx/p1 .sglx/kit                the SGLang 0.5.17 bundle (../shared/gpu/sglang/build-sglang-kit.sh)
+#   .whl/ray/*.whl                    Ray (the venv's version) and what it needs that the image lacks
 #   .field/vllm-N .field/sglang-N     the bundles in pieces, each small enough for one call
+#   .field/ray-N, .field/ray-kit      Ray's wheels as one tar in pieces, and its checksum
 #   .field/plan.txt                   the calls, in order, with what each carries
 # Every call sends the checkout's working tree too: the pieces are sized from its size in bytes
 # (scripts/field/carry.py), and the script fails here, before the GPU machine is asked, when a
@@ -31,6 +34,8 @@ for folder in .whl .gpu .sglx .field; do
   grep -qx "/$folder/" "$exclude" 2>/dev/null || echo "/$folder/" >> "$exclude"
 done
 PY312=${PY312:-python3.12}
+BUNDLES=" ${FIELD_BUNDLES:-vllm sglang} "
+wants() { [[ "$BUNDLES" == *" $1 "* ]]; }
 SOURCE=.whl/field/model-source
 fail() { echo "prepare.sh: $*" >&2; exit 1; }
 
@@ -39,10 +44,12 @@ if [ "$check_only" = 0 ]; then
   for tool in git xz npm split sha256sum; do
     command -v "$tool" >/dev/null || fail "$tool is missing (see docs/field-tests/README.md, prerequisites)"
   done
-  [ -d ../shared/gpu ] || fail "../shared/gpu (the bundle builders) is not beside this checkout"
-  torch_312=$("$PY312" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
-    || fail "no Python 3.12 with torch at PY312=$PY312: python3.12 -m venv /tmp/py312 && /tmp/py312/bin/pip install torch==2.11.0, then PY312=/tmp/py312/bin/python"
-  [[ "$torch_312" == 2.11.0* ]] || fail "PY312 has torch $torch_312; the bundles are built for torch 2.11.0 (the GPU image's)"
+  if { wants vllm && [ ! -f .gpu/kit/SHA256SUMS ]; } || { wants sglang && [ ! -f .sglx/kit/SHA256SUMS.base ]; }; then
+    [ -d ../shared/gpu ] || fail "../shared/gpu (the bundle builders) is not beside this checkout"
+    torch_312=$("$PY312" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
+      || fail "no Python 3.12 with torch at PY312=$PY312: python3.12 -m venv /tmp/py312 && /tmp/py312/bin/pip install torch==2.11.0, then PY312=/tmp/py312/bin/python"
+    [[ "$torch_312" == 2.11.0* ]] || fail "PY312 has torch $torch_312; the bundles are built for torch 2.11.0 (the GPU image's)"
+  fi
   mkdir -p .whl/field "$SOURCE"
 
   # 1. Wheels: what modelyard imports that the GPU image (torch, transformers, aiohttp, httpx,
@@ -51,7 +58,9 @@ if [ "$check_only" = 0 ]; then
   pins=$(python - <<'EOF'
 import importlib.metadata as metadata
 names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "httptools", "sqlalchemy",
-         "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn"]
+         "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn",
+         # the image lacks these too (or has huggingface_hub 1.x; modelyard needs 2.x)
+         "cryptography", "cffi", "pycparser", "python_multipart", "swagger_ui_bundle_v2", "huggingface_hub"]
 pins = []
 for name in names:
     try:
@@ -63,10 +72,11 @@ EOF
 )
   rm -f .whl/field/*.whl
   # shellcheck disable=SC2086
-  $PY312 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  python -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_34_x86_64 -d .whl/field $pins
-  rm -f .whl/field/pygments-*.whl  # the image has it
+  # the image has these (and the same versions would only shadow its own)
+  rm -f .whl/field/{pygments,hf_xet,fsspec,filelock,tqdm,packaging,pyyaml}-*.whl
 
   # 2. The model: Qwen3's real tokenizer, and a core trained on it (about 40 s on one CPU core).
   if [ ! -f "$SOURCE/core/core.json" ]; then
@@ -78,12 +88,28 @@ EOF
   fi
 
   # 3. The engines' offline bundles (built only when missing: about 5 and 15 minutes).
-  [ -f .gpu/kit/SHA256SUMS ] || bash ../shared/gpu/build-vllm-kit.sh .gpu
-  [ -f .sglx/kit/SHA256SUMS.base ] || PY312=$PY312 bash ../shared/gpu/sglang/build-sglang-kit.sh
-  (cat .gpu/p1/* .gpu/p2/* | sha256sum | grep -q "$(cut -d' ' -f1 .gpu/kit/SHA256SUMS)") \
-    || fail "the vLLM bundle does not match .gpu/kit/SHA256SUMS: remove .gpu and run again"
-  (cd .sglx/p1 && sha256sum -c --quiet ../kit/SHA256SUMS.base) \
-    || fail "the SGLang bundle does not match .sglx/kit/SHA256SUMS.base: remove .sglx and run again"
+  if wants vllm; then
+    [ -f .gpu/kit/SHA256SUMS ] || bash ../shared/gpu/build-vllm-kit.sh .gpu
+    (cat .gpu/p1/* .gpu/p2/* | sha256sum | grep -q "$(cut -d' ' -f1 .gpu/kit/SHA256SUMS)") \
+      || fail "the vLLM bundle does not match .gpu/kit/SHA256SUMS: remove .gpu and run again"
+  fi
+  if wants sglang; then
+    [ -f .sglx/kit/SHA256SUMS.base ] || PY312=$PY312 bash ../shared/gpu/sglang/build-sglang-kit.sh
+    (cd .sglx/p1 && sha256sum -c --quiet ../kit/SHA256SUMS.base) \
+      || fail "the SGLang bundle does not match .sglx/kit/SHA256SUMS.base: remove .sglx and run again"
+  fi
+  # Ray for the Ray runtime's phase: the venv's version (what CI tests), for Python 3.12, with the
+  # packages it needs that the GPU image lacks (jsonschema's; click, msgpack, protobuf ... are there).
+  if wants ray; then
+    ray_version=$(python -c 'import importlib.metadata as m; print(m.version("ray"))') \
+      || fail "Ray is not in this venv: pip install -e '.[ray]' first"
+    rm -rf .whl/ray && mkdir -p .whl/ray .field/ray-kit
+    python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d .whl/ray "ray==$ray_version" jsonschema jsonschema-specifications referencing rpds-py
+    (cd .whl/ray && tar -cf ../../.field/ray-wheels.tar ./*.whl)
+    (cd .field && sha256sum ray-wheels.tar > ray-kit/SHA256SUMS)
+  fi
 fi
 
 # 4. Pieces: each bundle as one stream, cut into pieces that fit one call beside the working tree.
@@ -93,9 +119,10 @@ piece_bytes() {  # what one call may carry beside the working tree and the given
 cut_pieces() {  # NAME KIT FILES...: .field/NAME-1, .field/NAME-2, ... each holding one piece
   local name=$1 kit=$2 size
   shift 2
-  size=$(piece_bytes "$kit")
+  # FIELD_PIECE_SLACK: bytes kept free besides carry.py's margin, for a tree that grows before the calls.
+  size=$(( $(piece_bytes "$kit") - ${FIELD_PIECE_SLACK:-0} ))
   [ "$size" -gt 1048576 ] || fail "the working tree alone leaves no room for a piece ($size bytes): trim it (scripts/field/trim-checkout.sh on)"
-  rm -rf .field/"$name"-*
+  rm -rf .field/"$name"-[0-9]* .field/"$name"-pieces
   mkdir -p .field/"$name"-pieces
   cat "$@" | split -b "$size" -d -a 2 - ".field/$name-pieces/piece-"
   local index=0 piece
@@ -106,14 +133,20 @@ cut_pieces() {  # NAME KIT FILES...: .field/NAME-1, .field/NAME-2, ... each hold
   rmdir .field/"$name"-pieces
 }
 if [ "$check_only" = 0 ] || [ ! -d .field/vllm-1 ]; then
-  [ -f .gpu/kit/SHA256SUMS ] && cut_pieces vllm .gpu/kit .gpu/p1/* .gpu/p2/*
-  [ -f .sglx/kit/SHA256SUMS.base ] && cut_pieces sglang .sglx/kit .sglx/p1/sgl-base.tar.xz
+  if wants vllm && [ -f .gpu/kit/SHA256SUMS ]; then cut_pieces vllm .gpu/kit .gpu/p1/* .gpu/p2/*; fi
+  if wants sglang && [ -f .sglx/kit/SHA256SUMS.base ]; then
+    cut_pieces sglang .sglx/kit .sglx/p1/sgl-base.tar.xz
+  fi
+  if wants ray && [ -f .field/ray-wheels.tar ]; then
+    cut_pieces ray .field/ray-kit .field/ray-wheels.tar && rm .field/ray-wheels.tar
+  fi
 fi
 
 # 5. The calls, in order, and the size check of each (bytes, with 1 MiB kept spare).
 calls=()
 for piece in .field/vllm-*; do [ -d "$piece" ] && calls+=("stage-vllm=$piece,.gpu/kit"); done
 for piece in .field/sglang-*; do [ -d "$piece" ] && calls+=("stage-sglang=$piece,.sglx/kit"); done
+for piece in .field/ray-[0-9]*; do [ -d "$piece" ] && calls+=("stage-ray=$piece,.field/ray-kit"); done
 calls+=("setup=.gpu/kit,.whl/field")
 # The later phases carry nothing: the working tree alone must fit.
 python3 scripts/field/carry.py "${calls[@]}" "later-phases=" \
@@ -124,6 +157,7 @@ python3 scripts/field/carry.py "${calls[@]}" "later-phases=" \
     phase=${call%%=*}; carry=${call#*=}
     echo "bash scripts/field/h200.sh $phase    # carry: ${carry//,/ }"
   done
-  echo "# then, carrying nothing: bench, faults-kv, engines-one-gpu (one GPU) or transformers and tp2 (two)"
+  echo "# then, carrying nothing: bench, faults-kv, engines-one-gpu (one GPU) or transformers and tp2 (two);"
+  echo "# or, for the 2026-12-02 run: share-setup instead of setup (same carry), share-routing, ray-runtime"
 } > .field/plan.txt
 cat .field/plan.txt

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from report_share import prefix_table, runtime_table, scale_lines, shared_gpu_table
 
 ENGINE_MEMORY_LINES = re.compile(
     r"Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|"
@@ -388,6 +389,12 @@ def main() -> None:
     sections.append(("Engines side by side (through the gateway)", engines_at(results, engines)))
     sections.append(("Engines side by side (direct)", engines_at(results, engines, "direct")))
     sections.append(("KV cache: estimate against the engines' logs", kv_truth_table(results)))
+    sections.append(("Engines sharing one GPU, placed by memory", shared_gpu_table(results)))
+    sections.append(("Replicas added one after the other", scale_lines(results)))
+    sections.append(
+        ("Prefix routing against least outstanding (one deployment, two replicas)", prefix_table(results))
+    )
+    sections.append(("The Ray runtime (one node) against the process runtime", runtime_table(results)))
     for name in ("vllm", "vllm-kv-mem08", "sglang", "sglang-kv-mem08", "vllm-tp2", "sglang-tp2"):
         lines = memory_lines(results, name)
         if lines:

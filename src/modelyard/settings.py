@@ -13,6 +13,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
+# Ray's own default GCS port; the port workers join (`modelyard worker join HOST:6379`).
+DEFAULT_RAY_PORT = 6379
+
 ENV_DATA_DIR = "MODELYARD_DATA_DIR"
 ENV_DATABASE_URL = "MODELYARD_DATABASE_URL"
 ENV_URL = "MODELYARD_URL"
@@ -59,6 +62,12 @@ class Settings:
     docker_network: str = "host"
     docker_shm_size: str | None = None
     docker_volumes: tuple[str, ...] = ()
+    # A cluster (docs/clusters.md): engines run through Ray on the workers that joined. With
+    # ``cluster`` and no ``ray_address`` the server starts a Ray head on ``ray_port``;
+    # ``ray_address`` ("HOST:PORT") connects to a head that runs already.
+    cluster: bool = False
+    ray_address: str | None = None
+    ray_port: int = DEFAULT_RAY_PORT
 
     @property
     def database_url(self) -> str:
@@ -86,6 +95,18 @@ class Settings:
     def cli_token_file(self) -> Path:
         """The token the CLI on this host authenticates with instead of the password (mode 0600)."""
         return self.data_dir / "cli-token"
+
+    @property
+    def cluster_token_file(self) -> Path:
+        """The cluster's token (Ray's token authentication), made at the first ``serve --cluster``
+        (mode 0600); every worker joins with it."""
+        return self.data_dir / "cluster-token"
+
+    @property
+    def cluster_head_file(self) -> Path:
+        """The Ray head this server started: its address and process, so that a restarted server
+        finds it (and the engines on the cluster) again."""
+        return self.data_dir / "cluster-head.json"
 
     @property
     def server_url(self) -> str:

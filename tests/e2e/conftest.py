@@ -16,6 +16,7 @@ server reaches through ``HF_ENDPOINT``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -187,15 +188,17 @@ def hub(test_models: ModelCache, tmp_path_factory: pytest.TempPathFactory) -> It
         double.faults.release_all()
 
 
-@pytest.fixture(scope="session")
-def console_server(
-    tmp_path_factory: pytest.TempPathFactory, hub: HuggingFaceHubDouble
+@contextlib.contextmanager
+def serve_console(
+    root: Path, hub: HuggingFaceHubDouble, environment: dict[str, str] | None = None, docker: bool = True
 ) -> Iterator[ConsoleServer]:
-    root = tmp_path_factory.mktemp("console")
+    """``modelyard serve`` in a subprocess on a free port, its data under ``root``; stopped after.
+    ``environment`` adds variables (the NVML double's); ``docker`` mounts this host's Python for
+    the Docker runtime's engines when Docker runs here."""
     data_dir = root / "data"
     port = free_port()
     log_path = root / "serve.log"
-    environment = {
+    variables = {
         **os.environ,
         "MODELYARD_DATA_DIR": str(data_dir),
         "MODELYARD_URL": f"http://127.0.0.1:{port}",
@@ -203,10 +206,11 @@ def console_server(
         "HF_ENDPOINT": hub.endpoint,
         "OMP_NUM_THREADS": "1",
         "NO_COLOR": "1",
+        **(environment or {}),
     }
-    environment.pop("HF_HUB_OFFLINE", None)
+    variables.pop("HF_HUB_OFFLINE", None)
     arguments = ["serve", "--no-demo", "--port", str(port)]
-    problem = docker_problem()
+    problem = docker_problem() if docker else "this server runs no containers"
     if problem is None:
         import_skeleton_image()
         for mount in host_python_mounts():
@@ -216,7 +220,7 @@ def console_server(
             [sys.executable, "-m", "modelyard.cli.main", *arguments],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=environment,
+            env=variables,
             cwd=root,
         )
     url = f"http://127.0.0.1:{port}"
@@ -242,6 +246,15 @@ def console_server(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def console_server(
+    tmp_path_factory: pytest.TempPathFactory, hub: HuggingFaceHubDouble
+) -> Iterator[ConsoleServer]:
+    """The server most tests share: no GPU (this host has none), Docker when it runs here."""
+    with serve_console(tmp_path_factory.mktemp("console"), hub) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

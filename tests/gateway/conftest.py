@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -25,6 +28,7 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select, update
 
+import modelyard
 from modelyard.backends.spec import DEFAULT_API_PATHS
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.control.endpoints import Endpoint
@@ -35,9 +39,27 @@ from modelyard.services.key_hashing import display_prefix, generate_key, hash_ke
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import ApiKey, UsageRecord, utc_now
+from modelyard.testing.nvml_double.pynvml import DOUBLE_FILE_VARIABLE
 
 from .served import ServedPlatform
 
+NVML_DOUBLE_FOLDER = str(Path(modelyard.__file__).resolve().parent / "testing" / "nvml_double")
+# What the NVML double reports for the served platform's host.
+NVML_DOUBLE_GPUS: list[dict[str, Any]] = [
+    {
+        "name": "NVIDIA H200",
+        "uuid": f"GPU-{index}0000000-0000-0000-0000-000000000000",
+        "memory_total_bytes": 150_754_820_096,
+        "memory_used_bytes": used_bytes,
+        "utilization_percent": utilization,
+        "temperature_celsius": temperature,
+        "power_milliwatts": power_mw,
+        "power_limit_milliwatts": 700_000,
+    }
+    for index, (used_bytes, utilization, temperature, power_mw) in enumerate(
+        [(120_000_000_000, 87, 61, 612_500), (1_000_000, 0, 33, 70_000)]
+    )
+]
 Result = TypeVar("Result")
 
 _instance_ids = itertools.count(1)
@@ -59,6 +81,9 @@ class GatewayHarness:
     _thread: threading.Thread | None = None
     _socket: socket.socket | None = None
     _key_ids: dict[str, int] = field(default_factory=dict)
+    settings: GatewaySettings = field(
+        default_factory=lambda: GatewaySettings(usage_batch_delay_s=0.0, key_last_used_interval_s=3600)
+    )
 
     # -- running on the gateway's event loop ----------------------------------------------------
 
@@ -167,9 +192,7 @@ class GatewayHarness:
         @asynccontextmanager
         async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             harness.loop = asyncio.get_running_loop()
-            gateway = await start_gateway(
-                harness.context, GatewaySettings(usage_batch_delay_s=0.0, key_last_used_interval_s=3600)
-            )
+            gateway = await start_gateway(harness.context, harness.settings)
             harness.runtime = gateway.in_process_runtime()
             try:
                 yield
@@ -250,8 +273,17 @@ def engines() -> Iterator[ReferenceServers]:
 
 @pytest.fixture(scope="session")
 def served_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    """A real ``modelyard serve`` with two gateway workers, shared by the tests that need one."""
-    served = ServedPlatform(tmp_path_factory.mktemp("served") / "data", gateway_workers=2)
+    """A real ``modelyard serve`` with two gateway workers, shared by the tests that need one.
+
+    It reads its host's GPUs through the NVML double (two H200s, ``NVML_DOUBLE_GPUS``): the
+    server's own NVML code runs, only the driver is played.
+    """
+    scratch = tmp_path_factory.mktemp("served")
+    nvml_file = scratch / "nvml.json"
+    nvml_file.write_text(json.dumps({"driver_version": "580.95.05", "gpus": NVML_DOUBLE_GPUS}))
+    python_path = os.pathsep.join(filter(None, [NVML_DOUBLE_FOLDER, os.environ.get("PYTHONPATH")]))
+    environment = {"PYTHONPATH": python_path, DOUBLE_FILE_VARIABLE: str(nvml_file)}
+    served = ServedPlatform(scratch / "data", gateway_workers=2, environment=environment)
     served.start()
     try:
         yield served

@@ -60,6 +60,8 @@ class ServedPlatform:
     gateway_workers: int
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # Added to the server's environment (e.g. the NVML double on PYTHONPATH).
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -69,6 +71,7 @@ class ServedPlatform:
 
     def start(self, timeout_s: float = 90.0, extra_arguments: tuple[str, ...] = ()) -> None:
         environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
+        environment.update(self.environment)
         argv = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
         argv += ["--gateway-workers", str(self.gateway_workers), *extra_arguments]

@@ -167,6 +167,16 @@ def test_the_request_id_is_forwarded_returned_and_made_when_missing(
     headers = {"Authorization": f"Bearer {api_key}", "x-request-id": "trace-42"}
     given = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
     assert given.headers["x-request-id"] == "trace-42"
+    # The vLLM double, like vLLM, names its answer after the X-Request-Id it received.
+    assert given.json()["id"] == "chatcmpl-trace-42"
+    streamed = httpx.post(
+        gateway.base_url + "/v1/chat/completions",
+        json={**body, "stream": True},
+        headers={**headers, "x-request-id": "trace-43"},
+        timeout=30,
+    )
+    assert streamed.headers["x-request-id"] == "trace-43"
+    assert all(b'"id":"chatcmpl-trace-43"' in event for event in data_events(streamed.content)[:-1])
     made = httpx.post(
         gateway.base_url + "/v1/chat/completions",
         json=body,
@@ -174,6 +184,7 @@ def test_the_request_id_is_forwarded_returned_and_made_when_missing(
         timeout=30,
     )
     assert re.fullmatch(r"[0-9a-f]{22}", made.headers["x-request-id"])
+    assert made.json()["id"] == "chatcmpl-" + made.headers["x-request-id"]
     refused = httpx.post(
         gateway.base_url + "/v1/chat/completions", json=body, headers={"x-request-id": "r-1"}, timeout=30
     )

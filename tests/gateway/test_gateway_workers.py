@@ -139,6 +139,45 @@ def test_a_new_replica_reaches_every_worker(platform: ServedPlatform, tmp_path: 
     assert all(after[port] > before[port] for port in ports), (before, after)
 
 
+def fresh_chat(platform: ServedPlatform, key: str, deployment: str) -> str:
+    """One answer on a new connection: its status and, for an error, the gateway's code."""
+    body = {"model": deployment, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with httpx.Client(timeout=30) as client:
+        response = client.post(
+            platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+    return (
+        "200" if response.status_code == 200 else f"{response.status_code} {response.json()['error']['code']}"
+    )
+
+
+def every_worker_answers(platform: ServedPlatform, key: str, deployment: str, expected: str) -> list[str]:
+    """24 fresh connections (both workers, whp) until all answer ``expected``, for at most 1 s."""
+    started = time.monotonic()
+    answers = [fresh_chat(platform, key, deployment) for _ in range(24)]
+    while set(answers) != {expected} and time.monotonic() - started < 1.0:
+        answers = [fresh_chat(platform, key, deployment) for _ in range(24)]
+    return answers
+
+
+def test_a_new_and_a_deleted_deployment_reach_every_worker_within_a_second(
+    platform: ServedPlatform, tmp_path: Path
+) -> None:
+    # A worker that missed the controller's snapshot would answer 404 for the new deployment,
+    # and keep sending requests to the deleted one's engine.
+    key = platform.create_key("pushed")
+    platform.deploy_double("pushed-late", tmp_path)
+    answers = every_worker_answers(platform, key, "pushed-late", "200")
+    assert set(answers) == {"200"}, f"1 s after the deployment ran: {answers}"
+    assert platform.api("DELETE", "/api/v1/deployments/pushed-late").status_code == 202
+    deadline = time.monotonic() + 60
+    while platform.api("GET", "/api/v1/deployments/pushed-late").status_code != 404:
+        assert time.monotonic() < deadline, "the deployment was not deleted within 60 s"
+        time.sleep(0.1)
+    answers = every_worker_answers(platform, key, "pushed-late", "404 model_not_found")
+    assert set(answers) == {"404 model_not_found"}, f"1 s after the deletion: {answers}"
+
+
 def test_a_console_session_cookie_never_rides_on_another_clients_request(platform: ServedPlatform) -> None:
     # The relay to the main process is one HTTP client for every visitor: a cookie jar there
     # would hand one visitor's session to the next.

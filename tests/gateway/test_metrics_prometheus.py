@@ -24,6 +24,7 @@ import pytest
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.server.metrics.families import gpu_families
 
+from .conftest import NVML_DOUBLE_GPUS
 from .served import ServedPlatform, free_port
 
 VLLM_DEPLOYMENT = "metrics-vllm"
@@ -152,9 +153,71 @@ def test_prometheus_scrapes_the_gateway_the_controller_and_both_engines(
         prometheus.wait_for(f'sglang:num_requests_total{{deployment="{SGLANG_DEPLOYMENT}"}}', minimum=9) >= 10
     )
     assert prometheus.wait_for('sum(modelyard_engine_scrape_up{deployment=~"metrics-.*"})', minimum=1) == 2
-    assert prometheus.query("modelyard_gpu_telemetry_available == 0"), (
-        "this host has no GPU: NVML is unavailable"
+    # ... and the replica's instance id, the one the REST API shows.
+    instance_id = platform.api("GET", f"/api/v1/deployments/{VLLM_DEPLOYMENT}").json()["instances"][0]["id"]
+    engine_series = prometheus.query(f'vllm:request_success_total{{deployment="{VLLM_DEPLOYMENT}"}}')
+    assert {series["metric"]["instance_id"] for series in engine_series} == {str(instance_id)}
+
+
+def test_latencies_tokens_errors_and_restarts_reach_prometheus(
+    scraped: tuple[ServedPlatform, Prometheus],
+) -> None:
+    platform, prometheus = scraped
+    key = platform.create_key("latencies")
+    for _ in range(3):
+        _chat(platform, key, SGLANG_DEPLOYMENT, stream=True)
+    missing = httpx.post(
+        platform.url + "/v1/chat/completions",
+        json={"model": "no-such-model", "messages": []},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
     )
+    assert missing.status_code == 404
+    selector = f'deployment="{SGLANG_DEPLOYMENT}",key="latencies"'
+    assert prometheus.wait_for(f"sum(modelyard_gateway_request_duration_seconds_count{{{selector}}})", 2) == 3
+    assert prometheus.wait_for(f"sum(modelyard_gateway_prompt_tokens_total{{{selector}}})") > 0
+    # 8 tokens an answer, one a chunk: 7 gaps after the first piece (more if pieces are split).
+    gaps = f'sum(modelyard_gateway_inter_token_latency_seconds_count{{deployment="{SGLANG_DEPLOYMENT}"}})'
+    assert prometheus.wait_for(gaps, minimum=20) >= 21
+    # A refused request is an error by status and code, under no deployment (no new series).
+    refused = (
+        'sum(modelyard_gateway_errors_total{deployment="",key="latencies",status="404",'
+        'code="model_not_found"})'
+    )
+    assert prometheus.wait_for(refused) == 1
+    assert (
+        prometheus.wait_for(
+            f'count(modelyard_gateway_requests_in_flight{{deployment="{SGLANG_DEPLOYMENT}"}} == 0)'
+        )
+        == 1
+    )
+    restarts = f'modelyard_instance_restarts{{deployment="{SGLANG_DEPLOYMENT}"}}'
+    assert [series["value"][1] for series in prometheus.query(restarts)] == ["0"]
+
+
+def test_the_hosts_gpus_are_read_through_nvml_and_reach_prometheus(
+    scraped: tuple[ServedPlatform, Prometheus],
+) -> None:
+    _, prometheus = scraped
+    # The server's NVML reading code ran against the NVML double's two H200s (conftest).
+    assert prometheus.wait_for("max(modelyard_gpu_telemetry_available)") == 1
+    for index, gpu in enumerate(NVML_DOUBLE_GPUS):
+        selector = f'gpu="{index}",uuid="{gpu["uuid"]}",name="NVIDIA H200"'
+        assert (
+            prometheus.wait_for(f"modelyard_gpu_memory_total_bytes{{{selector}}}")
+            == gpu["memory_total_bytes"]
+        )
+        used = prometheus.query(f"modelyard_gpu_memory_used_bytes{{{selector}}}")
+        assert float(used[0]["value"][1]) == gpu["memory_used_bytes"]
+        readings = {
+            name: prometheus.query(f"modelyard_gpu_{name}{{{selector}}}")
+            for name in ("utilization_percent", "temperature_celsius", "power_watts")
+        }
+        assert {name: float(result[0]["value"][1]) for name, result in readings.items()} == {
+            "utilization_percent": gpu["utilization_percent"],
+            "temperature_celsius": gpu["temperature_celsius"],
+            "power_watts": gpu["power_milliwatts"] / 1000,
+        }
 
 
 def test_metrics_need_the_scrape_token(scraped: tuple[ServedPlatform, Prometheus]) -> None:

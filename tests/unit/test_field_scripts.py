@@ -215,3 +215,140 @@ def test_the_sglang_bundle_travels_in_pieces_and_is_unpacked_once_all_are_there(
     assert late.returncode == 0, late.stdout + late.stderr
     assert (tmp_path / "sgl" / ".ok").exists()
     assert "sglang 0.0-field-test" in late.stdout
+
+
+def _steps(tmp_path: Path) -> list[str]:
+    return (tmp_path / "steps.log").read_text().splitlines()
+
+
+@needs_tools
+def test_share_setup_places_both_deployments_by_memory_and_starts_pair_one_replica_at_a_time(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "share-setup", tmp_path, FIELD_SOFTWARE="0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = _steps(tmp_path)
+    assert [line.split()[:2] for line in steps] == [
+        ["serve", "--model-dir"],
+        ["deploy", "pair"],
+        ["scale", "pair"],
+        ["deploy", "solo"],
+        ["kv-shared", "pair"],
+    ]
+    deploys = [line for line in steps if line.startswith("deploy")]
+    assert all("--gpu-memory auto" in line for line in deploys)
+    # The placement sets the knob: the field script never does.
+    assert not any("--gpu-memory-utilization" in line for line in deploys)
+    assert "--replicas" not in steps[1] and steps[2].split()[2] == "2"  # the second replica after the first
+    assert steps[4].split()[1:] == ["pair", "solo"]
+
+
+@needs_tools
+def test_share_setup_stops_when_the_server_does_not_start(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "share-setup", tmp_path, FIELD_SOFTWARE="0", FAIL_STEP="serve")
+    assert result.returncode == 1
+    assert "1 of 1 steps failed" in result.stdout
+    assert [line.split()[0] for line in _steps(tmp_path)] == ["serve"]
+
+
+@needs_tools
+def test_share_routing_runs_both_policies_then_each_side_by_side_pair_twice(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "share-routing", tmp_path, FAIL_STEP="gateway-cost solo --suffix=-r1")
+    assert result.returncode == 1
+    assert "3 of 7 steps failed" in result.stdout  # the first repeat's three pairs
+    steps = _steps(tmp_path)
+    assert steps[0] == "prefix-routing pair"
+    assert steps[1:] == ["gateway-cost solo --suffix=-r1"] * 3 + ["gateway-cost solo --suffix=-r2"] * 3
+
+
+def _wheel(name: str, version: str, source: str) -> bytes:
+    """A minimal wheel holding one importable package (a stand-in for Ray's)."""
+    import zipfile
+
+    buffer = io.BytesIO()
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{name}/__init__.py", source)
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return buffer.getvalue()
+
+
+@needs_tools
+def test_the_ray_wheels_travel_in_pieces_and_are_installed_once_all_are_there(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        wheel = _wheel("ray", "0.0", '__version__ = "0.0-field-test"\n')
+        info = tarfile.TarInfo("ray-0.0-py3-none-any.whl")
+        info.size = len(wheel)
+        archive.addfile(info, io.BytesIO(wheel))
+    bundle = buffer.getvalue()
+    kit = field_checkout / ".field" / "ray-kit"
+    kit.mkdir(parents=True)
+    (kit / "SHA256SUMS").write_text(f"{hashlib.sha256(bundle).hexdigest()}  ray-wheels.tar\n")
+    first = field_checkout / ".field" / "ray-1"
+    first.mkdir(parents=True)
+    (first / "piece-00").write_bytes(bundle[:1000])
+    site = tmp_path / "ray-site"
+    early = _h200(field_checkout, "stage-ray", tmp_path, RAY_SITE=str(site))
+    assert early.returncode == 0, early.stdout + early.stderr
+    assert "a piece is missing" in early.stdout and not (site / ".ok").exists()
+    shutil.rmtree(first)
+    second = field_checkout / ".field" / "ray-2"
+    second.mkdir(parents=True)
+    (second / "piece-01").write_bytes(bundle[1000:])
+    late = _h200(field_checkout, "stage-ray", tmp_path, RAY_SITE=str(site))
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert (site / ".ok").exists() and "ray 0.0-field-test" in late.stdout
+
+
+# The double, recording which server (FIELD_PORT) each step went to.
+PORT_DOUBLE = """#!/bin/bash
+echo "$FIELD_PORT $*" >> "$STEPS_LOG"
+exit 0
+"""
+
+
+@needs_tools
+def test_ray_runtime_needs_ray_staged_first(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "ray-runtime", tmp_path, RAY_SITE=str(tmp_path / "no-ray"))
+    assert result.returncode == 3
+    assert "stage-ray first" in result.stdout
+    assert not (tmp_path / "steps.log").exists()
+
+
+@needs_tools
+def test_ray_runtime_deploys_on_a_second_server_and_alternates_the_runtimes(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "ray-site"
+    site.mkdir()
+    (site / ".ok").touch()
+    double = tmp_path / "port_double.sh"
+    double.write_text(PORT_DOUBLE)
+    result = _h200(field_checkout, "ray-runtime", tmp_path, RAY_SITE=str(site), FIELD_RUN=f"bash {double}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = [line.split()[:3] for line in _steps(tmp_path)]
+    assert steps[:4] == [
+        ["8081", "serve", "--model-dir"],
+        ["8081", "deploy", "ray-solo"],
+        ["8081", "chat", "ray-solo"],
+        ["8080", "chat", "solo"],
+    ]
+    benches = [(port, name) for port, step, name in steps if step == "bench"]
+    assert benches == [("8081", "ray-solo"), ("8080", "solo"), ("8080", "solo"), ("8081", "ray-solo")]
+    lines = _steps(tmp_path)
+    assert "--serve-arg=--cluster" in lines[0] and "--gpu-memory auto" in lines[1]
+    assert [line.endswith("--repeat-from 2") for line in lines if " bench " in f" {line} "] == [
+        False,
+        False,
+        True,
+        True,
+    ]

@@ -45,6 +45,16 @@ def _print_warnings(deployment: dict[str, Any]) -> None:
         )
 
 
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip() or not value.strip():
+            fail(f"--worker-label {item!r} is not KEY=VALUE (e.g. --worker-label zone=a)")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
 def deploy(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="A model registered with `modelyard models add`."),
@@ -73,6 +83,27 @@ def deploy(
         "--routing",
         help="least-outstanding, or prefix: prompts that begin alike go to the same replica.",
     ),
+    gpu_memory: str | None = typer.Option(
+        None,
+        "--gpu-memory",
+        help="Place by memory: auto (the estimate) or a size per GPU (20GiB); may share a GPU.",
+    ),
+    workers: list[str] = typer.Option(
+        [], "--worker", help="On a cluster: only on this worker (repeatable; names from `modelyard workers`)."
+    ),
+    worker_labels: list[str] = typer.Option(
+        [], "--worker-label", help="On a cluster: only on workers with this label, KEY=VALUE (repeatable)."
+    ),
+    gpu_model: str | None = typer.Option(
+        None, "--gpu-model", help="Only on GPUs whose name contains this (H200, L40S)."
+    ),
+    nodes: int = typer.Option(
+        1,
+        "--nodes",
+        min=1,
+        max=16,
+        help="A replica over this many hosts (vLLM, SGLang; GPUs split evenly).",
+    ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
     timeout_seconds: float = typer.Option(
         DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait for running."
@@ -82,7 +113,7 @@ def deploy(
     """Deploy a model and wait until it answers (unless --no-wait)."""
     if gpus is not None and gpu_ids is not None:
         fail("give either --gpus or --gpu-ids, not both")
-    body = {
+    body: dict[str, Any] = {
         "model": model,
         "name": name,
         "backend": backend,
@@ -95,6 +126,16 @@ def deploy(
         "skip_verification": skip_verification,
         "routing": routing,
     }
+    if gpu_memory is not None:
+        body["gpu_memory"] = gpu_memory
+    if workers:
+        body["workers"] = workers
+    if worker_labels:
+        body["worker_labels"] = _parse_labels(worker_labels)
+    if gpu_model is not None:
+        body["gpu_model"] = gpu_model
+    if nodes != 1:
+        body["nodes"] = nodes
     client = ApiClient.from_context(ctx)
     if preset is not None:
         from modelyard.cli.presets import apply_preset
@@ -196,6 +237,28 @@ def _print_engines(deployment: dict[str, Any]) -> None:
         )
 
 
+def _print_memory_placement(deployment: dict[str, Any]) -> None:
+    """Instances placed by memory: the bytes booked per GPU and the knob's value set from them."""
+    rows = []
+    for instance in deployment["instances"]:
+        placement = instance.get("placement") or {}
+        if not placement.get("memory_knob"):
+            continue
+        booked = placement.get("memory_bytes_per_gpu") or 0
+        rows.append(
+            [
+                instance["id"],
+                ",".join(str(index) for index in instance.get("gpu_ids") or []),
+                f"{booked / 2**30:.1f} GiB",
+                f"{placement['memory_knob']} {placement.get('memory_fraction')}",
+                placement.get("demand", ""),
+            ]
+        )
+    if rows:
+        stdout.print()
+        print_table(["INSTANCE", "GPUS", "BOOKED", "KNOB", "ESTIMATE"], rows, title="placed by memory")
+
+
 def _print_verification(deployment: dict[str, Any]) -> None:
     """The verification suite's results of each instance (run before it took traffic)."""
     rows = [
@@ -241,6 +304,7 @@ def ps(
     _print_diagnoses(deployments)
     if name:
         _print_engines(deployments[0])
+        _print_memory_placement(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:
         _print_warnings(deployment)

@@ -74,6 +74,16 @@ COMMANDS: dict[str, CommandEntry] = {
         "The server host's GPUs, as NVML reads them now: memory, load, temperature, power, PCIe link.",
         _SERVER,
     ),
+    "workers": CommandEntry(
+        ("modelyard.cli.workers",),
+        "The hosts engines run on: their GPUs, state (ready, lost), labels, when last seen.",
+        _SERVER,
+    ),
+    "worker": CommandEntry(
+        ("modelyard.cli.workers",),
+        "This host in a modelyard cluster: join one (see `modelyard workers` for the list).",
+        _SERVER,
+    ),
     "keys": CommandEntry(("modelyard.cli.keys",), "API keys for the gateway (/v1).", _SERVER),
     "usage": CommandEntry(
         ("modelyard.cli.keys",),

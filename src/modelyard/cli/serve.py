@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from modelyard.cli.context import cli_context, stderr
-from modelyard.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_DATABASE_URL, Settings
+from modelyard.settings import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RAY_PORT, ENV_DATABASE_URL, Settings
 
 if TYPE_CHECKING:
+    from modelyard.cluster.server_cluster import ServerCluster
     from modelyard.server.context import ServerContext
 
 DEMO_WATCH_INTERVAL_SECONDS = 0.5
@@ -48,6 +49,26 @@ def _print_banner(settings: Settings, password: str | None) -> None:
             "it (the CLI on this host works without it)",
             highlight=False,
         )
+
+
+def _print_cluster(cluster: ServerCluster) -> None:
+    settings = cluster.settings
+    where = "started here" if cluster.head is not None and not cluster.head.reused else "running"
+    stderr.print(f"  cluster          Ray head at {cluster.address} ({where}; token authentication on)")
+    if cluster.token_created:
+        stderr.print(
+            f"  join a worker    modelyard worker join {cluster.address} "
+            f"--token [bold]{cluster.token}[/bold]\n"
+            f"                   (the token is shown once; stored in {settings.cluster_token_file})",
+            highlight=False,
+        )
+    else:
+        stderr.print(
+            f"  join a worker    modelyard worker join {cluster.address} --token-file FILE  "
+            f"(FILE: a copy of {settings.cluster_token_file})",
+            highlight=False,
+        )
+    stderr.print("  workers          modelyard workers", highlight=False)
 
 
 def _say(text: str, started_at: float) -> None:
@@ -150,6 +171,25 @@ def serve(
         max=64,
         help="Processes serving /v1 on the port (default: usable cores - 1, 1 to 8; 0: in the main process).",
     ),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="Run a cluster: start a Ray head here (token authentication on) that workers join with "
+        "`modelyard worker join`; engines run through Ray on the workers. Needs modelyard[ray].",
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="With --cluster: use the Ray head at HOST:PORT instead of starting one (its token in "
+        "<data-dir>/cluster-token or $MODELYARD_CLUSTER_TOKEN).",
+    ),
+    ray_port: int = typer.Option(
+        DEFAULT_RAY_PORT,
+        "--ray-port",
+        min=1,
+        max=65535,
+        help="With --cluster: the port of the Ray head started here.",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     started_at = time.monotonic()
@@ -163,7 +203,15 @@ def serve(
         docker_network=docker_network,
         docker_shm_size=docker_shm_size,
         docker_volumes=tuple(docker_volumes),
+        cluster=cluster or ray_address is not None,
+        ray_address=ray_address,
+        ray_port=ray_port,
     )
+    if settings.cluster:
+        # Before the port is bound, and without importing Ray (it reads its token once, at import).
+        from modelyard.runtimes.ray_connection import require_ray
+
+        require_ray()
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
     from modelyard.store.data_directory import secure_data_directory
 
@@ -207,6 +255,7 @@ def _run(
         database = Database.open(settings.database_url)
     except SQLAlchemyError as error:
         raise database_error(settings.database_url, settings.data_dir, error) from None
+    cluster = None
     try:
         try:
             password = ensure_admin(database, settings.admin_password_file)
@@ -216,13 +265,21 @@ def _run(
         except OSError as error:
             raise data_directory_error(settings.data_dir, error) from None
         _print_banner(settings, password)
+        runtimes = RuntimeSet.from_settings(settings)
+        if settings.cluster:
+            from modelyard.cluster.server_cluster import open_cluster
+
+            cluster = open_cluster(settings, say=lambda text: _say(text, started_at))
+            runtimes.ray = cluster.runtime
+            _print_cluster(cluster)
         limits = RequestLimits.from_environment(os.environ)
         context = ServerContext(
             settings=settings,
             database=database,
             cli_token=cli_token,
             limits=limits,
-            runtimes=RuntimeSet.from_settings(settings),
+            runtimes=runtimes,
+            cluster=cluster,
         )
         if settings.deploy_demo:
             context.demo.state = "preparing"
@@ -246,6 +303,8 @@ def _run(
             http_protocol=bounded_http_protocol(limits),
         )
     finally:
+        if cluster is not None:
+            cluster.close()
         database.close()
 
 

@@ -1,3 +1,5 @@
-"""Clusters on Ray: the head (``head.py``), joining workers (``join.py``), the workers with their
+"""Clusters on Ray: the head ``modelyard serve --cluster`` runs (``head.py``) and the server's
+hold on the cluster (``server_cluster.py``), hosts joining with ``modelyard worker join``
+(``join.py``; what both share about ``ray start``: ``ray_processes.py``), the workers with their
 GPUs read by an NVML probe task on each node (``workers.py``, ``probe.py``), the cluster token
 (``token.py``). Ray is imported only when a cluster is used."""

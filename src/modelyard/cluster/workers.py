@@ -25,10 +25,11 @@ from typing import Any, Literal
 from modelyard.cluster.probe import probe_gpus
 from modelyard.control.scheduler import Worker
 from modelyard.hardware.gpus import GpuInfo
+from modelyard.runtimes.ray_names import WORKER_LABEL
+from modelyard.runtimes.ray_supervisor import model_directory_problem
 
 logger = logging.getLogger(__name__)
 
-WORKER_LABEL = "modelyard.io/worker"
 PROBE_TIMEOUT_SECONDS = 10.0
 # Labels Ray sets itself; not shown as the worker's.
 _RAY_LABEL_PREFIX = "ray.io/"
@@ -73,6 +74,7 @@ class WorkerDirectory:
         self._ray = ray
         self._strategy = NodeAffinitySchedulingStrategy
         self._probe = ray.remote(probe_gpus)
+        self._model_check = ray.remote(model_directory_problem)
         self._timeout = probe_timeout_seconds
         self._known: dict[str, WorkerStatus] = {}
 
@@ -128,12 +130,43 @@ class WorkerDirectory:
                 self._known[node_id] = replace(
                     status, state="lost", worker=replace(status.worker, ready=False)
                 )
-        return sorted(self._known.values(), key=lambda status: (status.state != "ready", status.worker.name))
+        return self.last_read()
 
     def workers(self) -> list[Worker]:
         """The workers for placement (``Controller(workers_source=...)``)."""
         return [status.worker for status in self.read()]
 
+    def model_directory_problems(self, model_path: str) -> tuple[list[str], dict[str, str]]:
+        """The ready workers with GPUs (by name), and what is wrong with ``model_path`` on each
+        one that cannot serve it: the doctor's inspection run as a task on each (blocking)."""
+        workers = [
+            status.worker for status in self.last_read() if status.state == "ready" and status.worker.gpus
+        ]
+        references = {
+            worker.name: self._model_check.options(
+                num_cpus=0, scheduling_strategy=self._strategy(node_id=worker.id, soft=False)
+            ).remote(model_path)
+            for worker in workers
+        }
+        ready, _ = self._ray.wait(
+            list(references.values()), num_returns=len(references), timeout=self._timeout
+        )
+        done = set(ready)
+        problems: dict[str, str] = {}
+        for name, reference in references.items():
+            if reference not in done:
+                problems[name] = f"the check did not answer within {self._timeout:.0f} s"
+                continue
+            try:
+                answer = self._ray.get(reference)
+            except self._ray.exceptions.RayError as error:
+                problems[name] = f"the check failed: {error}"
+                continue
+            if answer is not None:
+                problems[name] = str(answer)
+        return [worker.name for worker in workers], problems
+
     def last_read(self) -> list[WorkerStatus]:
-        """The workers as last read, without reading again (the API's view)."""
-        return sorted(self._known.values(), key=lambda status: (status.state != "ready", status.worker.name))
+        """The workers as last read, without reading again (the API's view; any thread)."""
+        known = list(self._known.values())
+        return sorted(known, key=lambda status: (status.state != "ready", status.worker.name))

@@ -468,10 +468,14 @@ def check_request_fits(
     replicas: int,
     inventory: GpuInventory,
     backend_supports_cpu: bool,
+    *,
+    by_memory: bool = False,
 ) -> None:
     """Refuse, before anything is stored, a GPU request this host (or cluster) can never satisfy.
 
     Bookings by other deployments are not considered here (they may end); only the hardware.
+    ``by_memory``: the replicas are placed by memory and may share GPUs, so only one replica's
+    GPUs must exist (whether they fit beside the others is the scheduler's call, per start).
     """
     present = {gpu.index for gpu in inventory.gpus}
     if gpu_ids:
@@ -482,7 +486,7 @@ def check_request_fits(
                 f"GPU id(s) {missing} do not exist on this host (GPUs present: {have})",
                 hint="pick ids from `modelyard gpus`, or ask for a count with --gpus N",
             )
-        if replicas > 1:
+        if replicas > 1 and not by_memory:
             raise Unschedulable(
                 f"explicit GPU ids {gpu_ids} cannot serve {replicas} replicas: each GPU holds one replica",
                 hint="use --gpus N (GPUs per replica) to scale, or keep --replicas 1",
@@ -494,7 +498,7 @@ def check_request_fits(
                 "this backend needs a GPU and the deployment asks for none", hint="pass --gpus 1 (or more)"
             )
         return
-    needed = gpus_per_replica * replicas
+    needed = gpus_per_replica * (1 if by_memory else replicas)
     count = len(inventory.gpus)
     if needed > count:
         reason = inventory.unavailable_reason or f"{count} GPU(s) on this host"

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from modelyard.runtimes.base import EngineHandle
 
 PREFIX = "engine"
+# The Ray node label that names a worker (``modelyard worker join --name``; the host name by default).
+WORKER_LABEL = "modelyard.io/worker"
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,12 @@ from modelyard.runtimes.base import (
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
 from modelyard.runtimes.ray_logs import RankLogCopier
-from modelyard.runtimes.ray_names import GangName, parse_actor_name
-from modelyard.runtimes.ray_supervisor import EngineSupervisor, free_port_on_this_node
+from modelyard.runtimes.ray_names import WORKER_LABEL, GangName, parse_actor_name
+from modelyard.runtimes.ray_supervisor import (
+    EngineSupervisor,
+    free_port_on_this_node,
+    model_directory_problem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ class RayRuntime:
         self._ray = ray
         self._supervisor_class = ray.remote(EngineSupervisor)
         self._port_task = ray.remote(free_port_on_this_node)
+        self._model_task = ray.remote(model_directory_problem)
         self._placement_timeout = placement_timeout_seconds
         self._copiers: dict[str, RankLogCopier] = {}
         self._exited: dict[str, ExitStatus] = {}
@@ -128,6 +133,48 @@ class RayRuntime:
             ) from error
         return EngineAddress(bind_host=bind_host, port=port, reach_host=node_host, reach_port=port)
 
+    async def node_names(self) -> dict[str, str]:
+        """Every node's worker name (its ``modelyard.io/worker`` label, else its address), by node id."""
+        nodes = await asyncio.to_thread(self._ray.nodes)
+        return {
+            str(node["NodeID"]): str(
+                (node.get("Labels") or {}).get(WORKER_LABEL) or node.get("NodeManagerAddress")
+            )
+            for node in nodes
+        }
+
+    async def model_directory_problems(self, model_path: str, node_ids: list[str]) -> dict[str, str]:
+        """What is wrong with ``model_path`` on each of ``node_ids`` that cannot serve it (a task
+        pinned to each node, all at once; a node that does not answer in time is one of them)."""
+        references = {
+            node_id: self._model_task.options(
+                scheduling_strategy=self._node_strategy(node_id), num_cpus=0
+            ).remote(model_path)
+            for node_id in dict.fromkeys(node_ids)
+        }
+        answers = await self._call_all(list(references.values()))
+        problems = {}
+        for node_id, answer in zip(references, answers, strict=True):
+            if isinstance(answer, BaseException):
+                problems[node_id] = f"the check did not answer ({type(answer).__name__})"
+            elif answer is not None:
+                problems[node_id] = str(answer)
+        return problems
+
+    async def _check_model_on_nodes(self, model_path: str, node_ids: list[str]) -> None:
+        problems = await self.model_directory_problems(model_path, node_ids)
+        if not problems:
+            return
+        names = await self.node_names()
+        where = "; ".join(
+            f"{names.get(node_id, node_id[:12])}: {problem}" for node_id, problem in problems.items()
+        )
+        raise EngineStartFailed(
+            f"the model directory is not usable on the worker this replica was placed on ({where})",
+            hint=f"copy the model to {model_path} on that worker (the same path as on the server), or keep "
+            "the deployment off it with a placement selector (docs/clusters.md)",
+        )
+
     # -- start ------------------------------------------------------------------------------
 
     async def start(self, spec: LaunchSpec) -> StartedEngine:
@@ -164,6 +211,7 @@ class RayRuntime:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        await self._check_model_on_nodes(spec.model_path, [node_id for node_id, _, _ in ranks])
         group = placement_group(
             [{"CPU": BUNDLE_CPU} for _ in ranks],
             strategy="STRICT_PACK" if len(ranks) == 1 else "STRICT_SPREAD",

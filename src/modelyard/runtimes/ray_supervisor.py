@@ -45,6 +45,20 @@ def engine_log_folder() -> Path:
     return Path(tempfile.gettempdir()) / "modelyard-engines"
 
 
+def model_directory_problem(path: str) -> str | None:
+    """What is wrong with the model directory ``path`` on this node (run as a Ray task pinned to
+    the node, with the doctor's own inspection: ``modeldir.inspect_model_directory``); None: servable."""
+    from modelyard.modeldir import inspect_model_directory
+
+    directory = Path(path)
+    if not directory.is_dir():
+        return f"{path} does not exist" if not directory.exists() else f"{path} is not a directory"
+    report = inspect_model_directory(directory)
+    if report.valid:
+        return None
+    return "; ".join(report.reasons) or "it is not a servable model directory"
+
+
 def free_port_on_this_node(host: str) -> int:
     """A port nothing listens on now on this node (run as a Ray task on the node)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -166,4 +180,4 @@ def _group_alive(group: int) -> bool:
     return True
 
 
-__all__ = ["ENV_OWNER", "ENV_RANK", "EngineSupervisor", "free_port_on_this_node"]
+__all__ = ["ENV_OWNER", "ENV_RANK", "EngineSupervisor", "free_port_on_this_node", "model_directory_problem"]

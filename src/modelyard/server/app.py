@@ -66,6 +66,7 @@ def create_app(
             endpoints=context.endpoints,
             runtimes=context.runtimes,
             options=controller_options,
+            workers_source=context.cluster.workers if context.cluster is not None else None,
         )
         # The engines start while the gateway workers import (seconds on a loaded host).
         await controller.start()

@@ -24,6 +24,8 @@ from modelyard.store.database import Database
 from modelyard.store.secret_box import SecretBox
 
 if TYPE_CHECKING:
+    from modelyard.cluster.workers import WorkerStatus
+    from modelyard.control.scheduler import Worker
     from modelyard.hardware.gpus import GpuInventory
     from modelyard.server.gateway.runtime import GatewayRuntime
     from modelyard.server.metrics.gateway_counts import GatewayCounts
@@ -37,6 +39,22 @@ class ControllerHandle(Protocol):
 
     def gpu_inventory(self) -> GpuInventory:
         """The GPUs of this host as last read (refreshed every few seconds)."""
+
+
+class ClusterHandle(Protocol):
+    """What the server needs of its cluster (``modelyard.cluster.server_cluster.ServerCluster``)."""
+
+    address: str
+
+    def workers(self) -> list[Worker]:
+        """Every worker now, blocking (the controller's source of workers, called in a thread)."""
+
+    def statuses(self) -> list[WorkerStatus]:
+        """The workers as last read: state, labels, last seen (``GET /api/v1/workers``)."""
+
+    def model_directory_problems(self, model_path: str) -> tuple[list[str], dict[str, str]]:
+        """The ready GPU workers, and what is wrong with ``model_path`` on each that cannot serve
+        it (a Ray task on each; blocking: call it in a thread)."""
 
 
 class DownloadsHandle(Protocol):
@@ -139,6 +157,8 @@ class ServerContext:
     # The runtimes engines run on (processes, Docker; Ray on a cluster), shared by the controller
     # and the deployment checks (what a runtime mounts for the engine).
     runtimes: RuntimeSet = field(default_factory=RuntimeSet)
+    # The Ray cluster engines run on (``serve --cluster``); None: this host only.
+    cluster: ClusterHandle | None = None
     # Wrong admin credentials and wrong API keys per client address (server/throttle.py).
     login_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="login"))
     key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))

@@ -7,6 +7,7 @@ on the deployment to show in ``ps`` and the console.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# On a cluster: the ready GPU workers' names, and what is wrong with a model path on each one that
+# cannot serve it (``cluster.workers.WorkerDirectory.model_directory_problems``).
+WorkerModelCheck = Callable[[str], tuple[list[str], dict[str, str]]]
+
 
 class PreflightFailed(InvalidInput):
     """Doctor found errors: the deployment would not work as asked. ``details`` lists the findings."""
@@ -32,7 +37,9 @@ class PreflightFailed(InvalidInput):
         self.details = {"findings": findings}
 
 
-def _replica_gpus(inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[int] | None) -> list[GpuInfo]:
+def gpus_of_one_replica(
+    inventory: GpuInventory, gpus_per_replica: int, gpu_ids: list[int] | None
+) -> list[GpuInfo]:
     """The GPUs one replica will likely get: the explicit ids, else the first N (same-model hosts)."""
     if gpu_ids:
         return [gpu for gpu in inventory.gpus if gpu.index in gpu_ids]
@@ -88,8 +95,11 @@ def run_preflight(
     gpu_ids: list[int] | None,
     inventory: GpuInventory,
     mounts: list[Mount] | None = None,
+    worker_model_check: WorkerModelCheck | None = None,
 ) -> list[dict[str, Any]]:
     """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
+
+    ``worker_model_check``: on a cluster, the model directory is checked on every GPU worker.
 
     The parameters and env go in as the user typed them, so that doctor sees stray whitespace.
     """
@@ -100,7 +110,7 @@ def run_preflight(
         return []
     from modelyard.doctor.findings import Severity
 
-    replica_gpus = _replica_gpus(inventory, gpus_per_replica, gpu_ids)
+    replica_gpus = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids)
     findings = preflight_deployment(
         deployment_name=deployment_name,
         model_dir=model.path,
@@ -114,6 +124,11 @@ def run_preflight(
     findings += _host_findings(
         model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
     )
+    if worker_model_check is not None:
+        from modelyard.doctor.worker_model import worker_model_findings
+
+        workers, problems = worker_model_check(model.path)
+        findings += worker_model_findings(model.path, workers, problems)
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:
         first = errors[0]

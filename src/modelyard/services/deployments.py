@@ -30,7 +30,9 @@ from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModel
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
-from modelyard.services.deployment_checks import run_preflight
+from modelyard.services.deployment_checks import WorkerModelCheck, gpus_of_one_replica, run_preflight
+from modelyard.services.deployment_memory import memory_placement, preflight_parameters
+from modelyard.services.deployment_placement import placement_selectors
 from modelyard.services.deployment_secrets import (
     check_chosen,
     seal_deployment_secrets,
@@ -69,6 +71,15 @@ class DeploymentRequest:
     skip_verification: bool = False
     # How the gateway picks a replica: "least-outstanding" or "prefix" (prefix-aware).
     routing: str = DEFAULT_ROUTING
+    # Placement by memory: "auto" (the estimate) or a size per GPU ("20GiB"); None books whole
+    # GPUs. Several such deployments (or replicas) share a GPU, each engine's knob set from it.
+    gpu_memory: str | None = None
+    # Cluster selectors (services/deployment_placement.py): worker names, worker labels that must
+    # all match, a GPU model, and hosts per replica (a gang over N hosts).
+    workers: list[str] = field(default_factory=list)
+    worker_labels: dict[str, str] = field(default_factory=dict)
+    gpu_model: str | None = None
+    nodes: int = 1
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -82,9 +93,11 @@ def check_fits(
     replicas: int,
     inventory: GpuInventory,
     supports_cpu: bool,
+    by_memory: bool = False,
 ) -> None:
-    """Refuse (``Unschedulable``) a GPU request this host can never satisfy."""
-    check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu)
+    """Refuse (``Unschedulable``) a GPU request this host can never satisfy (``by_memory``:
+    replicas may share GPUs, so only the GPUs of one replica must exist)."""
+    check_request_fits(gpus_per_replica, gpu_ids, replicas, inventory, supports_cpu, by_memory=by_memory)
 
 
 def _check_replicas(replicas: int) -> None:
@@ -182,12 +195,14 @@ def create_deployment(
     inventory: GpuInventory,
     secrets: SecretBox | None = None,
     runtimes: RuntimeSet | None = None,
+    worker_model_check: WorkerModelCheck | None = None,
 ) -> Deployment:
     """Validate the whole request, run doctor's preflight, then store the deployment with its
     secrets sealed by ``secrets`` (required when the request carries any). ``runtimes`` says what
     each runtime will mount for the engine (the doctor checks that the model directory is among
-    it); the server passes its own."""
-    deployment = check_deployment(session, request, inventory, runtimes)
+    it); the server passes its own. ``worker_model_check``: on a cluster, the model directory is
+    checked on every GPU worker (the server's cluster passes it)."""
+    deployment = check_deployment(session, request, inventory, runtimes, worker_model_check)
     if secrets is not None:
         seal_deployment_secrets(deployment, secrets, request.secret_env)
     elif (
@@ -213,6 +228,7 @@ def check_deployment(
     request: DeploymentRequest,
     inventory: GpuInventory,
     runtimes: RuntimeSet | None = None,
+    worker_model_check: WorkerModelCheck | None = None,
 ) -> Deployment:
     """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
     added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
@@ -244,18 +260,47 @@ def check_deployment(
         gpu_count=gpus_per_replica,
         model_path=runtime.engine_model_path(model.path),
     )
-    check_fits(gpus_per_replica, gpu_ids, request.replicas, inventory, backend_supports_cpu(spec, version))
+    placement = memory_placement(request.gpu_memory, gpus_per_replica)
+    placement |= placement_selectors(
+        workers=request.workers,
+        worker_labels=request.worker_labels,
+        gpu_model=request.gpu_model,
+        nodes=request.nodes,
+        gpus_per_replica=gpus_per_replica,
+        version=version,
+    )
+    check_fits(
+        gpus_per_replica,
+        gpu_ids,
+        request.replicas,
+        inventory,
+        backend_supports_cpu(spec, version),
+        by_memory=bool(placement.get("gpu_memory")),
+    )
+    raw_parameters = request.backend_parameters
+    if placement.get("gpu_memory"):
+        raw_parameters = preflight_parameters(
+            raw_parameters,
+            parameters=parameters,
+            engine=spec.family,
+            engine_version=version.version,
+            model_path=model.path,
+            env=env,
+            gpu_memory=placement["gpu_memory"],
+            gpus=gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids),
+        )
     warnings = run_preflight(
         deployment_name=name,
         model=model,
         spec=spec,
         version=version,
-        raw_backend_parameters=request.backend_parameters,
+        raw_backend_parameters=raw_parameters,
         raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
         inventory=inventory,
         mounts=runtime.mounts(model.path),
+        worker_model_check=worker_model_check,
     )
     deployment = Deployment(
         name=name,
@@ -271,6 +316,7 @@ def check_deployment(
         skip_verification=request.skip_verification,
         routing=_checked_routing(request.routing),
         warnings=warnings,
+        placement=placement or None,
     )
     return deployment
 
@@ -321,6 +367,7 @@ def scale_deployment(session: Session, name: str, replicas: int, inventory: GpuI
             replicas,
             inventory,
             backend_supports_cpu(spec, version),
+            by_memory=bool((deployment.placement or {}).get("gpu_memory")),
         )
     deployment.replicas = replicas
     session.commit()
@@ -397,6 +444,7 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "state": deployment_summary_state(deployment),
         "skip_verification": deployment.skip_verification,
         "routing": deployment.routing,
+        "placement": deployment.placement or {},
         "warnings": deployment.warnings,
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

@@ -48,6 +48,8 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
         "engine_port": instance.engine_port,
         "mounts": instance.mounts or [],
         "gpu_ids": instance.gpu_ids,
+        # Where its start runs and, when placed by memory, the bytes booked and the knob's value.
+        "placement": instance.placement,
         "pid": instance.pid,
         "start_count": instance.start_count,
         "restart_count": instance.restart_count,

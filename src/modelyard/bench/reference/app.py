@@ -170,6 +170,7 @@ class ReferenceEngine:
         prompt_tokens: int,
         output_tokens: int,
         stream_options: dict[str, Any],
+        base_request_id: str | None = None,
     ) -> AsyncIterator[bytes]:
         config = self.config
         flavor = config.flavor
@@ -177,7 +178,7 @@ class ReferenceEngine:
             flavor == "transformers" or bool(stream_options.get("include_usage"))
         )
         continuous_usage = include_usage and bool(stream_options.get("continuous_usage_stats"))
-        request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        request_id = ("chatcmpl-" if chat else "cmpl-") + (base_request_id or uuid.uuid4().hex)
         created = int(time.time())
         object_name = "chat.completion.chunk" if chat else "text_completion"
         head = (
@@ -259,7 +260,13 @@ class ReferenceEngine:
             self._release(prompt_tokens + output_tokens)
 
     async def generate_whole(
-        self, *, chat: bool, model: str, prompt_tokens: int, output_tokens: int
+        self,
+        *,
+        chat: bool,
+        model: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        base_request_id: str | None = None,
     ) -> dict[str, Any]:
         await self._admit()
         self.metrics.add_tokens_in_use(prompt_tokens + output_tokens)
@@ -288,7 +295,7 @@ class ReferenceEngine:
         else:
             choice = {"index": 0, "text": reasoning + content, "logprobs": None, "finish_reason": "length"}
         body: dict[str, Any] = {
-            "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            "id": ("chatcmpl-" if chat else "cmpl-") + (base_request_id or uuid.uuid4().hex),
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": model,
@@ -343,6 +350,8 @@ def create_reference_app(engine: ReferenceEngine) -> FastAPI:
                 "BadRequestError",
             )
         model = str(body["model"])
+        # vLLM takes the request's X-Request-Id as the base of its own id (chatcmpl-<id>).
+        base_request_id = request.headers.get("x-request-id") if config.flavor == "vllm" else None
         if body.get("stream"):
             options = body.get("stream_options") or {}
             stream = engine.generate_stream(
@@ -351,10 +360,15 @@ def create_reference_app(engine: ReferenceEngine) -> FastAPI:
                 prompt_tokens=prompt_tokens,
                 output_tokens=output_tokens,
                 stream_options=options if isinstance(options, dict) else {},
+                base_request_id=base_request_id,
             )
             return _CuttableStreamingResponse(stream, media_type="text/event-stream")
         whole = await engine.generate_whole(
-            chat=chat, model=model, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+            chat=chat,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            base_request_id=base_request_id,
         )
         return JSONResponse(whole)
 

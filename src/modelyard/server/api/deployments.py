@@ -21,6 +21,7 @@ from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
+from modelyard.services.deployment_checks import WorkerModelCheck
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
 from modelyard.store.secret_box import SecretBox
 
@@ -73,6 +74,20 @@ class DeploymentCreate(BaseModel):
     # How the gateway picks a replica: "least-outstanding", or "prefix" (prompts that begin alike
     # go to the same replica, within a load bound).
     routing: RoutingPolicy = "least-outstanding"
+    # Placement by memory: "auto" (from the estimate) or a size per GPU such as "20GiB"; the
+    # engine's memory knob is set from it, and deployments so placed may share a GPU.
+    gpu_memory: str | None = Field(default=None, max_length=32)
+    # On a cluster: only these workers (names from GET /api/v1/workers), only workers with all of
+    # these labels, only GPUs whose name contains gpu_model, and a replica over `nodes` hosts.
+    workers: Annotated[list[Annotated[str, Field(max_length=128)]], Field(max_length=MAXIMUM_LIST_ITEMS)] = (
+        Field(default_factory=list)
+    )
+    worker_labels: Annotated[
+        dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=128)]],
+        Field(max_length=MAXIMUM_LIST_ITEMS),
+    ] = Field(default_factory=dict)
+    gpu_model: str | None = Field(default=None, max_length=128)
+    nodes: int = Field(default=1, ge=1, le=16)
 
 
 class DeploymentChange(BaseModel):
@@ -92,9 +107,12 @@ def _create(
     inventory: GpuInventory,
     secrets: SecretBox,
     runtimes: RuntimeSet,
+    worker_model_check: WorkerModelCheck | None,
 ) -> dict[str, Any]:
     request = deployments.DeploymentRequest(**body.model_dump())
-    created = deployments.create_deployment(session, request, inventory, secrets, runtimes)
+    created = deployments.create_deployment(
+        session, request, inventory, secrets, runtimes, worker_model_check
+    )
     return deployments.deployment_to_json(created, _now())
 
 
@@ -133,8 +151,15 @@ async def list_deployments(context: ServerContext = Depends(server_context)) -> 
 async def create_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
+    cluster = context.cluster
     result = await in_session(
-        context, _create, body, context.controller.gpu_inventory(), context.secrets, context.runtimes
+        context,
+        _create,
+        body,
+        context.controller.gpu_inventory(),
+        context.secrets,
+        context.runtimes,
+        cluster.model_directory_problems if cluster is not None else None,
     )
     context.endpoints.set_routing(result["name"], body.routing)
     context.controller.poke()

@@ -23,6 +23,7 @@ from modelyard.server.api import (
     tasks,
     usage,
     usage_timeline,
+    workers,
 )
 from modelyard.server.auth import require_admin
 
@@ -44,5 +45,6 @@ for module in (
     usage_timeline,
     usage,
     benchmarks,
+    workers,
 ):
     api_router.include_router(module.router)

@@ -192,7 +192,7 @@ async def relay_openai_stream(
         logger.warning(
             "%s: the engine broke its stream (%s); the client gets an error event", description, error
         )
-        tail = relay.cut(f"the engine serving {description} stopped in the middle of the answer")
+        tail = relay.cut(f"the engine serving {description} stopped in the middle of the answer: {error}")
     else:
         engine_done = True
         tail = relay.end()

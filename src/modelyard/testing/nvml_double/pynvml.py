@@ -12,6 +12,12 @@ rewriting it. Its shape::
     {"driver_version": "580.95.05", "cuda_driver_version": 13000,
      "gpus": [{"name": "NVIDIA L40S", "uuid": "GPU-...", "memory_total_bytes": 48318382080,
                "memory_used_bytes": 0, "utilization_percent": 3, "temperature_celsius": 41}]}
+
+Optional per GPU: ``power_milliwatts``, ``power_limit_milliwatts``, ``pcie_generation``,
+``pcie_width``, ``nvlink_links`` (one ``true``/``false`` per link, as NVLink boards report their
+links' states; without it the board has no NVLink and NVML answers "Not Supported"). Peer-to-peer
+reads between two GPUs are supported when both have an active NVLink, otherwise NVML's
+``NVML_P2P_STATUS_NOT_SUPPORTED``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ from typing import Any
 
 DOUBLE_FILE_VARIABLE = "MODELYARD_NVML_DOUBLE"
 NVML_TEMPERATURE_GPU = 0
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 36
+# A one-element tuple, as nvidia-ml-py defines it.
+NVML_P2P_CAPS_INDEX_READ = (0,)
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
 _state: dict[str, Any] = {}
 
 
@@ -136,3 +149,21 @@ def nvmlDeviceGetMaxPcieLinkGeneration(handle: dict[str, Any]) -> int:
 
 def nvmlDeviceGetMaxPcieLinkWidth(handle: dict[str, Any]) -> int:
     return int(_field(handle, "pcie_width"))
+
+
+def nvmlDeviceGetNvLinkState(handle: dict[str, Any], link: int) -> int:
+    links: list[bool] = _field(handle, "nvlink_links")
+    if not 0 <= link < len(links):
+        raise NVMLError("Invalid Argument")
+    return NVML_FEATURE_ENABLED if links[link] else NVML_FEATURE_DISABLED
+
+
+def _has_active_nvlink(handle: dict[str, Any]) -> bool:
+    return any(handle.get("nvlink_links") or [])
+
+
+def nvmlDeviceGetP2PStatus(first: dict[str, Any], second: dict[str, Any], capability: int) -> int:
+    _gpus()
+    if _has_active_nvlink(first) and _has_active_nvlink(second):
+        return NVML_P2P_STATUS_OK
+    return NVML_P2P_STATUS_NOT_SUPPORTED

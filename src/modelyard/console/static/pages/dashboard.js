@@ -4,29 +4,56 @@ import { api, badge, formatBytes, h, pathName, poll, replace, table } from "../c
 const WINDOW_MINUTES = 15;
 const BUCKET_SECONDS = 30;
 
+// The server reads NVML every few seconds (the controller's GPU refresh); asking more often
+// than this would show nothing new.
+const GPU_POLL_MS = 2000;
+
+function meter(share) {
+  const fill = h("span");
+  fill.style.width = `${Math.round(Math.min(1, Math.max(0, share)) * 100)}%`;
+  return h("div", { class: "meter", "aria-hidden": "true" }, fill);
+}
+
+function percentOf(part, whole) {
+  return whole ? Math.round((100 * part) / whole) : 0;
+}
+
+/** Power as NVML gives it: the draw, and the enforced limit where the board reports one. */
+function power(gpu) {
+  if (gpu.power_watts === null || gpu.power_watts === undefined) return "–";
+  const limit = gpu.power_limit_watts ? ` of ${gpu.power_limit_watts.toFixed(0)} W` : "";
+  return `${gpu.power_watts.toFixed(0)} W${limit}`;
+}
+
+function unit(value, suffix) {
+  return value === null || value === undefined ? "–" : `${value} ${suffix}`;
+}
+
 function gpuCard(gpu) {
-  const usedShare = gpu.memory_total_bytes ? gpu.memory_used_bytes / gpu.memory_total_bytes : 0;
-  const meter = (share) => {
-    const fill = h("span");
-    fill.style.width = `${Math.round(Math.min(1, Math.max(0, share)) * 100)}%`;
-    return h("div", { class: "meter", "aria-hidden": "true" }, fill);
-  };
+  const title = `GPU ${gpu.index} · ${gpu.name}`;
+  const titleId = `gpu-${gpu.index}-${String(gpu.uuid).replace(/[^a-z0-9-]/gi, "")}`;
+  const fact = (label, value, bar) => [h("dt", {}, label), h("dd", {}, value, bar)];
   return h(
     "article",
-    { class: "card gpu", dataset: { index: gpu.index } },
-    h("h3", {}, `GPU ${gpu.index}: ${gpu.name}`),
-    h("div", {}, `utilization ${gpu.utilization_percent ?? "–"} %`),
-    meter((gpu.utilization_percent ?? 0) / 100),
-    h("div", {}, `memory ${formatBytes(gpu.memory_used_bytes)} used, ${formatBytes(gpu.memory_free_bytes)} free of ${formatBytes(gpu.memory_total_bytes)}`),
-    meter(usedShare),
-    h("div", {}, `temperature ${gpu.temperature_celsius ?? "–"} °C · power ${gpu.power_watts?.toFixed(0) ?? "–"} W`,
-      gpu.power_limit_watts ? ` of ${gpu.power_limit_watts.toFixed(0)} W` : ""),
+    { class: "card gpu", "aria-labelledby": titleId, dataset: { index: gpu.index } },
+    h("h3", { id: titleId }, title),
+    h(
+      "dl",
+      { class: "facts gpu-readings" },
+      fact("utilization", unit(gpu.utilization_percent, "%"), meter((gpu.utilization_percent ?? 0) / 100)),
+      fact("memory used", `${formatBytes(gpu.memory_used_bytes)} (${percentOf(gpu.memory_used_bytes, gpu.memory_total_bytes)} %)`, meter(gpu.memory_total_bytes ? gpu.memory_used_bytes / gpu.memory_total_bytes : 0)),
+      fact("memory free", `${formatBytes(gpu.memory_free_bytes)} of ${formatBytes(gpu.memory_total_bytes)}`),
+      fact("temperature", unit(gpu.temperature_celsius, "°C")),
+      fact("power", power(gpu)),
+    ),
   );
 }
 
 async function refreshGpus() {
   const inventory = await api("/gpus");
   const container = document.getElementById("gpus");
+  const source = [inventory.driver_version && `driver ${inventory.driver_version}`, inventory.cuda_driver_version && `CUDA ${inventory.cuda_driver_version}`].filter(Boolean);
+  replace(document.getElementById("gpus-source"), inventory.gpus.length && source.length ? `NVIDIA ${source.join(", ")}` : "");
   if (!inventory.gpus.length) {
     replace(container, h("p", { class: "muted" }, `No GPUs: ${inventory.unavailable_reason ?? "none found"}. CPU engines (transformers serve, custom) still run.`));
     return;
@@ -104,6 +131,6 @@ async function refreshSystem() {
 }
 
 refreshSystem();
-poll(refreshGpus, 3000);
+poll(refreshGpus, GPU_POLL_MS);
 poll(refreshDeployments, 3000);
 poll(refreshTraffic, 10000);

@@ -1,6 +1,6 @@
 // New deployment: the form, with doctor's preflight (the same checks as deploying, nothing stored)
 // shown as you type; a refused deploy shows the error and its fix. A preset fills the form.
-import { api, debounce, errorBox, findingList, h, okBox, pathName, replace } from "../console.js";
+import { api, debounce, errorBox, findingList, formatBytes, h, okBox, pathName, replace } from "../console.js";
 import { Presets } from "./deploy_presets.js";
 
 const form = document.getElementById("deploy-form");
@@ -27,9 +27,28 @@ export function requestBody() {
   if (value("name").trim()) body.name = value("name").trim();
   if (value("backend_version")) body.backend_version = value("backend_version");
   if (value("gpus") !== "") body.gpus_per_replica = Number(value("gpus"));
-  const ids = value("gpu_ids").trim();
-  if (ids) body.gpu_ids = ids.split(",").map((part) => Number(part.trim()));
+  const ids = chosenGpuIds();
+  if (ids.length) body.gpu_ids = ids;
   return body;
+}
+
+function chosenGpuIds() {
+  return [...document.querySelectorAll('#gpu-choices input[name="gpu_id"]:checked')].map((box) => Number(box.value));
+}
+
+/** One checkbox per GPU of the inventory (the dashboard's), by index and name. */
+function fillGpuChoices(inventory) {
+  const choices = document.getElementById("gpu-choices");
+  if (!inventory.gpus.length) {
+    replace(choices, h("p", { class: "muted" }, `No GPUs to choose (${inventory.unavailable_reason ?? "none found"}): set GPUs per replica to 0 for a CPU engine.`));
+    return;
+  }
+  replace(
+    choices,
+    inventory.gpus.map((gpu) =>
+      h("label", { class: "check" }, h("input", { type: "checkbox", name: "gpu_id", value: gpu.index }), `GPU ${gpu.index} · ${gpu.name} · ${formatBytes(gpu.memory_total_bytes)}`),
+    ),
+  );
 }
 
 function fillVersions() {
@@ -84,7 +103,7 @@ const presets = new Presets({
     fillVersions();
     versionSelect.value = preset.version;
     document.getElementById("gpus").value = String(preset.gpus);
-    document.getElementById("gpu_ids").value = "";
+    document.querySelectorAll('#gpu-choices input[name="gpu_id"]').forEach((box) => (box.checked = false));
     const parameters = document.getElementById("backend_parameters");
     parameters.value = preset.parameters.join("\n");
     parameters.rows = Math.max(4, preset.parameters.length);
@@ -111,8 +130,9 @@ form.addEventListener("submit", async (event) => {
 });
 
 async function load() {
-  const [models, catalog] = await Promise.all([api("/models"), api("/backends")]);
+  const [models, catalog, inventory] = await Promise.all([api("/models"), api("/backends"), api("/gpus")]);
   backends = catalog;
+  fillGpuChoices(inventory);
   const wanted = new URLSearchParams(location.search).get("model");
   const modelSelect = document.getElementById("model");
   replace(modelSelect, models.length ? models.map((m) => h("option", { value: m.name, selected: m.name === wanted }, `${m.name}${m.state !== "valid" ? ` (${m.state})` : ""}`)) : h("option", { value: "" }, "no models: add one first"));

@@ -1,0 +1,216 @@
+"""The Ray head that ``modelyard serve --cluster`` runs on its host.
+
+The head is ``ray start --head --block`` as a child process in a session of its own, token
+authentication on (the token in its environment), this host's GPUs (``--num-gpus`` from NVML)
+and the ``modelyard.io/worker`` label set to the host's name. Its address and pid are recorded
+in ``<data-dir>/cluster-head.json``:
+
+- a server killed with SIGKILL leaves the head (and the engines on the cluster) running; the
+  next ``serve --cluster`` finds the head by that record and uses it again, so the engines are
+  re-adopted and the workers stay joined;
+- a server that stops gracefully stops its head (SIGTERM: ``ray start --block`` stops the
+  head's processes), after its engines; the workers' ``modelyard worker join`` ends with it.
+
+Usage::
+
+    head = start_head(settings, token, say=print)
+    ...
+    stop_head(head)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from modelyard.cluster.ray_processes import (
+    STARTED_LINE,
+    failure_reason,
+    labels_argument,
+    node_ip_of,
+    ray_command,
+    ray_environment,
+)
+from modelyard.errors import EngineStartFailed
+from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.runtimes.ray_names import WORKER_LABEL
+from modelyard.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+HEAD_START_TIMEOUT_SECONDS = 90.0
+HEAD_STOP_TIMEOUT_SECONDS = 30.0
+_POLL_SECONDS = 0.1
+
+
+class HeadStartFailed(EngineStartFailed):
+    code = "cluster_head_failed"
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """A head this data directory started: where it listens, its process, its log."""
+
+    address: str
+    pid: int
+    log_path: str
+    gpus: int
+    reused: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data.pop("reused")
+        return data
+
+
+def _reachable(address: str, timeout_seconds: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_seconds):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _is_our_head(pid: int) -> bool:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"start" in command and b"--head" in command and any(part.endswith(b"ray") for part in command)
+
+
+def recorded_head(settings: Settings) -> HeadRecord | None:
+    """The head recorded in the data directory, if its process still runs and answers."""
+    try:
+        data = json.loads(settings.cluster_head_file.read_text())
+        record = HeadRecord(
+            address=str(data["address"]),
+            pid=int(data["pid"]),
+            log_path=str(data["log_path"]),
+            gpus=int(data["gpus"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if _is_our_head(record.pid) and _reachable(record.address):
+        return HeadRecord(record.address, record.pid, record.log_path, record.gpus, reused=True)
+    return None
+
+
+def head_command(settings: Settings, gpus: int) -> list[str]:
+    return [
+        ray_command(),
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        str(settings.ray_port),
+        "--num-gpus",
+        str(gpus),
+        "--labels",
+        labels_argument({WORKER_LABEL: socket.gethostname()}),
+        "--include-dashboard",
+        "false",
+        "--disable-usage-stats",
+    ]
+
+
+def start_head(settings: Settings, token: str, *, say: Callable[[str], None]) -> HeadRecord:
+    """This host's head: the recorded one when it still runs, else a new one (blocks until Ray
+    says it started; ``HeadStartFailed`` naming the cause and the log otherwise)."""
+    existing = recorded_head(settings)
+    if existing is not None:
+        say(
+            f"cluster: the Ray head started earlier runs at {existing.address} (pid {existing.pid}); using it"
+        )
+        return existing
+    inventory = read_gpu_inventory()
+    gpus = len(inventory.gpus)
+    log_path = settings.data_dir / "cluster-head.log"
+    argv = head_command(settings, gpus)
+    with open(log_path, "ab") as log_file:
+        offset = log_file.tell()
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=ray_environment(token),
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + HEAD_START_TIMEOUT_SECONDS
+    output = ""
+    while time.monotonic() < deadline:
+        output = _read_from(log_path, offset)
+        if STARTED_LINE in output:
+            break
+        if process.poll() is not None:
+            reason = failure_reason(output) or f"ray start exited with status {process.returncode}"
+            raise HeadStartFailed(
+                f"the Ray head did not start: {reason} (port {settings.ray_port}; log {log_path})",
+                hint="is another Ray already running on this host? pick another port with --ray-port, "
+                "or connect to it with --ray-address HOST:PORT",
+            )
+        time.sleep(_POLL_SECONDS)
+    else:
+        _terminate(process.pid)
+        raise HeadStartFailed(
+            f"the Ray head did not start within {HEAD_START_TIMEOUT_SECONDS:.0f} s (log {log_path})",
+            hint="see the log; a slow or overloaded host may need a second try",
+        )
+    address = f"{node_ip_of(output) or '127.0.0.1'}:{settings.ray_port}"
+    record = HeadRecord(address=address, pid=process.pid, log_path=str(log_path), gpus=gpus)
+    descriptor = os.open(settings.cluster_head_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(record.to_json(), handle)
+    say(f"cluster: Ray head started at {address} with {gpus} GPU(s) (pid {process.pid}, log {log_path})")
+    return record
+
+
+def _read_from(path: Path, offset: int) -> str:
+    with open(path, "rb") as log_file:
+        log_file.seek(offset)
+        return log_file.read().decode(errors="replace")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours (not yet reaped) is gone for our purpose.
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def _terminate(pid: int, timeout_seconds: float = HEAD_STOP_TIMEOUT_SECONDS) -> None:
+    """SIGTERM (``ray start --block`` stops its node's processes), then SIGKILL of its session."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(_POLL_SECONDS)
+    if _alive(pid):
+        logger.warning("the Ray head (pid %s) did not stop within %.0f s; killing it", pid, timeout_seconds)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def stop_head(settings: Settings, record: HeadRecord) -> None:
+    """Stop the head and forget its record."""
+    _terminate(record.pid)
+    with contextlib.suppress(FileNotFoundError):
+        settings.cluster_head_file.unlink()

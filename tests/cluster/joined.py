@@ -1,0 +1,200 @@
+"""A cluster as a user builds it, for tests: ``modelyard serve --cluster`` as a child process (it
+starts its Ray head), and hosts joined with ``modelyard worker join`` (each one more raylet on
+this host, its GPUs from an NVML double of its own: ``modelyard.testing.nvml_double``).
+
+Every process started here is stopped by ``close``: the joins by their process group (the join,
+its ``ray start`` and that node's Ray processes), the server with SIGTERM (it stops its engines,
+then its head).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import modelyard
+from modelyard.testing.serve_process import ServeProcess, free_port, wait_until
+
+SOURCE_FOLDER = str(Path(modelyard.__file__).resolve().parent.parent)
+NVML_DOUBLE_FOLDER = str(Path(modelyard.__file__).resolve().parent / "testing" / "nvml_double")
+# A dead node noticed in about 2 s (Ray's defaults: a check every 3 s, 5 misses).
+FAST_HEALTH_CHECKS = {
+    "RAY_health_check_initial_delay_ms": "500",
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_timeout_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+}
+JOIN_SECONDS = 120.0
+# Set by the session's simulated cluster (tests/ray_cluster.py) in this process's environment; a
+# real join of another raylet needs it unset (Ray refuses multi-node clusters with it at 0).
+LOOPBACK_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@dataclass
+class JoinedWorker:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class JoinedCluster:
+    root: Path
+    server: ServeProcess
+    ray_port: int
+    workers: dict[str, JoinedWorker] = field(default_factory=dict)
+
+    @property
+    def token_file(self) -> Path:
+        return self.server.data_dir / "cluster-token"
+
+    def head_address(self) -> str:
+        record = json.loads((self.server.data_dir / "cluster-head.json").read_text())
+        return str(record["address"])
+
+    def cli(self, *arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "modelyard.cli.main", *arguments],
+            capture_output=True,
+            text=True,
+            env={**self.server.environment(), **(env or {})},
+            timeout=120,
+        )
+
+    def join(
+        self,
+        name: str,
+        gpus: list[dict[str, Any]],
+        labels: dict[str, str] | None = None,
+        *,
+        hidden: Path | None = None,
+    ) -> JoinedWorker:
+        """``modelyard worker join HEAD --token-file ... --name NAME`` with this node's GPUs.
+
+        ``hidden``: a folder this host does not have (an empty tmpfs over it, in a mount
+        namespace of the join's own: root only), as a host without the model directory."""
+        nvml_file = self.root / f"nvml-{name}.json"
+        nvml_file.write_text(json.dumps({"driver_version": "580.95.05", "gpus": gpus}))
+        log_path = self.root / f"join-{name}.log"
+        label_arguments = [
+            part for key, value in (labels or {}).items() for part in ("--label", f"{key}={value}")
+        ]
+        environment = {
+            **self.server.environment(),
+            "PYTHONPATH": f"{NVML_DOUBLE_FOLDER}{os.pathsep}{SOURCE_FOLDER}",
+            "MODELYARD_NVML_DOUBLE": str(nvml_file),
+        }
+        started_at = time.monotonic()
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [
+                    *(_without(hidden) if hidden is not None else []),
+                    sys.executable,
+                    "-m",
+                    "modelyard.cli.main",
+                    "worker",
+                    "join",
+                    self.head_address(),
+                    "--token-file",
+                    str(self.token_file),
+                    "--name",
+                    name,
+                    *label_arguments,
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,
+            )
+        worker = JoinedWorker(name, process, log_path, started_at)
+        self.workers[name] = worker
+        return worker
+
+    def listed(self) -> dict[str, dict[str, Any]]:
+        with self.server.api() as client:
+            answer = client.get("/api/v1/workers")
+        assert answer.status_code == 200, answer.text
+        return {worker["name"]: worker for worker in answer.json()["workers"]}
+
+    def wait_for_state(self, name: str, state: str) -> float:
+        """Seconds from the join's start until ``name`` shows ``state`` (with GPUs, for ready)."""
+        worker = self.workers.get(name)
+
+        def shown() -> bool:
+            if worker is not None and state == "ready" and worker.process.poll() is not None:
+                raise AssertionError(f"worker join {name} exited:\n{worker.log()}")
+            found = self.listed().get(name)
+            return found is not None and found["state"] == state and (state != "ready" or bool(found["gpus"]))
+
+        wait_until(shown, JOIN_SECONDS, f"worker {name} {state}", interval=0.2)
+        return time.monotonic() - worker.started_at if worker else 0.0
+
+    def kill_worker(self, name: str) -> None:
+        """The host's node dies at once: SIGKILL to the join, its ray start and its node's processes."""
+        worker = self.workers.pop(name)
+        with_group_killed(worker.process, signal.SIGKILL)
+
+    def close(self) -> None:
+        for name in list(self.workers):
+            worker = self.workers.pop(name)
+            with_group_killed(worker.process, signal.SIGTERM)
+        self.server.stop()
+
+
+def _without(folder: Path) -> list[str]:
+    """A command prefix that runs the rest with ``folder`` empty (an own mount namespace)."""
+    script = 'mount -t tmpfs modelyard-hidden "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(folder)]
+
+
+def with_group_killed(process: subprocess.Popen[bytes], signal_number: int) -> None:
+    try:
+        os.killpg(process.pid, signal_number)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def start_cluster(root: Path, *extra_arguments: str) -> JoinedCluster:
+    """``modelyard serve --cluster`` on free ports, answering (its head started)."""
+    ray_port = free_port()
+    server = ServeProcess(
+        data_dir=root / "data", extra_env={**FAST_HEALTH_CHECKS, LOOPBACK_ONLY_VARIABLE: "1"}
+    )
+    server.start(
+        "--no-demo", "--gateway-workers", "0", "--cluster", "--ray-port", str(ray_port), *extra_arguments
+    )
+    cluster = JoinedCluster(root=root, server=server, ray_port=ray_port)
+    try:
+        server.wait_until_answering(seconds=180)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def chat(base_url: str, key: str, model: str) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        timeout=60,
+        trust_env=False,
+    )

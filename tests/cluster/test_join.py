@@ -1,0 +1,190 @@
+"""A cluster as a user runs it: ``modelyard serve --cluster`` (its own Ray head, token
+authentication on), two hosts joined with ``modelyard worker join`` (two more raylets on this
+host, each with an NVML double of its GPUs), shown by ``modelyard workers`` and
+``GET /api/v1/workers``, a deployment on a joined host answering through the gateway, the host
+killed, marked lost, and the replica running again on the other host.
+
+The engine is the engine double (``modelyard.bench.reference_server``) as a GPUStack-YAML
+backend. Join and failover times are printed (``-s``); docs/clusters.md quotes them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelyard.testing.serve_process import wait_until
+from ray_cluster import fake_gpu, require_ray_for_tests
+
+from .joined import JoinedCluster, chat, start_cluster
+
+pytestmark = pytest.mark.slow
+
+DOUBLE_BACKEND_YAML = """\
+backend_name: vllm-double
+default_version: "1.0"
+health_check_path: /health
+version_configs:
+  "1.0":
+    entrypoint: python3 -m modelyard.bench.reference_server
+    run_command: vllm serve {{model_path}} --host {{worker_ip}} --port {{port}}
+      --served-model-name {{model_name}}
+    custom_framework: cuda
+modelyard:
+  family: custom
+"""
+FAILOVER_SECONDS = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[JoinedCluster]:
+    require_ray_for_tests()
+    root = tmp_path_factory.mktemp("joined")
+    # No NVML here: the head's host offers no GPU, so replicas go to the joined hosts.
+    joined = start_cluster(root)
+    try:
+        with joined.server.api() as client:
+            imported = client.post("/api/v1/backends/import", content=DOUBLE_BACKEND_YAML)
+            assert imported.status_code in (200, 201), imported.text
+            added = client.post("/api/v1/models", json={"path": str(tiny_model_dir), "name": "tiny"})
+            assert added.status_code == 201, added.text
+        yield joined
+    finally:
+        joined.close()
+
+
+def test_serve_cluster_prints_the_join_command_once_and_keeps_the_token_0600(cluster: JoinedCluster) -> None:
+    token = cluster.token_file.read_text().strip()
+    assert stat.S_IMODE(os.stat(cluster.token_file).st_mode) == 0o600
+    log = cluster.server.log()
+    assert f"modelyard worker join {cluster.head_address()} --token {token}" in log
+    assert log.count(token) == 1
+    assert token not in (cluster.server.data_dir / "cluster-head.log").read_text()
+
+
+def test_joined_hosts_show_their_gpus_state_labels_and_last_seen(cluster: JoinedCluster) -> None:
+    cluster.join("node-a", [fake_gpu("NVIDIA L4", index, 24) for index in range(2)], {"zone": "a"})
+    seconds = cluster.wait_for_state("node-a", "ready")
+    print(
+        f"join time: `worker join` started -> node-a ready with its GPUs in /api/v1/workers: {seconds:.1f} s"
+    )
+    cluster.join("node-b", [fake_gpu("NVIDIA L4", 0, 24, used_gib=2.0)], {"zone": "b"})
+    cluster.wait_for_state("node-b", "ready")
+    workers = cluster.listed()
+    node_a = workers["node-a"]
+    assert node_a["labels"]["zone"] == "a" and node_a["last_seen_at"] is not None
+    assert [(gpu["index"], gpu["name"], gpu["memory_total_bytes"]) for gpu in node_a["gpus"]] == [
+        (0, "NVIDIA L4", 24 << 30),
+        (1, "NVIDIA L4", 24 << 30),
+    ]
+    assert node_a["gpus"][0]["temperature_celsius"] == 35
+    assert workers["node-b"]["gpus"][0]["memory_used_bytes"] == 2 << 30
+    table = cluster.cli("workers")
+    assert table.returncode == 0, table.stderr
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("node-a")]
+    assert "ready" in row and "zone=a" in row and "NVIDIA L4" in row and "0.0/24.0" in row
+
+
+def _placed_on(cluster: JoinedCluster, name: str) -> tuple[str, dict[str, Any]] | None:
+    with cluster.server.api() as client:
+        answer = client.get(f"/api/v1/deployments/{name}")
+    if answer.status_code != 200:
+        return None
+    [instance] = answer.json()["instances"]
+    if instance["state"] != "running" or not instance.get("placement"):
+        return None
+    return instance["placement"]["ranks"][0]["worker_name"], instance
+
+
+def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster: JoinedCluster) -> None:
+    if "node-b" not in cluster.workers:
+        pytest.skip("needs the hosts joined by the test before")
+    deployed = cluster.cli(
+        "deploy",
+        "tiny",
+        "--name",
+        "chat",
+        "--backend",
+        "vllm-double",
+        "--gpus",
+        "1",
+        "--skip-verification",
+        "--timeout",
+        "120",
+    )
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    placed = _placed_on(cluster, "chat")
+    assert placed is not None
+    first_worker, instance = placed
+    assert first_worker in ("node-a", "node-b") and instance["runtime"] == "ray"
+    key = cluster.cli("keys", "create", "me", "--rotate").stdout.strip()
+    answer = chat(cluster.server.url, key, "chat")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"]
+
+    import time
+
+    killed_at = time.monotonic()
+    cluster.kill_worker(first_worker)
+    cluster.wait_for_state(first_worker, "lost")
+    lost_after = time.monotonic() - killed_at
+    wait_until(
+        lambda: (found := _placed_on(cluster, "chat")) is not None and found[0] != first_worker,
+        FAILOVER_SECONDS,
+        "chat running on the other host",
+        interval=0.2,
+    )
+    failover = time.monotonic() - killed_at
+    print(
+        f"failover: {first_worker} killed -> lost in /api/v1/workers after {lost_after:.1f} s, "
+        f"-> replica running on the other host after {failover:.1f} s"
+    )
+    answer = chat(cluster.server.url, key, "chat")
+    assert answer.status_code == 200, answer.text
+    listed = cluster.listed()[first_worker]
+    assert listed["state"] == "lost" and listed["last_seen_at"] is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a host without the model needs a mount namespace (root)")
+def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_its_start(
+    cluster: JoinedCluster, tiny_model_dir: Path
+) -> None:
+    if "node-b" not in cluster.workers:
+        pytest.skip("needs the hosts joined by the tests before")
+    with cluster.server.api() as client:
+        assert client.delete("/api/v1/deployments/chat").status_code == 202
+    cluster.join("node-c", [fake_gpu("NVIDIA L4", 0, 24)], {"zone": "c"}, hidden=tiny_model_dir)
+    cluster.wait_for_state("node-c", "ready")
+    body = {"model": "tiny", "name": "pinned", "backend": "vllm-double", "gpus_per_replica": 1}
+    with cluster.server.api() as client:
+        created = client.post(
+            "/api/v1/deployments", json={**body, "skip_verification": True, "workers": ["node-c"]}
+        )
+    assert created.status_code == 201, created.text
+    [warning] = [w for w in created.json()["warnings"] if w["check_id"] == "model.missing-on-some-workers"]
+    assert "is not usable on 1 of 2 GPU workers (node-c: " in warning["message"]
+    assert warning["details"]["problems"].keys() == {"node-c"}
+
+    def refused_at_start() -> bool:
+        with cluster.server.api() as client:
+            [instance] = client.get("/api/v1/deployments/pinned").json()["instances"]
+        return "not usable on the worker this replica was placed on (node-c: " in (instance["reason"] or "")
+
+    wait_until(refused_at_start, FAILOVER_SECONDS, "the start on node-c refused for its model directory")
+    with cluster.server.api() as client:
+        assert client.delete("/api/v1/deployments/pinned").status_code == 202
+    cluster.kill_worker("node-b")
+    cluster.wait_for_state("node-b", "lost")
+    with cluster.server.api() as client:
+        refused = client.post("/api/v1/deployments", json={**body, "name": "nowhere"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "preflight_failed"
+    assert (
+        f"the model directory {tiny_model_dir} is not usable on any GPU worker (node-c: " in error["message"]
+    )
