@@ -86,7 +86,8 @@ def _is_our_head(pid: int) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"start" in command and b"--head" in command and any(part.endswith(b"ray") for part in command)
+    ray = any(part.endswith(b"ray") or part == b"ray.scripts.scripts" for part in command)
+    return ray and b"start" in command and b"--head" in command
 
 
 def recorded_head(settings: Settings) -> HeadRecord | None:
@@ -108,7 +109,7 @@ def recorded_head(settings: Settings) -> HeadRecord | None:
 
 def head_command(settings: Settings, gpus: int) -> list[str]:
     return [
-        ray_command(),
+        *ray_command(),
         "start",
         "--head",
         "--block",

@@ -67,7 +67,7 @@ class JoinPlan:
 
     def argv(self) -> list[str]:
         return [
-            ray_command(),
+            *ray_command(),
             "start",
             "--address",
             self.head_address,

@@ -8,11 +8,10 @@ pay for Ray's import.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
-import shutil
 import sys
-from pathlib import Path
 
 from modelyard.errors import InvalidInput
 
@@ -24,15 +23,12 @@ AUTH_FAILURE_MARKERS = ("InvalidAuthToken", "AuthenticationError", "Authenticati
 PORT_IN_USE_MARKERS = ("already in use", "Address already in use", "port conflicts")
 
 
-def ray_command() -> str:
-    """The ``ray`` executable of this Python environment (else the one on PATH)."""
-    beside = Path(sys.executable).parent / "ray"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("ray")
-    if found is None:
+def ray_command() -> list[str]:
+    """``ray`` of this Python (its CLI as a module: the same Ray as the server's, also when Ray
+    was installed with ``pip --target`` and its ``ray`` script is on no PATH)."""
+    if importlib.util.find_spec("ray") is None:
         raise InvalidInput("Ray is not installed, and clusters run on Ray", hint=INSTALL_HINT)
-    return found
+    return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
 def ray_environment(token: str) -> dict[str, str]:
