@@ -132,7 +132,8 @@ def deploy_arguments(arguments: argparse.Namespace) -> list[str]:
         command += ["--replicas", str(arguments.replicas)]
     if getattr(arguments, "gpu_memory", None):  # placed by memory: the knob set from the estimate
         command += ["--gpu-memory", arguments.gpu_memory]
-    if arguments.skip_verification:
+    # FIELD_SKIP_VERIFICATION=1: a rehearsal on the engine double (it calls no tools).
+    if arguments.skip_verification or os.environ.get("FIELD_SKIP_VERIFICATION") == "1":
         command += ["--skip-verification"]
     return [*command, "--timeout", str(arguments.timeout), "--json"]
 

@@ -84,6 +84,8 @@ def step_serve(arguments: argparse.Namespace) -> bool:
     (DATA / "serve.pid").write_text(str(server.pid))
 
     def answers() -> bool:
+        if server.poll() is not None:  # it exited: its log says why (no use waiting)
+            raise RuntimeError(f"modelyard serve exited with status {server.returncode}: see {log.name}")
         try:
             return httpx.get(f"{SERVER}/api/v1/system", auth=admin_auth(), timeout=2).status_code == 200
         except (httpx.HTTPError, OSError):

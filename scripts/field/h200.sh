@@ -349,8 +349,9 @@ ray-runtime)
   # process, Ray), each pass with prompts of its own.
   [ -f "$RAY_SITE/.ok" ] || { echo "Ray is not installed here ($RAY_SITE): stage-ray first"; exit 3; }
   export PATH=$RAY_SITE/bin:$PATH PYTHONPATH=$FIELD/site:$RAY_SITE:$ROOT/src
-  on_ray() { FIELD_PORT=8081 FIELD_DATA=$FIELD/data-ray "$@"; }
-  on_ray run serve --model-dir "$MODEL" --serve-arg=--cluster
+  RAY_SERVER_PORT=${FIELD_RAY_SERVER_PORT:-8081}
+  on_ray() { FIELD_PORT=$RAY_SERVER_PORT FIELD_DATA=$FIELD/data-ray "$@"; }
+  on_ray run serve --model-dir "$MODEL" --serve-arg=--cluster --serve-arg=--ray-port="${FIELD_RAY_HEAD_PORT:-6379}"
   [ ${#FAILED[@]} -eq 0 ] || finish
   on_ray run deploy ray-solo --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$SOLO_ARGS"
   on_ray run chat ray-solo
@@ -361,7 +362,7 @@ ray-runtime)
   run bench solo --paths gateway --suffix=-runtime --repeat-from 2
   on_ray run bench ray-solo --paths gateway --suffix=-runtime --repeat-from 2
   on_ray run kv-shared ray-solo
-  MODELYARD_URL=http://127.0.0.1:8081 MODELYARD_DATA_DIR=$FIELD/data-ray python3 -m modelyard.cli.main workers \
+  MODELYARD_URL=http://127.0.0.1:$RAY_SERVER_PORT MODELYARD_DATA_DIR=$FIELD/data-ray python3 -m modelyard.cli.main workers \
     > "$FIELD_RESULTS/ray-workers.txt" 2>&1
   ;;
 kill-abba)
