@@ -54,13 +54,14 @@ if [ "$check_only" = 0 ]; then
 
   # 1. Wheels: what modelyard imports that the GPU image (torch, transformers, aiohttp, httpx,
   #    rich, pyyaml, psutil, nvidia-ml-py ... are there) lacks, at the versions this venv (and
-  #    so CI) runs. plotly is left out: HTML reports are drawn afterwards, on this machine.
+  #    so CI) runs. plotly too: the console serves its plotly.js, so the server imports it.
   pins=$(python - <<'EOF'
 import importlib.metadata as metadata
 names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "httptools", "sqlalchemy",
          "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn",
          # the image lacks these too (or has huggingface_hub 1.x; modelyard needs 2.x)
-         "cryptography", "cffi", "pycparser", "python_multipart", "swagger_ui_bundle_v2", "huggingface_hub"]
+         "cryptography", "cffi", "pycparser", "python_multipart", "swagger_ui_bundle_v2", "huggingface_hub",
+         "plotly", "narwhals"]
 pins = []
 for name in names:
     try:
