@@ -68,6 +68,9 @@ class Settings:
     cluster: bool = False
     ray_address: str | None = None
     ray_port: int = DEFAULT_RAY_PORT
+    # This host's address in the cluster (Ray's --node-ip-address); None: Ray finds it (the
+    # address of the interface with the default route).
+    ray_node_ip: str | None = None
 
     @property
     def database_url(self) -> str:

@@ -190,6 +190,12 @@ def serve(
         max=65535,
         help="With --cluster: the port of the Ray head started here.",
     ),
+    ray_node_ip: str | None = typer.Option(
+        None,
+        "--ray-node-ip",
+        help="With --cluster: this host's address that the workers reach (default: Ray's guess, the "
+        "interface of the default route).",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     started_at = time.monotonic()
@@ -206,6 +212,7 @@ def serve(
         cluster=cluster or ray_address is not None,
         ray_address=ray_address,
         ray_port=ray_port,
+        ray_node_ip=ray_node_ip,
     )
     if settings.cluster:
         # Before the port is bound, and without importing Ray (it reads its token once, at import).

@@ -129,6 +129,11 @@ def join(
     num_gpus: int | None = typer.Option(
         None, "--num-gpus", min=0, help="GPUs this host offers (default: every GPU NVML reads here)."
     ),
+    node_ip: str | None = typer.Option(
+        None,
+        "--node-ip",
+        help="This host's address the head reaches (default: Ray's guess: the default route's interface).",
+    ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Ray's own output."),
 ) -> None:
     """Join this host to a cluster and stay in the foreground while it is in (Ctrl-C leaves).
@@ -141,7 +146,13 @@ def join(
 
     value, source = _token(token, token_file)
     plan = plan_join(
-        address, value, name=name, labels=parse_labels(labels), gpus=num_gpus, token_source=source
+        address,
+        value,
+        name=name,
+        labels=parse_labels(labels),
+        gpus=num_gpus,
+        token_source=source,
+        node_ip=node_ip,
     )
     stderr.print(
         f"joining the cluster at {plan.head_address} as {plan.name!r} "

@@ -122,6 +122,7 @@ def head_command(settings: Settings, gpus: int) -> list[str]:
         "--include-dashboard",
         "false",
         "--disable-usage-stats",
+        *(["--node-ip-address", settings.ray_node_ip] if settings.ray_node_ip else []),
     ]
 
 

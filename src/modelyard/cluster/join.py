@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ from modelyard.runtimes.ray_names import WORKER_LABEL
 from modelyard.settings import DEFAULT_RAY_PORT
 
 REACH_TIMEOUT_SECONDS = 5.0
+# After Ctrl-C / SIGTERM, how long ray start may take to stop its node (longer when the head is
+# gone already: the raylet tries to say goodbye) before it is killed.
+LEAVE_GRACE_SECONDS = 30.0
 OUTPUT_TAIL_LINES = 20
 _PR_SET_PDEATHSIG = 1
 
@@ -60,6 +64,8 @@ class JoinPlan:
     token: str = field(repr=False)
     # Why the GPU count is what it is ("2 GPUs read by NVML", "--num-gpus 4").
     gpus_source: str = ""
+    # This host's address that the head and the other hosts reach; None: Ray's guess.
+    node_ip: str | None = None
 
     @property
     def head_address(self) -> str:
@@ -77,6 +83,7 @@ class JoinPlan:
             labels_argument({WORKER_LABEL: self.name, **self.labels}),
             "--disable-usage-stats",
             "--block",
+            *(["--node-ip-address", self.node_ip] if self.node_ip else []),
         ]
 
 
@@ -122,7 +129,14 @@ def check_head_reachable(host: str, port: int, timeout_seconds: float = REACH_TI
 
 
 def plan_join(
-    address: str, token: str, *, name: str | None, labels: dict[str, str], gpus: int | None, token_source: str
+    address: str,
+    token: str,
+    *,
+    name: str | None,
+    labels: dict[str, str],
+    gpus: int | None,
+    token_source: str,
+    node_ip: str | None = None,
 ) -> JoinPlan:
     """Everything checked that can be before Ray starts (the head reached on its port)."""
     host, port = parse_head_address(address)
@@ -147,12 +161,19 @@ def plan_join(
         labels=labels,
         token=token,
         gpus_source=source,
+        node_ip=node_ip,
     )
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
 
 def run_join(plan: JoinPlan, *, say: Callable[[str], None], verbose: bool = False) -> int:
@@ -169,6 +190,10 @@ def run_join(plan: JoinPlan, *, say: Callable[[str], None], verbose: bool = Fals
 
     def leave(signal_number: int, frame: FrameType | None) -> None:
         nonlocal leaving
+        if not leaving:
+            timer = threading.Timer(LEAVE_GRACE_SECONDS, _kill, args=(process,))
+            timer.daemon = True
+            timer.start()
         leaving = True
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)

@@ -96,7 +96,7 @@ def open_cluster(settings: Settings, *, say: Callable[[str], None]) -> ServerClu
         token, created = cluster_token(settings.cluster_token_file)
         head = start_head(settings, token, say=say)
         address = head.address
-    connect(RayCluster(address=address, token=token))
+    connect(RayCluster(address=address, token=token, node_ip=settings.ray_node_ip))
     from modelyard.cluster.workers import WorkerDirectory
     from modelyard.runtimes.ray_runtime import RayRuntime
 

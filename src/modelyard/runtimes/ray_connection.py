@@ -36,6 +36,8 @@ class RayCluster:
 
     address: str
     token: str
+    # This host's address in the cluster (Ray's --node-ip-address); None: Ray finds it.
+    node_ip: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.token) < MINIMUM_TOKEN_CHARACTERS:
@@ -76,6 +78,7 @@ def connect(cluster: RayCluster) -> None:
             namespace=NAMESPACE,
             log_to_driver=False,
             logging_level=logging.WARNING,
+            _node_ip_address=cluster.node_ip,
         )
     except ConnectionError as error:
         raise EngineStartFailed(
