@@ -104,6 +104,18 @@ def deploy(
         max=16,
         help="A replica over this many hosts (vLLM, SGLang; GPUs split evenly).",
     ),
+    rpm: int | None = typer.Option(
+        None, "--rpm", min=1, help="At most this many requests per minute, every key together."
+    ),
+    tpm: int | None = typer.Option(
+        None,
+        "--tpm",
+        min=1,
+        help="At most this many tokens (prompt + completion) per minute, every key together.",
+    ),
+    max_concurrent: int | None = typer.Option(
+        None, "--max-concurrent", min=1, help="At most this many requests at once, every key together."
+    ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
     timeout_seconds: float = typer.Option(
         DEFAULT_WAIT_SECONDS, "--timeout", help="Seconds to wait for running."
@@ -136,6 +148,12 @@ def deploy(
         body["gpu_model"] = gpu_model
     if nodes != 1:
         body["nodes"] = nodes
+    if rpm is not None or tpm is not None or max_concurrent is not None:
+        body["limits"] = {
+            "requests_per_minute": rpm,
+            "tokens_per_minute": tpm,
+            "max_concurrent_requests": max_concurrent,
+        }
     client = ApiClient.from_context(ctx)
     if preset is not None:
         from modelyard.cli.presets import apply_preset

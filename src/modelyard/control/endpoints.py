@@ -1,7 +1,8 @@
 """The ready engine endpoints, published by the controller and read by the gateway.
 
 The controller calls ``publish`` whenever it looks at a deployment (every reconcile tick) and
-``forget`` when a deployment is removed; the deployments API calls ``set_routing``. A publish that
+``forget`` when a deployment is removed; the deployments API calls ``set_routing`` and
+``set_limits``. A publish that
 changes nothing is ignored; every real change bumps ``version`` and calls the subscribers, which
 is how the endpoint set reaches the gateway workers (``server/gateway/supervisor.py`` sends the
 whole ``snapshot()`` to each one; a worker ``load``\\ s it into its own registry). The gateway
@@ -33,6 +34,37 @@ DEFAULT_ROUTING: RoutingPolicy = "least-outstanding"
 
 # Columns of the shared outstanding-request counters (one per endpoint ever seen, reused when freed).
 ENDPOINT_COLUMNS = 4096
+
+
+@dataclass(frozen=True)
+class DeploymentLimits:
+    """A deployment's limits for every key together (None: no limit of that kind), checked by the
+    gateway (``server/gateway/limits.py``) in the counters of ``deployment_id``."""
+
+    deployment_id: int
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(
+            value is not None
+            for value in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent_requests)
+        )
+
+    def to_json(self) -> list[int | None]:
+        return [
+            self.deployment_id,
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            self.max_concurrent_requests,
+        ]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> DeploymentLimits:
+        deployment_id, requests_per_minute, tokens_per_minute, max_concurrent_requests = data
+        return cls(int(deployment_id), requests_per_minute, tokens_per_minute, max_concurrent_requests)
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,7 @@ class RegistrySnapshot:
     endpoints: dict[str, tuple[Endpoint, ...]]
     routing: dict[str, RoutingPolicy]
     notes: dict[str, DeploymentNote] = field(default_factory=dict)
+    limits: dict[str, DeploymentLimits] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +133,7 @@ class RegistrySnapshot:
             "endpoints": {name: [e.to_json() for e in items] for name, items in self.endpoints.items()},
             "routing": dict(self.routing),
             "notes": {name: [note.message, note.coming] for name, note in self.notes.items()},
+            "limits": {name: limits.to_json() for name, limits in self.limits.items()},
         }
 
     @classmethod
@@ -115,6 +149,7 @@ class RegistrySnapshot:
                 name: DeploymentNote(str(message), bool(coming))
                 for name, (message, coming) in data.get("notes", {}).items()
             },
+            limits={name: DeploymentLimits.from_json(item) for name, item in data.get("limits", {}).items()},
         )
 
 
@@ -124,6 +159,7 @@ class EndpointRegistry:
 
     _endpoints: dict[str, tuple[Endpoint, ...]] = field(default_factory=dict)
     _routing: dict[str, RoutingPolicy] = field(default_factory=dict)
+    _limits: dict[str, DeploymentLimits] = field(default_factory=dict)
     # Names that are not deployments yet, with what the gateway tells clients meanwhile
     # (e.g. "demo is being prepared (42%)").
     _notes: dict[str, DeploymentNote] = field(default_factory=dict)
@@ -149,10 +185,11 @@ class EndpointRegistry:
 
     def forget(self, deployment_name: str) -> None:
         """The deployment was removed: its name is no longer known to the gateway."""
-        if deployment_name not in self._endpoints and deployment_name not in self._routing:
+        if not any(deployment_name in known for known in (self._endpoints, self._routing, self._limits)):
             return
         previous = self._endpoints.pop(deployment_name, ())
         self._routing.pop(deployment_name, None)
+        self._limits.pop(deployment_name, None)
         self._free_unused(previous)
         self._changed()
 
@@ -163,6 +200,16 @@ class EndpointRegistry:
             return
         self._routing[deployment_name] = policy
         self._changed()
+
+    def set_limits(self, deployment_name: str, limits: DeploymentLimits) -> None:
+        """The deployment's limits for every key together (kept until ``forget``)."""
+        if not limits.any:
+            if self._limits.pop(deployment_name, None) is not None:
+                self._changed()
+            return
+        if self._limits.get(deployment_name) != limits:
+            self._limits[deployment_name] = limits
+            self._changed()
 
     def set_note(self, name: str, message: str, *, coming: bool = True) -> None:
         """``name`` is not a deployment yet: until it is, the gateway answers 503 with ``message``."""
@@ -196,6 +243,9 @@ class EndpointRegistry:
     def routing_for(self, deployment_name: str) -> RoutingPolicy:
         return self._routing.get(deployment_name, DEFAULT_ROUTING)
 
+    def limits_for(self, deployment_name: str) -> DeploymentLimits | None:
+        return self._limits.get(deployment_name)
+
     def all_endpoints(self) -> list[Endpoint]:
         return [endpoint for endpoints in self._endpoints.values() for endpoint in endpoints]
 
@@ -207,6 +257,7 @@ class EndpointRegistry:
             endpoints=dict(self._endpoints),
             routing=dict(self._routing),
             notes=dict(self._notes),
+            limits=dict(self._limits),
         )
 
     def load(self, snapshot: RegistrySnapshot) -> None:
@@ -214,6 +265,7 @@ class EndpointRegistry:
         self._endpoints = dict(snapshot.endpoints)
         self._routing = dict(snapshot.routing)
         self._notes = dict(snapshot.notes)
+        self._limits = dict(snapshot.limits)
         self.version = snapshot.version
         for callback in self._subscribers:
             callback()

@@ -31,6 +31,7 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import WorkerModelCheck, gpus_of_one_replica, run_preflight
+from modelyard.services.deployment_limits import apply_limits, checked_limits, limits_to_json
 from modelyard.services.deployment_memory import memory_placement, preflight_parameters
 from modelyard.services.deployment_placement import placement_selectors
 from modelyard.services.deployment_secrets import (
@@ -80,6 +81,9 @@ class DeploymentRequest:
     worker_labels: dict[str, str] = field(default_factory=dict)
     gpu_model: str | None = None
     nodes: int = 1
+    # Limits for every key together (deployment_limits.py): requests_per_minute, tokens_per_minute,
+    # max_concurrent_requests; None or absent: no limit.
+    limits: dict[str, int | None] | None = None
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -289,6 +293,7 @@ def check_deployment(
             gpu_memory=placement["gpu_memory"],
             gpus=gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids),
         )
+    limits = checked_limits(request.limits)
     warnings = run_preflight(
         deployment_name=name,
         model=model,
@@ -318,6 +323,7 @@ def check_deployment(
         warnings=warnings,
         placement=placement or None,
     )
+    apply_limits(deployment, limits)
     return deployment
 
 
@@ -335,6 +341,15 @@ def set_routing(session: Session, name: str, routing: str) -> Deployment:
     """Change how the gateway picks a replica of deployment ``name``."""
     deployment = _live_deployment(session, name, "changed")
     deployment.routing = _checked_routing(routing)
+    session.commit()
+    return get_deployment(session, name)
+
+
+def set_limits(session: Session, name: str, values: dict[str, int | None]) -> Deployment:
+    """Replace deployment ``name``'s limits (a field left out or null: no limit of that kind)."""
+    limits = checked_limits(values)
+    deployment = _live_deployment(session, name, "changed")
+    apply_limits(deployment, limits)
     session.commit()
     return get_deployment(session, name)
 
@@ -445,6 +460,7 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "skip_verification": deployment.skip_verification,
         "routing": deployment.routing,
         "placement": deployment.placement or {},
+        "limits": limits_to_json(deployment),
         "warnings": deployment.warnings,
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

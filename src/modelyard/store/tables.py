@@ -209,6 +209,11 @@ class Deployment(Base):
     # bytes per GPU (absent: whole GPUs), "nodes": ranks per replica, "worker_labels": {...},
     # "workers": [ids or names], "gpu_model": "L40S"}. None: whole GPUs on any worker.
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    # Limits for every key together (None: none; server/gateway/limits.py): requests and tokens
+    # (prompt + completion) per minute, requests at once.
+    requests_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tokens_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Doctor's warnings at deploy time, kept to show in `ps` and the console.
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from modelyard.control.endpoints import RoutingPolicy
+from modelyard.control.endpoints import DeploymentLimits, RoutingPolicy
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
@@ -22,6 +22,7 @@ from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
 from modelyard.services.deployment_checks import WorkerModelCheck
+from modelyard.services.deployment_limits import MAXIMUM_LIMIT, registry_limits
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
 from modelyard.store.secret_box import SecretBox
 
@@ -42,6 +43,16 @@ EnvName = Annotated[str, Field(max_length=MAXIMUM_ENV_NAME_CHARACTERS)]
 EnvValue = Annotated[str, Field(max_length=MAXIMUM_ENV_VALUE_CHARACTERS)]
 GpuIndex = Annotated[int, Field(ge=0, le=MAXIMUM_GPU_INDEX)]
 ParameterLines = Annotated[list[ParameterText], Field(max_length=MAXIMUM_LIST_ITEMS)]
+
+
+class DeploymentLimitsBody(BaseModel):
+    """Limits for every key together (null or absent: none); 429 names the deployment's limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
+    max_concurrent_requests: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
 
 
 class DeploymentCreate(BaseModel):
@@ -88,6 +99,7 @@ class DeploymentCreate(BaseModel):
     ] = Field(default_factory=dict)
     gpu_model: str | None = Field(default=None, max_length=128)
     nodes: int = Field(default=1, ge=1, le=16)
+    limits: DeploymentLimitsBody | None = None
 
 
 class DeploymentChange(BaseModel):
@@ -95,6 +107,8 @@ class DeploymentChange(BaseModel):
 
     replicas: int | None = Field(default=None, ge=0, le=deployments.MAXIMUM_REPLICAS)
     routing: RoutingPolicy | None = None
+    # Replaces the deployment's limits whole ({} removes them all).
+    limits: DeploymentLimitsBody | None = None
 
 
 def _now() -> float:
@@ -108,12 +122,19 @@ def _create(
     secrets: SecretBox,
     runtimes: RuntimeSet,
     worker_model_check: WorkerModelCheck | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], DeploymentLimits]:
     request = deployments.DeploymentRequest(**body.model_dump())
     created = deployments.create_deployment(
         session, request, inventory, secrets, runtimes, worker_model_check
     )
-    return deployments.deployment_to_json(created, _now())
+    return deployments.deployment_to_json(created, _now()), registry_limits(created)
+
+
+def _limit(
+    session: Session, name: str, limits: DeploymentLimitsBody
+) -> tuple[dict[str, Any], DeploymentLimits]:
+    changed = deployments.set_limits(session, name, limits.model_dump())
+    return deployments.deployment_to_json(changed, _now()), registry_limits(changed)
 
 
 def _list(session: Session) -> list[dict[str, Any]]:
@@ -152,7 +173,7 @@ async def create_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
     cluster = context.cluster
-    result = await in_session(
+    result, limits = await in_session(
         context,
         _create,
         body,
@@ -162,6 +183,7 @@ async def create_deployment(
         cluster.model_directory_problems if cluster is not None else None,
     )
     context.endpoints.set_routing(result["name"], body.routing)
+    context.endpoints.set_limits(result["name"], limits)
     context.controller.poke()
     return result
 
@@ -211,9 +233,15 @@ async def show_deployment(name: str, context: ServerContext = Depends(server_con
 async def change_deployment(
     name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    if change.replicas is None and change.routing is None:
-        raise InvalidInput("nothing to change", hint='send {"replicas": N} or {"routing": "prefix"}')
+    if change.replicas is None and change.routing is None and change.limits is None:
+        raise InvalidInput(
+            "nothing to change",
+            hint='send {"replicas": N}, {"routing": "prefix"} or {"limits": {"requests_per_minute": N}}',
+        )
     result: dict[str, Any] = {}
+    if change.limits is not None:
+        result, limits = await in_session(context, _limit, name, change.limits)
+        context.endpoints.set_limits(name, limits)
     if change.routing is not None:
         result = await in_session(context, _route, name, change.routing)
         context.endpoints.set_routing(name, change.routing)

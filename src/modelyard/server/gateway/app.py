@@ -182,7 +182,9 @@ class GatewayApp:
             deployment = model
             endpoints = await ready_endpoints(runtime, model, route.path)
             # A form's file is not a prompt: only a JSON body counts towards the reservation.
-            admission = await admit(runtime, facts, payload or {}, len(body) if payload is not None else 0)
+            admission = await admit(
+                runtime, facts, model, payload or {}, len(body) if payload is not None else 0
+            )
         except LimitExceeded as error:
             counts.request_finished(
                 deployment, key_name, route.path, 429, error.code, 0.0, None, started=False
@@ -262,15 +264,23 @@ class GatewayApp:
 
 
 async def admit(
-    runtime: GatewayRuntime, facts: KeyFacts, payload: dict[str, Any], body_bytes: int
+    runtime: GatewayRuntime, facts: KeyFacts, model: str, payload: dict[str, Any], body_bytes: int
 ) -> Admission:
-    """The key's limits (``limits.py``): admitted, or ``LimitExceeded``; a quota's usage is read
-    from the database (in a worker thread) the first time the key is seen in a period."""
+    """The key's and the deployment's limits (``limits.py``): admitted, or ``LimitExceeded``; a
+    quota's usage is read from the database (in a worker thread) the first time the key is seen
+    in a period."""
     limiter = runtime.limiter
     start = limiter.quota_to_load(facts.id, facts.limits)
     if start is not None:
         await asyncio.to_thread(limiter.load_quota, facts.id, start)
-    return limiter.admit(facts.id, facts.limits, payload, body_bytes=body_bytes)
+    return limiter.admit(
+        facts.id,
+        facts.limits,
+        payload,
+        body_bytes=body_bytes,
+        deployment=runtime.registry.limits_for(model),
+        deployment_name=model,
+    )
 
 
 async def _send_limit_exceeded(send: Send, error: LimitExceeded, extra: list[tuple[bytes, bytes]]) -> None:

@@ -1,4 +1,5 @@
-"""Limits per API key: requests and tokens per minute, requests at once, a token quota per period.
+"""Limits per API key and per deployment: requests and tokens per minute, requests at once, and a
+token quota per period for keys.
 
 Each request is admitted before it is forwarded, or refused with OpenAI's ``429``
 (``code: rate_limit_exceeded``, ``type: requests`` or ``tokens``) and ``Retry-After``:
@@ -11,19 +12,28 @@ Each request is admitted before it is forwarded, or refused with OpenAI's ``429`
   prompt estimated at a token per 4 bytes of the body), so a burst cannot overrun the limit
   before the answers report; the reservation is replaced by the real count at the end;
 - **concurrent requests**: those admitted and not finished;
-- **a token quota** per UTC day or month: tokens used in the period so far, read from
-  ``usage_records`` the first time the key is seen in a period (so it holds across server
+- **a token quota** per UTC day or month (keys only): tokens used in the period so far, read
+  from ``usage_records`` the first time the key is seen in a period (so it holds across server
   restarts), plus what was used since.
 
-``LimitCounters`` is the state this needs; ``InProcessCounters`` keeps it in the process. With
-several gateway workers it is to be backed by the shared counters of the worker design
-(``docs/architecture.md``: one row per worker, read as column sums) and the quota by the main
-process's decision broadcast; until then each worker limits on its own.
+A deployment's limits (``DeploymentLimits``, from the endpoint registry) hold for every key
+together; a request must pass both its key's and its deployment's.
+
+Across gateway workers: the per-minute and concurrency counts are the shared counters
+(``limit_counters.py``: one row per worker, summed at each check), so they hold for the workers
+together, to within ``workers - 1`` admissions decided at the same instant. A quota is checked
+against what the main process broadcasts as recorded from every worker (``QuotaUsage``, from
+``quota_ledger.py``) plus what this worker has running or has finished and the main process has
+not acknowledged yet: only the other workers' requests finished within the last usage batch
+(about 0.1 s) and their running reservations go unseen. Before the first broadcast for a key,
+a worker counts on its own from what ``usage_records`` said when it first saw the key.
 
 Usage::
 
-    limiter = KeyLimiter(counters=InProcessCounters(), quota_used=read_quota_used)
-    admission = limiter.admit(facts.id, facts.limits, payload, body_bytes=len(body))  # or LimitExceeded
+    limiter = Limiter(SlidingCounters.for_keys(shared), SlidingCounters.for_deployments(shared),
+                      quota_used=read_quota_used)
+    admission = limiter.admit(facts.id, facts.limits, payload, body_bytes=len(body),
+                              deployment=registry.limits_for(model), deployment_name=model)
     ...
     limiter.finish(admission, used_tokens)
 """
@@ -34,6 +44,7 @@ import json
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +52,7 @@ from typing import Any, Literal, Protocol
 
 from starlette.responses import Response
 
+from modelyard.control.endpoints import DeploymentLimits
 from modelyard.errors import TooManyRequests
 
 QuotaPeriod = Literal["day", "month"]
@@ -111,82 +123,29 @@ def _next_period_start(period: QuotaPeriod, now: datetime) -> datetime:
 
 
 class LimitCounters(Protocol):
-    """The counts limits are checked against, per key; one process or shared by workers."""
+    """The counts limits are checked against, per key or deployment id (``limit_counters.py``)."""
 
-    def window(self, key_id: int, now: float) -> tuple[float, float, float]:
+    def window(self, identifier: int, now: float) -> tuple[float, float, float]:
         """(requests, tokens) over the sliding minute at ``now``, and seconds into the current minute."""
 
-    def add(self, key_id: int, now: float, *, requests: int, tokens: int) -> None: ...
+    def add(self, identifier: int, now: float, *, requests: int, tokens: int) -> None: ...
 
-    def in_flight(self, key_id: int) -> int: ...
+    def in_flight(self, identifier: int) -> int: ...
 
-    def change_in_flight(self, key_id: int, delta: int) -> None: ...
-
-
-@dataclass
-class _Window:
-    minute: int = 0
-    requests: int = 0
-    tokens: int = 0
-    previous_requests: int = 0
-    previous_tokens: int = 0
-
-    def roll(self, minute: int) -> None:
-        if minute == self.minute:
-            return
-        if minute == self.minute + 1:
-            self.previous_requests, self.previous_tokens = self.requests, self.tokens
-        else:
-            self.previous_requests = self.previous_tokens = 0
-        self.minute, self.requests, self.tokens = minute, 0, 0
-
-
-@dataclass
-class InProcessCounters:
-    """``LimitCounters`` in this process's memory (thread-safe)."""
-
-    _windows: dict[int, _Window] = field(default_factory=dict)
-    _in_flight: dict[int, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def _window(self, key_id: int, now: float) -> _Window:
-        window = self._windows.setdefault(key_id, _Window(minute=int(now // WINDOW_S)))
-        window.roll(int(now // WINDOW_S))
-        return window
-
-    def window(self, key_id: int, now: float) -> tuple[float, float, float]:
-        with self._lock:
-            window = self._window(key_id, now)
-            into = now - window.minute * WINDOW_S
-            weight = 1.0 - into / WINDOW_S
-            return (
-                window.requests + window.previous_requests * weight,
-                window.tokens + window.previous_tokens * weight,
-                into,
-            )
-
-    def add(self, key_id: int, now: float, *, requests: int, tokens: int) -> None:
-        with self._lock:
-            window = self._window(key_id, now)
-            window.requests += requests
-            window.tokens += tokens
-
-    def in_flight(self, key_id: int) -> int:
-        return self._in_flight.get(key_id, 0)
-
-    def change_in_flight(self, key_id: int, delta: int) -> None:
-        with self._lock:
-            self._in_flight[key_id] = max(0, self._in_flight.get(key_id, 0) + delta)
+    def change_in_flight(self, identifier: int, delta: int) -> None: ...
 
 
 @dataclass
 class Admission:
-    """One admitted request: what it reserved, to be settled by ``KeyLimiter.finish``."""
+    """One admitted request: what it reserved, to be settled by ``Limiter.finish``."""
 
     key_id: int
     reserved_tokens: int
     counted_in_flight: bool
     quota_period_start: datetime | None
+    # The deployment whose limits counted it (None: it has none).
+    deployment_id: int | None = None
+    deployment_in_flight: bool = False
     finished: bool = False
 
 
@@ -197,71 +156,146 @@ def reserved_tokens(payload: dict[str, Any], body_bytes: int) -> int:
     return output + body_bytes // PROMPT_BYTES_PER_TOKEN
 
 
-@dataclass
-class KeyLimiter:
-    """Admits or refuses requests by their key's limits; see the module docstring."""
+@dataclass(frozen=True)
+class _Rates:
+    """One set of per-minute and concurrency limits and whose they are, for the messages."""
 
-    counters: LimitCounters
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    max_concurrent_requests: int | None
+    # "" for a key (the message is about the key used); " of deployment 'chat'" for a deployment.
+    of: str
+    owner: str
+    hint: str
+
+
+def _check_rates(counters: LimitCounters, identifier: int, rates: _Rates, reserve: int, now: float) -> None:
+    if rates.max_concurrent_requests is not None:
+        running = counters.in_flight(identifier)
+        if running >= rates.max_concurrent_requests:
+            raise LimitExceeded(
+                f"concurrent requests limit{rates.of} reached: {running} of "
+                f"{rates.max_concurrent_requests} requests of {rates.owner} are running",
+                limit_type="requests",
+                retry_after_seconds=1,
+                hint=f"wait for an answer before the next request, or {rates.hint}",
+            )
+    requests, tokens, into = counters.window(identifier, now)
+    if rates.requests_per_minute is not None and requests + 1 > rates.requests_per_minute:
+        raise LimitExceeded(
+            f"rate limit{rates.of} reached for requests per minute: limit {rates.requests_per_minute}, "
+            f"used {math.ceil(requests)}",
+            limit_type="requests",
+            retry_after_seconds=_wait_s(into),
+            hint=f"wait, or {rates.hint}",
+        )
+    if rates.tokens_per_minute is not None and tokens + reserve > rates.tokens_per_minute:
+        raise LimitExceeded(
+            f"rate limit{rates.of} reached for tokens per minute: limit {rates.tokens_per_minute}, used "
+            f"{math.ceil(tokens)}, requested {reserve} (max_tokens plus the prompt)",
+            limit_type="tokens",
+            retry_after_seconds=_wait_s(into),
+            hint=f"lower max_tokens, wait, or {rates.hint}",
+        )
+
+
+def _count(counters: LimitCounters, identifier: int, rates: _Rates, reserve: int, now: float) -> bool:
+    counters.add(identifier, now, requests=1, tokens=reserve)
+    if rates.max_concurrent_requests is None:
+        return False
+    counters.change_in_flight(identifier, 1)
+    return True
+
+
+@dataclass
+class Limiter:
+    """Admits or refuses requests by their key's and their deployment's limits (module docstring)."""
+
+    # The counts per key and per deployment: shared by every gateway worker (limit_counters.py).
+    key_counters: LimitCounters
+    deployment_counters: LimitCounters
     # Tokens a key used since the start of a period, from usage_records (blocking; called once
     # per key and period, then kept up to date here).
     quota_used: Callable[[int, datetime], int]
     clock: Callable[[], float] = time.time
+    # This process's estimate per (key, period start): what usage_records said when the key was
+    # first seen in the period, plus what this process admitted since (reservations, then settled).
     _quota: dict[tuple[int, datetime], int] = field(default_factory=dict)
+    # In a gateway worker: the journal sequence of the last usage row this worker made; rows up to
+    # a sequence are acknowledged by the main process (``quota_committed``). None: not a worker.
+    last_usage_sequence: Callable[[], int] | None = None
+    # What the main process last said was recorded from every worker (QuotaUsage), what this
+    # process has reserved for requests still running, and the tokens of its finished requests
+    # that the main process has not acknowledged yet (each with its journal sequence).
+    _recorded: dict[tuple[int, datetime], int] = field(default_factory=dict)
+    _quota_running: dict[tuple[int, datetime], int] = field(default_factory=dict)
+    _unacknowledged: deque[tuple[int, tuple[int, datetime], int]] = field(default_factory=deque)
+    _unacknowledged_tokens: dict[tuple[int, datetime], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def admit(self, key_id: int, limits: KeyLimits, payload: dict[str, Any], *, body_bytes: int) -> Admission:
-        """Admit one request (counting it) or raise ``LimitExceeded``."""
-        if not limits.any:
+    def admit(
+        self,
+        key_id: int,
+        limits: KeyLimits,
+        payload: dict[str, Any],
+        *,
+        body_bytes: int,
+        deployment: DeploymentLimits | None = None,
+        deployment_name: str = "",
+    ) -> Admission:
+        """Admit one request (counting it) or raise ``LimitExceeded``; nothing is counted for a
+        refused request. The checks and the counting are one synchronous step."""
+        deployment_rates = _deployment_rates(deployment, deployment_name)
+        if not limits.any and deployment_rates is None:
             return Admission(key_id, 0, counted_in_flight=False, quota_period_start=None)
         now = self.clock()
         reserve = reserved_tokens(payload, body_bytes)
-        if limits.max_concurrent_requests is not None:
-            running = self.counters.in_flight(key_id)
-            if running >= limits.max_concurrent_requests:
-                raise LimitExceeded(
-                    f"concurrent requests limit reached: {running} of {limits.max_concurrent_requests} "
-                    "requests of this key are running",
-                    limit_type="requests",
-                    retry_after_seconds=1,
-                    hint="wait for an answer before the next request, or ask an admin for a higher limit",
-                )
-        requests, tokens, into = self.counters.window(key_id, now)
-        if limits.requests_per_minute is not None and requests + 1 > limits.requests_per_minute:
-            raise LimitExceeded(
-                f"rate limit reached for requests per minute: limit {limits.requests_per_minute}, "
-                f"used {math.ceil(requests)}",
-                limit_type="requests",
-                retry_after_seconds=_wait_s(into),
-            )
-        if limits.tokens_per_minute is not None and tokens + reserve > limits.tokens_per_minute:
-            raise LimitExceeded(
-                f"rate limit reached for tokens per minute: limit {limits.tokens_per_minute}, used "
-                f"{math.ceil(tokens)}, requested {reserve} (max_tokens plus the prompt)",
-                limit_type="tokens",
-                retry_after_seconds=_wait_s(into),
-                hint="lower max_tokens, or wait",
-            )
+        key_rates = _Rates(
+            limits.requests_per_minute,
+            limits.tokens_per_minute,
+            limits.max_concurrent_requests,
+            of="",
+            owner="this key",
+            hint="ask an admin for a higher limit",
+        )
+        _check_rates(self.key_counters, key_id, key_rates, reserve, now)
+        if deployment is not None and deployment_rates is not None:
+            _check_rates(self.deployment_counters, deployment.deployment_id, deployment_rates, reserve, now)
         start = None
         if limits.token_quota is not None and limits.quota_period is not None:
-            moment = datetime.fromtimestamp(now, UTC)
-            start = period_start(limits.quota_period, moment)
-            used = self._quota_used(key_id, start)
-            if used + reserve > limits.token_quota:
-                renewal = _next_period_start(limits.quota_period, moment)
-                raise LimitExceeded(
-                    f"token quota reached: {used} of {limits.token_quota} tokens this {limits.quota_period} "
-                    f"(this request may use {reserve}); it renews at {renewal.isoformat()}",
-                    limit_type="tokens",
-                    retry_after_seconds=max(1, math.ceil(renewal.timestamp() - now)),
-                    hint="ask an admin for a larger quota",
-                )
-            with self._lock:
-                self._quota[(key_id, start)] = used + reserve
-        self.counters.add(key_id, now, requests=1, tokens=reserve)
-        counted = limits.max_concurrent_requests is not None
-        if counted:
-            self.counters.change_in_flight(key_id, 1)
-        return Admission(key_id, reserve, counted_in_flight=counted, quota_period_start=start)
+            start = self._check_quota(key_id, limits, reserve, now)
+        admission = Admission(
+            key_id,
+            reserve,
+            counted_in_flight=_count(self.key_counters, key_id, key_rates, reserve, now),
+            quota_period_start=start,
+        )
+        if deployment is not None and deployment_rates is not None:
+            admission.deployment_id = deployment.deployment_id
+            admission.deployment_in_flight = _count(
+                self.deployment_counters, deployment.deployment_id, deployment_rates, reserve, now
+            )
+        return admission
+
+    def _check_quota(self, key_id: int, limits: KeyLimits, reserve: int, now: float) -> datetime:
+        assert limits.token_quota is not None and limits.quota_period is not None
+        moment = datetime.fromtimestamp(now, UTC)
+        start = period_start(limits.quota_period, moment)
+        used = self.quota_estimate(key_id, start)
+        if used + reserve > limits.token_quota:
+            renewal = _next_period_start(limits.quota_period, moment)
+            raise LimitExceeded(
+                f"token quota reached: {used} of {limits.token_quota} tokens this {limits.quota_period} "
+                f"(this request may use {reserve}); it renews at {renewal.isoformat()}",
+                limit_type="tokens",
+                retry_after_seconds=max(1, math.ceil(renewal.timestamp() - now)),
+                hint="ask an admin for a larger quota",
+            )
+        with self._lock:
+            key = (key_id, start)
+            self._quota[key] = self._quota.get(key, 0) + reserve
+            self._quota_running[key] = self._quota_running.get(key, 0) + reserve
+        return start
 
     def finish(self, admission: Admission, used_tokens: int) -> None:
         """The request ended having used ``used_tokens``: settle its reservation (once)."""
@@ -269,14 +303,55 @@ class KeyLimiter:
             return
         admission.finished = True
         if admission.counted_in_flight:
-            self.counters.change_in_flight(admission.key_id, -1)
+            self.key_counters.change_in_flight(admission.key_id, -1)
+        if admission.deployment_in_flight and admission.deployment_id is not None:
+            self.deployment_counters.change_in_flight(admission.deployment_id, -1)
         difference = used_tokens - admission.reserved_tokens
+        now = self.clock()
         if difference:
-            self.counters.add(admission.key_id, self.clock(), requests=0, tokens=difference)
-            if admission.quota_period_start is not None:
-                with self._lock:
-                    key = (admission.key_id, admission.quota_period_start)
-                    self._quota[key] = self._quota.get(key, 0) + difference
+            self.key_counters.add(admission.key_id, now, requests=0, tokens=difference)
+            if admission.deployment_id is not None:
+                self.deployment_counters.add(admission.deployment_id, now, requests=0, tokens=difference)
+        if admission.quota_period_start is not None:
+            with self._lock:
+                key = (admission.key_id, admission.quota_period_start)
+                self._quota[key] = self._quota.get(key, 0) + difference
+                self._quota_running[key] = self._quota_running.get(key, 0) - admission.reserved_tokens
+                if self.last_usage_sequence is not None and used_tokens:
+                    # Call after the request's usage row was recorded: it has this sequence.
+                    self._unacknowledged.append((self.last_usage_sequence(), key, used_tokens))
+                    self._unacknowledged_tokens[key] = self._unacknowledged_tokens.get(key, 0) + used_tokens
+
+    def quota_committed(self, through_sequence: int) -> None:
+        """This worker's usage rows up to ``through_sequence`` are in ``usage_records`` (and so in
+        the totals of the ``QuotaUsage`` the main process sent just before saying so)."""
+        with self._lock:
+            while self._unacknowledged and self._unacknowledged[0][0] <= through_sequence:
+                _sequence, key, tokens = self._unacknowledged.popleft()
+                left = self._unacknowledged_tokens.get(key, 0) - tokens
+                if left > 0:
+                    self._unacknowledged_tokens[key] = left
+                else:
+                    self._unacknowledged_tokens.pop(key, None)
+
+    def quota_recorded(self, key_id: int, start: datetime, used_tokens: int) -> None:
+        """The main process says ``key_id`` has ``used_tokens`` recorded since ``start`` (all workers)."""
+        with self._lock:
+            key = (key_id, start)
+            self._recorded[key] = max(self._recorded.get(key, 0), used_tokens)
+
+    def quota_estimate(self, key_id: int, start: datetime) -> int:
+        """Tokens the key has used in the period that starts at ``start``, as this process knows:
+        once the main process has said what is recorded from every worker, that plus this worker's
+        running reservations and finished requests not yet recorded; before, this process's count
+        (what ``usage_records`` said at first sight, plus what it admitted since)."""
+        local = self._quota_used(key_id, start)
+        with self._lock:
+            key = (key_id, start)
+            recorded = self._recorded.get(key)
+            if recorded is None:
+                return local
+            return recorded + self._quota_running.get(key, 0) + self._unacknowledged_tokens.get(key, 0)
 
     def quota_to_load(self, key_id: int, limits: KeyLimits) -> datetime | None:
         """The period start whose usage must be read (``load_quota``) before ``admit``; None: known."""
@@ -298,6 +373,20 @@ class KeyLimiter:
         used = self.quota_used(key_id, start)
         with self._lock:
             return self._quota.setdefault((key_id, start), used)
+
+
+def _deployment_rates(deployment: DeploymentLimits | None, name: str) -> _Rates | None:
+    if deployment is None or not deployment.any:
+        return None
+    return _Rates(
+        deployment.requests_per_minute,
+        deployment.tokens_per_minute,
+        deployment.max_concurrent_requests,
+        of=f" of deployment {name!r}",
+        owner=f"deployment {name!r}",
+        hint=f"ask an admin to raise the limits of deployment {name!r} "
+        "(`modelyard deploy --rpm/--tpm/--max-concurrent`, or PATCH its limits)",
+    )
 
 
 def _wait_s(seconds_into_minute: float) -> int:

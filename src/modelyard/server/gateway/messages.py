@@ -11,6 +11,7 @@ main -> worker:
 - ``KeysChanged``: an API key was created, changed or revoked: drop the key cache now.
 - ``Drain``: stop taking connections, finish the requests in flight, exit.
 - ``UsageCommitted``: the worker's usage rows up to a journal sequence are in the database.
+- ``QuotaUsage``: tokens recorded this period for keys with a quota, from every worker.
 
 worker -> main:
 
@@ -111,6 +112,16 @@ class UsageCommitted(Message):
 
 
 @dataclass(frozen=True)
+class QuotaUsage(Message):
+    """main -> every worker: what keys with a token quota have used in their current period, as
+    recorded in ``usage_records`` from every worker (``quota_ledger.py``)."""
+
+    kind: ClassVar[str] = "quota_usage"
+    # [key id, the period's start as unix seconds, tokens used since] each
+    used: list[tuple[int, float, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ReplicaRefused(Message):
     kind: ClassVar[str] = "replica_refused"
     deployment_name: str
@@ -137,6 +148,7 @@ _KINDS: dict[str, type[Message]] = {
         WorkerReady,
         UsageBatch,
         UsageCommitted,
+        QuotaUsage,
         ReplicaRefused,
         MetricsSnapshot,
     )

@@ -202,8 +202,6 @@ async def exchange(
 
     def record(status: int, usage: TokenUsage | None) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0
-        if request.admission is not None:
-            runtime.limiter.finish(request.admission, used)
         runtime.usage.record(
             UsageRow(
                 api_key_id=request.facts.id,
@@ -213,6 +211,8 @@ async def exchange(
                 status_code=status,
             )
         )
+        if request.admission is not None:  # after the row: the limiter notes its journal sequence
+            runtime.limiter.finish(request.admission, used)
 
     # Recorded (journaled) just before the answer's last bytes; in ``finally`` if it never got there.
     watch.on_finishing = record

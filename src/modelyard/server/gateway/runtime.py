@@ -24,7 +24,8 @@ from modelyard.errors import InvalidInput
 from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway.engine_client import EngineClient
 from modelyard.server.gateway.keys import KeyCache
-from modelyard.server.gateway.limits import InProcessCounters, KeyLimiter
+from modelyard.server.gateway.limit_counters import SlidingCounters
+from modelyard.server.gateway.limits import Limiter
 from modelyard.server.gateway.routing import ReplicaBalancer
 from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage import UsageRecorder, UsageRow, tokens_used_since
@@ -115,11 +116,17 @@ class GatewayRuntime:
     limits: RequestLimits = field(default_factory=RequestLimits)
     # Wrong API keys per client address (server/throttle.py); one per process.
     key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
-    # The keys' limits (limits.py); the quotas read from the database.
-    limiter: KeyLimiter = field(init=False)
+    # The counters every worker sees (shared_counters.py); private with --gateway-workers 0.
+    shared: SharedCounters = field(default_factory=SharedCounters.private)
+    # The keys' and deployments' limits (limits.py) on the shared counters; quotas read from the database.
+    limiter: Limiter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.limiter = KeyLimiter(InProcessCounters(), partial(tokens_used_since, self.database))
+        self.limiter = Limiter(
+            SlidingCounters.for_keys(self.shared),
+            SlidingCounters.for_deployments(self.shared),
+            partial(tokens_used_since, self.database),
+        )
 
     async def close(self) -> None:
         """Close connections to engines and write what the caches hold."""
@@ -191,6 +198,7 @@ def start_in_process_gateway(
     """The gateway's parts on the controller's registry (call inside the running event loop);
     ``journal``: where each usage row goes before the answer's last bytes (usage_journal.py)."""
     recorder = UsageRecorder(database, journal=journal, batch_delay_s=settings.usage_batch_delay_s)
+    shared = SharedCounters.private()
     runtime = GatewayRuntime(
         settings=settings,
         registry=registry,
@@ -198,7 +206,8 @@ def start_in_process_gateway(
         engine_client=create_engine_client(settings),
         key_cache=create_key_cache(database, settings),
         usage=recorder,
-        balancer=ReplicaBalancer(SharedCounters.private().table("endpoint_requests")),
+        balancer=ReplicaBalancer(shared.table("endpoint_requests")),
+        shared=shared,
         on_refused=on_refused,
         limits=limits or RequestLimits(),
         key_throttle=key_throttle or FailureThrottle(what="API key"),

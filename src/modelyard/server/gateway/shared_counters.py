@@ -10,8 +10,9 @@ and zeroes the row of a worker that died before restarting it (``clear_row``): c
 requests in flight there are gone with it. With no workers (``--gateway-workers 0``) the same
 class runs on private memory (``SharedCounters.private``).
 
-Tables are declared once, in ``SHARED_TABLES``. Used today for the requests in flight per engine
-endpoint (least-outstanding routing); issue 17's per-key limits add their tables beside it.
+Tables are declared once, in ``SHARED_TABLES``: the requests in flight per engine endpoint
+(least-outstanding routing), and the counts that the limits per API key and per deployment are
+checked against (``limit_counters.py``).
 
 Usage::
 
@@ -29,6 +30,7 @@ from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
 from modelyard.control.endpoints import ENDPOINT_COLUMNS
+from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, WINDOW_CELLS
 
 _CELL_BYTES = 8
 
@@ -43,6 +45,12 @@ class TableSpec:
 SHARED_TABLES: tuple[TableSpec, ...] = (
     # Requests in flight through each worker to each engine endpoint (column: Endpoint.counter_column).
     TableSpec("endpoint_requests", ENDPOINT_COLUMNS),
+    # Limits (limit_counters.py): requests in flight per key / deployment slot, and per slot two
+    # minute buckets of (minute stamp, requests, tokens).
+    TableSpec("key_in_flight", KEY_SLOTS),
+    TableSpec("key_windows", KEY_SLOTS * WINDOW_CELLS),
+    TableSpec("deployment_in_flight", DEPLOYMENT_SLOTS),
+    TableSpec("deployment_windows", DEPLOYMENT_SLOTS * WINDOW_CELLS),
 )
 
 
@@ -63,6 +71,14 @@ class CounterTable:
 
     def own(self, column: int) -> int:
         return int(self._cells[self._own + column])
+
+    def set_own(self, column: int, value: int) -> None:
+        """Set this worker's cell of ``column``."""
+        self._cells[self._own + column] = value
+
+    def by_row(self, column: int) -> list[int]:
+        """The column's cell in every worker's row, in row order."""
+        return list(self._cells[column :: self._columns])
 
     def total(self, column: int) -> int:
         """The column summed over every worker's row."""

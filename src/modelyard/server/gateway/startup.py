@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from modelyard.control.endpoints import ROUTING_POLICIES
+from modelyard.control.endpoints import ROUTING_POLICIES, DeploymentLimits
 from modelyard.server.context import GatewayHandle, ServerContext
 from modelyard.server.gateway.runtime import (
     GatewayRuntime,
@@ -29,6 +29,7 @@ from modelyard.server.gateway.runtime import (
 from modelyard.server.gateway.usage import replay_journal
 from modelyard.server.gateway.usage_journal import UsageJournal
 from modelyard.server.metrics.route import ensure_metrics_token
+from modelyard.services.deployment_limits import all_deployment_limits
 from modelyard.services.deployments import routing_policies
 
 
@@ -66,15 +67,18 @@ async def start_gateway(context: ServerContext, settings: GatewaySettings | None
 
 
 async def _load_routing_policies(context: ServerContext) -> None:
-    """Each deployment's routing policy, from the store (the API sets it on changes)."""
+    """Each deployment's routing policy and limits, from the store (the API sets them on changes)."""
 
-    def read() -> dict[str, str]:
+    def read() -> tuple[dict[str, str], dict[str, DeploymentLimits]]:
         with context.database.session() as session:
-            return routing_policies(session)
+            return routing_policies(session), all_deployment_limits(session)
 
-    for name, policy in (await asyncio.to_thread(read)).items():
+    policies, limits = await asyncio.to_thread(read)
+    for name, policy in policies.items():
         if policy in ROUTING_POLICIES:
             context.endpoints.set_routing(name, policy)
+    for name, deployment_limits in limits.items():
+        context.endpoints.set_limits(name, deployment_limits)
 
 
 def in_process_runtime(context: ServerContext) -> GatewayRuntime | None:

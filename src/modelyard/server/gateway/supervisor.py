@@ -7,6 +7,8 @@ of the public port, both inherited by ``python -m modelyard.server.gateway.worke
   per event-loop turn (a burst of publishes sends one snapshot);
 - ``invalidate()`` (the REST API, after a key changed) sends ``KeysChanged`` to every worker;
 - ``UsageBatch`` rows go to the usage recorder, the only writer of ``usage_records``;
+- after each batch is written, the quota ledger's totals that changed go to every worker as one
+  ``QuotaUsage`` (``quota_ledger.py``);
 - ``ReplicaRefused`` pokes the controller; ``MetricsSnapshot`` is kept for ``/metrics``;
 - a worker that exits is restarted on the same socket after a short back-off, once its row of
   the shared counters is cleared (its requests in flight are gone).
@@ -21,6 +23,7 @@ import dataclasses
 import logging
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +37,14 @@ from modelyard.server.gateway.messages import (
     KeysChanged,
     Message,
     MetricsSnapshot,
+    QuotaUsage,
     ReplicaRefused,
     UsageBatch,
     UsageCommitted,
     WorkerHello,
     WorkerReady,
 )
+from modelyard.server.gateway.quota_ledger import QuotaLedger
 from modelyard.server.gateway.runtime import GatewayRuntime, GatewaySettings, journal_directory
 from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage import UsageRow, replay_journal
@@ -75,7 +80,13 @@ class WorkerSupervisor:
         self._settings = settings
         self._workers = [_Worker(index, sock) for index, sock in enumerate(plan.sockets)]
         self._counters = SharedCounters.create(len(self._workers))
-        self._usage = WorkerUsageWriter(context.database, acknowledge=self._usage_committed)
+        self._ledger = QuotaLedger(context.database)
+        self._usage = WorkerUsageWriter(
+            context.database, acknowledge=self._usage_committed, after_insert=self._usage_inserted
+        )
+        # QuotaUsage made in the usage writer's thread, sent before the rows are acknowledged.
+        self._quota_updates: list[QuotaUsage] = []
+        self._quota_lock = threading.Lock()
         self._journal_failures: dict[int, str | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._snapshot_scheduled = False
@@ -128,6 +139,7 @@ class WorkerSupervisor:
 
     def invalidate(self) -> None:
         """A key was created, changed or revoked: every worker drops its key cache now."""
+        self._ledger.forget()
         self._broadcast(KeysChanged())
 
     def in_process_runtime(self) -> GatewayRuntime | None:
@@ -158,9 +170,27 @@ class WorkerSupervisor:
         return self._usage.failure or next((f for f in self._journal_failures.values() if f), None)
 
     def _usage_committed(self, worker_index: int, through_sequence: int) -> None:
+        # The quota totals that include these rows reach every worker first: a worker stops
+        # counting its rows itself when it reads UsageCommitted (limits.py).
+        with self._quota_lock:
+            updates, self._quota_updates = self._quota_updates, []
+        for update in updates:
+            self._broadcast(update)
         channel = self._workers[worker_index].channel
         if channel is not None:
             channel.send(UsageCommitted(through_sequence))
+
+    def _usage_inserted(self, rows: list[UsageRow]) -> None:
+        """In the usage writer's thread: the quotas' totals, to every worker (``quota_ledger.py``)."""
+        try:
+            update = self._ledger.tally(rows)
+        except Exception:  # the rows are written: nothing here may make the writer try them again
+            logger.exception("could not read the token quotas' usage; each worker counts its own meanwhile")
+            self._ledger.forget()
+            return
+        if update is not None:
+            with self._quota_lock:
+                self._quota_updates.append(update)
 
     def _replay_exited(self, pid: int | None) -> None:
         """Rows a worker journaled but the database did not get (all workers' when ``pid`` is None)."""
@@ -173,6 +203,8 @@ class WorkerSupervisor:
                 replay_journal(self._context.database, directory, only_pid=pid)
         except SQLAlchemyError:
             logger.exception("could not replay the usage journal of gateway worker %s", pid)
+        # Rows that came in by the journal, not by a batch: the quota totals are read again.
+        self._ledger.forget()
 
     # -- endpoints -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import uvicorn
@@ -41,6 +42,7 @@ from modelyard.server.gateway.messages import (
     EndpointsChanged,
     KeysChanged,
     MetricsSnapshot,
+    QuotaUsage,
     ReplicaRefused,
     UsageCommitted,
     WorkerHello,
@@ -114,10 +116,13 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
         key_cache=create_key_cache(database, settings),
         usage=usage,
         balancer=ReplicaBalancer(counters.table("endpoint_requests")),
+        shared=counters,
         on_refused=on_refused,
         process_label=f"gateway worker {index}",
         limits=limits,
     )
+    # The quotas count this worker's rows until the main process acknowledges them (limits.py).
+    runtime.limiter.last_usage_sequence = lambda: usage.journal.last_sequence
     runtime.engine_client.start()
     runtime.key_cache.start()
     relay = MainRelay(hello.api_socket_path)
@@ -147,6 +152,11 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
                 runtime.key_cache.invalidate()
             elif isinstance(message, UsageCommitted):
                 usage.committed(message.through_sequence)
+                runtime.limiter.quota_committed(message.through_sequence)
+            elif isinstance(message, QuotaUsage):
+                for key_id, period_start_s, used_tokens in message.used:
+                    start = datetime.fromtimestamp(period_start_s, UTC)
+                    runtime.limiter.quota_recorded(key_id, start, used_tokens)
             elif isinstance(message, Drain):
                 break
         server.should_exit = True  # drained, or the main process is gone

@@ -106,6 +106,8 @@ class WorkerUsageWriter:
     database: Database
     # acknowledge(worker index, through_sequence): send that worker ``UsageCommitted``.
     acknowledge: Callable[[int, int], None]
+    # Called in the writer's thread once rows are in usage_records (the quotas' ledger).
+    after_insert: Callable[[list[UsageRow]], None] = lambda rows: None
     failure: str | None = None
     written_rows: int = 0
     _pending: list[_Pending] = field(default_factory=list)
@@ -144,9 +146,10 @@ class WorkerUsageWriter:
         batches, self._pending = self._pending, []
         if not batches:
             return True
-        values = [row.to_values() for batch in batches for row in batch.rows]
+        rows = [row for batch in batches for row in batch.rows]
+        values = [row.to_values() for row in rows]
         try:
-            await asyncio.to_thread(self._insert, values)
+            await asyncio.to_thread(self._insert, values, rows)
         except SQLAlchemyError as error:
             self._pending = batches + self._pending
             reason = "the disk is full" if is_storage_full(error) else type(error).__name__
@@ -165,6 +168,7 @@ class WorkerUsageWriter:
             self.acknowledge(worker, sequence)
         return True
 
-    def _insert(self, values: list[dict[str, object]]) -> None:
+    def _insert(self, values: list[dict[str, object]], rows: list[UsageRow]) -> None:
         with self.database.engine.begin() as connection:
             insert_usage_rows(connection, values)
+        self.after_insert(rows)

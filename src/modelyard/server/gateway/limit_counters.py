@@ -1,0 +1,91 @@
+"""The counts that limits are checked against, in the shared counters: one view for all workers.
+
+For each key (or deployment) slot, every gateway worker keeps in its own row of the shared
+counters (``shared_counters.py``) the requests it has in flight, and two minute buckets, one for
+even and one for odd minutes, each ``(minute stamp, requests, tokens)``. A worker only writes its
+own row; a check sums the rows. The sliding minute at ``now`` is the current minute's bucket of
+every row plus the previous minute's weighted by how much of it is still inside the last 60 s;
+a bucket whose stamp is neither minute is stale and counts nothing (its worker has not written
+since), and a worker reuses its stale bucket by zeroing it before stamping it.
+
+The error this leaves (``docs/architecture.md``, "Limits across gateway workers"): a check and its
+count are one synchronous step in a worker, so only admissions being decided on other workers at
+the same instant are unseen: at most ``workers - 1`` of them, so at most ``limit + workers - 1``
+requests (or requests in flight) are admitted for a limit of ``limit``.
+
+Usage::
+
+    counters = SlidingCounters.for_keys(shared)    # shared: this process's SharedCounters
+    requests, tokens, into_s = counters.window(key_id, time.time())
+    counters.add(key_id, time.time(), requests=1, tokens=300)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, WINDOW_CELLS
+from modelyard.server.gateway.shared_counters import CounterTable, SharedCounters
+
+WINDOW_S = 60.0
+_STAMP, _REQUESTS, _TOKENS = 0, 1, 2
+
+
+@dataclass
+class SlidingCounters:
+    """Requests in flight and the sliding minute per id (key or deployment), summed over workers."""
+
+    in_flight_table: CounterTable
+    windows_table: CounterTable
+    slots: int
+
+    @classmethod
+    def for_keys(cls, shared: SharedCounters) -> SlidingCounters:
+        return cls(shared.table("key_in_flight"), shared.table("key_windows"), KEY_SLOTS)
+
+    @classmethod
+    def for_deployments(cls, shared: SharedCounters) -> SlidingCounters:
+        return cls(shared.table("deployment_in_flight"), shared.table("deployment_windows"), DEPLOYMENT_SLOTS)
+
+    def _bucket(self, identifier: int, minute: int) -> int:
+        """The first column of ``identifier``'s bucket for ``minute``."""
+        return (identifier % self.slots) * WINDOW_CELLS + (minute % 2) * 3
+
+    def window(self, identifier: int, now: float) -> tuple[float, float, float]:
+        """(requests, tokens) over the sliding minute at ``now``, and seconds into the current minute."""
+        minute = int(now // WINDOW_S)
+        into = now - minute * WINDOW_S
+        weight = 1.0 - into / WINDOW_S
+        table = self.windows_table
+        requests = tokens = 0.0
+        for wanted, factor in ((minute, 1.0), (minute - 1, weight)):
+            column = self._bucket(identifier, wanted)
+            stamps = table.by_row(column + _STAMP)
+            counted = table.by_row(column + _REQUESTS)
+            used = table.by_row(column + _TOKENS)
+            for row, stamp in enumerate(stamps):
+                if stamp == wanted + 1:  # stamps are minute + 1, so 0 is "never written"
+                    requests += counted[row] * factor
+                    tokens += used[row] * factor
+        return requests, tokens, into
+
+    def add(self, identifier: int, now: float, *, requests: int, tokens: int) -> None:
+        """Count ``requests`` and ``tokens`` in this worker's bucket of the current minute."""
+        minute = int(now // WINDOW_S)
+        column = self._bucket(identifier, minute)
+        table = self.windows_table
+        if table.own(column + _STAMP) != minute + 1:
+            # Zeroed before it is stamped: a reader never sees the old counts under the new stamp.
+            table.set_own(column + _REQUESTS, 0)
+            table.set_own(column + _TOKENS, 0)
+            table.set_own(column + _STAMP, minute + 1)
+        if requests:
+            table.add(column + _REQUESTS, requests)
+        if tokens:
+            table.add(column + _TOKENS, tokens)
+
+    def in_flight(self, identifier: int) -> int:
+        return self.in_flight_table.total(identifier % self.slots)
+
+    def change_in_flight(self, identifier: int, delta: int) -> None:
+        self.in_flight_table.add(identifier % self.slots, delta)
