@@ -114,7 +114,11 @@ def deploy(
         help="At most this many tokens (prompt + completion) per minute, every key together.",
     ),
     max_concurrent: int | None = typer.Option(
-        None, "--max-concurrent", min=1, help="At most this many requests at once, every key together."
+        None,
+        "--max-concurrent",
+        "--concurrency",
+        min=1,
+        help="At most this many requests at once, every key together.",
     ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the deployment is stored."),
     timeout_seconds: float = typer.Option(

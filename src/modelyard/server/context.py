@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from modelyard.control.scheduler import Worker
     from modelyard.hardware.gpus import GpuInventory
     from modelyard.server.gateway.runtime import GatewayRuntime
+    from modelyard.server.gateway.shared_counters import SharedCounters
     from modelyard.server.metrics.gateway_counts import GatewayCounts
 
 
@@ -95,6 +96,9 @@ class GatewayHandle(Protocol):
 
     async def serving(self) -> None:
         """Returns once ``/v1`` is served (the workers may still be importing after ``start``)."""
+
+    def shared_counters(self) -> SharedCounters:
+        """The counters the limits are checked against, as every gateway process sees them."""
 
     async def close(self) -> None: ...
 

@@ -11,15 +11,16 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, InvalidInput, NotFound
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import ApiKey, Deployment, utc_now
+from modelyard.store.tables import ApiKey, Deployment, UsageRecord, utc_now
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,32 @@ def create_key(
     session.add(record)
     commit_new(session, "key", name)
     return CreatedKey(key=key, record=record)
+
+
+def quota_period_start(period: str, now: datetime) -> datetime:
+    """The start of the UTC day or month that ``now`` is in (as the gateway counts quotas)."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day if period == "day" else day.replace(day=1)
+
+
+def quota_use(session: Session, records: list[ApiKey], now: datetime) -> dict[int, int]:
+    """Tokens (prompt + completion) each key with a quota used in its current period, by key id."""
+    used: dict[int, int] = {}
+    for period in ("day", "month"):
+        ids = [r.id for r in records if r.token_quota is not None and r.quota_period == period]
+        if not ids:
+            continue
+        query = (
+            select(
+                UsageRecord.api_key_id,
+                func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens),
+            )
+            .where(UsageRecord.api_key_id.in_(ids), UsageRecord.at >= quota_period_start(period, now))
+            .group_by(UsageRecord.api_key_id)
+        )
+        found = {key_id: int(total or 0) for key_id, total in session.execute(query).all()}
+        used.update({key_id: found.get(key_id, 0) for key_id in ids})
+    return used
 
 
 def list_keys(session: Session) -> list[ApiKey]:

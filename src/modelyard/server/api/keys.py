@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
@@ -9,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.gateway.limit_counters import SlidingCounters, current_use
 from modelyard.services import keys
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
 
@@ -36,8 +39,21 @@ class KeyCreate(BaseModel):
 
 @router.get("/keys")
 async def list_keys(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
+    """Every key; a key with limits also has ``use``: its sliding minute's requests and tokens,
+    its requests running (every gateway worker together) and its quota's tokens used this period."""
     records = await in_session(context, keys.list_keys)
-    return [keys.key_to_json(record) for record in records]
+    quota_used = await in_session(context, keys.quota_use, records, datetime.now(UTC))
+    listed = [keys.key_to_json(record) for record in records]
+    gateway = context.gateway
+    counters = SlidingCounters.for_keys(gateway.shared_counters()) if gateway is not None else None
+    now = time.time()
+    for record, shown in zip(records, listed, strict=True):
+        if not any(value is not None for value in shown["limits"].values()):
+            continue
+        counted = counters is not None and record.revoked_at is None
+        live = current_use(counters, record.id, now) if counters is not None and counted else {}
+        shown["use"] = {**live, "quota_used_tokens": quota_used.get(record.id)}
+    return listed
 
 
 @router.post("/keys", status_code=201)

@@ -89,3 +89,14 @@ class SlidingCounters:
 
     def change_in_flight(self, identifier: int, delta: int) -> None:
         self.in_flight_table.add(identifier % self.slots, delta)
+
+
+def current_use(counters: SlidingCounters, identifier: int, now: float) -> dict[str, int]:
+    """What the console and ``GET /api/v1/keys`` show: the sliding minute's requests and tokens,
+    and the requests running, summed over the gateway workers."""
+    requests, tokens, _into = counters.window(identifier, now)
+    return {
+        "requests_last_minute": round(requests),
+        "tokens_last_minute": round(tokens),
+        "running": counters.in_flight(identifier),
+    }

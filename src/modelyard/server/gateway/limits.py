@@ -54,6 +54,7 @@ from starlette.responses import Response
 
 from modelyard.control.endpoints import DeploymentLimits
 from modelyard.errors import TooManyRequests
+from modelyard.services.keys import quota_period_start
 
 QuotaPeriod = Literal["day", "month"]
 WINDOW_S = 60.0
@@ -107,8 +108,7 @@ def limit_exceeded_response(error: LimitExceeded) -> Response:
 
 def period_start(period: QuotaPeriod, now: datetime) -> datetime:
     """The start of the UTC day or month that ``now`` is in."""
-    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    return day if period == "day" else day.replace(day=1)
+    return quota_period_start(period, now)
 
 
 def _next_period_start(period: QuotaPeriod, now: datetime) -> datetime:
@@ -143,6 +143,8 @@ class Admission:
     reserved_tokens: int
     counted_in_flight: bool
     quota_period_start: datetime | None
+    # Whether the key's counters hold it (the key has limits).
+    key_counted: bool = False
     # The deployment whose limits counted it (None: it has none).
     deployment_id: int | None = None
     deployment_in_flight: bool = False
@@ -258,7 +260,8 @@ class Limiter:
             owner="this key",
             hint="ask an admin for a higher limit",
         )
-        _check_rates(self.key_counters, key_id, key_rates, reserve, now)
+        if limits.any:
+            _check_rates(self.key_counters, key_id, key_rates, reserve, now)
         if deployment is not None and deployment_rates is not None:
             _check_rates(self.deployment_counters, deployment.deployment_id, deployment_rates, reserve, now)
         start = None
@@ -267,8 +270,9 @@ class Limiter:
         admission = Admission(
             key_id,
             reserve,
-            counted_in_flight=_count(self.key_counters, key_id, key_rates, reserve, now),
+            counted_in_flight=limits.any and _count(self.key_counters, key_id, key_rates, reserve, now),
             quota_period_start=start,
+            key_counted=limits.any,
         )
         if deployment is not None and deployment_rates is not None:
             admission.deployment_id = deployment.deployment_id
@@ -308,10 +312,10 @@ class Limiter:
             self.deployment_counters.change_in_flight(admission.deployment_id, -1)
         difference = used_tokens - admission.reserved_tokens
         now = self.clock()
-        if difference:
+        if difference and admission.key_counted:
             self.key_counters.add(admission.key_id, now, requests=0, tokens=difference)
-            if admission.deployment_id is not None:
-                self.deployment_counters.add(admission.deployment_id, now, requests=0, tokens=difference)
+        if difference and admission.deployment_id is not None:
+            self.deployment_counters.add(admission.deployment_id, now, requests=0, tokens=difference)
         if admission.quota_period_start is not None:
             with self._lock:
                 key = (admission.key_id, admission.quota_period_start)

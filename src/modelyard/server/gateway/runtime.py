@@ -181,6 +181,9 @@ class InProcessGateway:
     async def serving(self) -> None:
         """``/v1`` is served by this process's app: nothing to wait for."""
 
+    def shared_counters(self) -> SharedCounters:
+        return self.runtime.shared
+
     async def close(self) -> None:
         await self.recorder.close()
         await self.runtime.close()

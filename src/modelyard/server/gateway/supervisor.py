@@ -156,6 +156,9 @@ class WorkerSupervisor:
                 totals[worker.index] = totals.get(worker.index, 0) + _requests_in(worker.metrics)
         return {str(index): value for index, value in sorted(totals.items())}
 
+    def shared_counters(self) -> SharedCounters:
+        return self._counters
+
     def worker_pids(self) -> list[int]:
         return [
             w.process.pid for w in self._workers if w.process is not None and w.process.returncode is None

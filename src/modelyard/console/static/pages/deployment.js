@@ -1,7 +1,8 @@
 // One deployment: its instances (instance_card.js), its events, the controls (scale, stop, start,
 // delete, re-run verification, its result shown as it comes back) and the engine log of any start
-// (engine_log.js).
+// (engine_log.js), its limits for every key together (deployment_limits.js).
 import { ApiError, api, badge, errorBox, facts, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+import { DeploymentLimits } from "./deployment_limits.js";
 import { EngineLog } from "./engine_log.js";
 import { instanceCard } from "./instance_card.js";
 
@@ -9,6 +10,7 @@ const name = main().dataset.name;
 const path = `/deployments/${pathName(name)}`;
 const controlResult = document.getElementById("control-result");
 const log = new EngineLog(path);
+const limits = new DeploymentLimits(path, () => refresh());
 let replicasTouched = false;
 // A verification asked for: each instance's verified_at when it was asked; done when all changed.
 let verifying = null;
@@ -43,7 +45,7 @@ function verificationOutcome(deployment) {
 
 function showSummary(deployment) {
   const summary = { ...deployment };
-  for (const key of ["instances", "name", "state", "warnings"]) delete summary[key];
+  for (const key of ["instances", "name", "state", "warnings", "limits"]) delete summary[key];
   for (const key of Object.keys(summary)) if (key.endsWith("_at")) summary[key] = formatTime(summary[key]);
   const warnings = deployment.warnings;
   const list = facts(summary, { labels: { env: "environment" } });
@@ -69,6 +71,7 @@ async function refresh() {
   state.textContent = deployment.state;
   state.className = `badge ${deployment.state}`;
   showSummary(deployment);
+  limits.show(deployment);
   if (!replicasTouched) document.getElementById("replicas").value = deployment.replicas;
   replace(document.getElementById("instances"), deployment.instances.length
     ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
