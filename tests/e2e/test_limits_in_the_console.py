@@ -40,12 +40,12 @@ def test_a_key_made_with_limits_shows_them_and_its_use(console: Console, double_
     while True:
         page.reload()
         text = page.locator("#keys tr", has_text="limited-in-browser").inner_text()
-        if "0 of 100,000" not in text or time.monotonic() > deadline:
+        if "· 0 of 100,000" not in text or time.monotonic() > deadline:
             break
     expect(row).to_contain_text("2 requests")
     expect(row).to_contain_text("in the last minute")
     expect(row).to_contain_text("of 100,000 tokens this day")
-    assert "0 of 100,000" not in text, text
+    assert "· 0 of 100,000" not in text, text
 
 
 def test_a_deployments_limits_are_set_on_its_page(console: Console, double_deployment: str) -> None:
