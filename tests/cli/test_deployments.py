@@ -74,6 +74,15 @@ def test_ps_scale_stop_start_rm(with_model: LiveServer) -> None:
     assert json.loads(with_model.cli("ps", "--json").stdout) == []
 
 
+def test_deploy_sets_the_deployments_limits(with_model: LiveServer) -> None:
+    result = with_model.cli("deploy", "tiny", "--no-wait", "--rpm", "120", "--concurrency", "4")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(with_model.cli("ps", "tiny", "--json").stdout)["limits"]
+    assert shown == {"requests_per_minute": 120, "tokens_per_minute": None, "max_concurrent_requests": 4}
+    refused = with_model.cli("deploy", "tiny", "--name", "other", "--no-wait", "--tpm", "0")
+    assert refused.exit_code != 0 and "--tpm" in refused.output
+
+
 def test_logs_tail_and_previous(with_model: LiveServer) -> None:
     with_model.cli("deploy", "tiny", "--no-wait")
     result = with_model.cli("logs", "tiny", "--tail", "2")

@@ -43,6 +43,16 @@ def test_keys_create_json_list_revoke(live_server: LiveServer) -> None:
     assert json.loads(live_server.cli("keys", "list", "--json").stdout)[0]["active"] is False
 
 
+def test_a_keys_limits_are_listed_with_its_quota_use(live_server: LiveServer) -> None:
+    created = live_server.cli(
+        "keys", "create", "capped", "--rpm", "30", "--quota", "5000", "--quota-period", "day"
+    )
+    assert created.exit_code == 0, created.output
+    listing = live_server.cli("keys", "list").stdout
+    line = next(line for line in listing.splitlines() if line.startswith("capped"))
+    assert "30 rpm, 0/5000 tokens this day" in line, listing
+
+
 def test_plain_keys_create_prints_only_the_key_on_stdout(live_server: LiveServer) -> None:
     result = live_server.cli("keys", "create", "shell")
     assert result.exit_code == 0

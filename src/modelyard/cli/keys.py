@@ -9,7 +9,7 @@ import typer
 from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.markup import escape
-from modelyard.cli.output import print_json, print_table
+from modelyard.cli.output import Column, print_json, print_table
 
 keys_app = typer.Typer(help="API keys for the gateway (/v1).", no_args_is_help=True)
 
@@ -79,7 +79,7 @@ def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", 
         print_json(keys)
         return
     print_table(
-        ["NAME", "PREFIX", "DEPLOYMENTS", "STATE", "CREATED", "LAST USED"],
+        ["NAME", "PREFIX", "DEPLOYMENTS", "STATE", "CREATED", "LAST USED", Column("LIMITS", wraps=True)],
         [
             [
                 key["name"],
@@ -88,10 +88,31 @@ def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", 
                 "active" if key["active"] else "revoked",
                 key["created_at"][:19].replace("T", " "),
                 key["last_used_at"][:19].replace("T", " ") if key["last_used_at"] else None,
+                _limits_text(key),
             ]
             for key in keys
         ],
     )
+
+
+def _limits_text(key: dict[str, Any]) -> str | None:
+    """``10 rpm, 5000 tpm, 4 at once, 120/1000000 tokens this month`` (None: no limits)."""
+    limits = key.get("limits") or {}
+    use = key.get("use") or {}
+    parts = [
+        f"{limits[field]} {unit}"
+        for field, unit in (
+            ("requests_per_minute", "rpm"),
+            ("tokens_per_minute", "tpm"),
+            ("max_concurrent_requests", "at once"),
+        )
+        if limits.get(field) is not None
+    ]
+    if limits.get("token_quota") is not None:
+        used = use.get("quota_used_tokens")
+        spent = f"{used}/" if used is not None else ""
+        parts.append(f"{spent}{limits['token_quota']} tokens this {limits.get('quota_period')}")
+    return ", ".join(parts) or None
 
 
 @keys_app.command("revoke")
