@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import psutil
 
 from .conftest import HostileTarget
@@ -58,6 +59,17 @@ def _engine_process(target: HostileTarget, name: str) -> psutil.Process:
     raise AssertionError(f"the engine of {name!r} did not start in {WAIT_SECONDS:.0f} s")
 
 
+def _log_line(client: httpx.Client, name: str, needle: str) -> str:
+    """The first line of the engine's log containing ``needle``, once the engine has written it."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        for line in client.get(f"/api/v1/deployments/{name}/logs").text.splitlines():
+            if needle in line:
+                return line
+        time.sleep(0.1)
+    raise AssertionError(f"the engine of {name!r} printed no line with {needle!r} in {WAIT_SECONDS:.0f} s")
+
+
 def test_a_canary_secret_reaches_the_engine_and_nothing_else(
     target: HostileTarget, tiny_model_dir: Path
 ) -> None:
@@ -85,6 +97,8 @@ def test_a_canary_secret_reaches_the_engine_and_nothing_else(
         )
         assert created.status_code == 201, created.text
         engine = _engine_process(target, "canary")
+        # vLLM prints its own arguments, the key among them: the engine double does as it does.
+        printed = _log_line(client, "canary", "non-default args")
         engine_environment = "\0".join(f"{name}={value}" for name, value in engine.environ().items())
         engine_command = engine.cmdline()
         answers = [
@@ -119,6 +133,7 @@ def test_a_canary_secret_reaches_the_engine_and_nothing_else(
     assert sorted(shown["secret_env"]) == ["HF_TOKEN", "MY_SETTING"]
     assert shown["backend_parameters"] == ["--api-key", "********", "--startup-delay-s", "30"]
     assert "********" in shown["instances"][0]["command"]
+    assert "'api_key': ['********']" in printed
 
 
 def test_the_data_directory_and_its_files_are_the_servers_alone(target: HostileTarget) -> None:

@@ -87,7 +87,7 @@ async def test_started_engine_answers_where_the_runtime_says(runtime_under_test:
         await runtime.close()
 
 
-async def test_the_log_starts_with_the_command_masked_and_holds_the_engine_output(
+async def test_the_log_holds_the_engine_output_with_the_command_and_every_secret_masked(
     runtime_under_test: RuntimeUnderTest,
 ) -> None:
     runtime = runtime_under_test.make()
@@ -105,6 +105,9 @@ async def test_the_log_starts_with_the_command_masked_and_holds_the_engine_outpu
     assert first_line.startswith("$ ") and "--api-key '********'" in first_line
     assert "s3cret-canary" not in first_line
     assert "Application startup complete." in text
+    # The engine prints its own arguments, the key among them (as vLLM does): masked too.
+    assert "non-default args: {" in text and "'api_key': ['********']" in text
+    assert "s3cret-canary" not in text
     assert oct(spec.log_path.stat().st_mode & 0o777) == "0o600"
 
 

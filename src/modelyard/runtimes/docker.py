@@ -15,7 +15,8 @@ so that re-adoption after a server restart and the orphan sweep find it by label
 - ``--init``, so signals reach the engine and zombies are reaped inside;
 - ``--pull never``: images are never pulled by modelyard.
 
-The container's output is copied into the per-start log file by ``docker logs -f`` (restarted
+The container's output is copied into the per-start log file by ``docker logs -f`` (through the
+log redactor when the launch has secrets, ``redacted_output.py``; restarted
 with ``--since`` the log's last write when an engine is re-adopted). Stopping is ``docker stop``
 with the version's grace period (SIGTERM, then SIGKILL), then ``docker rm``.
 """
@@ -26,6 +27,7 @@ import asyncio
 import logging
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -48,6 +50,7 @@ from modelyard.runtimes.base import (
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.process import free_port, reachable_host
+from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ LABEL_LAUNCH_TOKEN = LABEL_MARKERS.launch_token
 MODEL_MOUNT_ROOT = "/models"
 BRIDGE_ENGINE_PORT = 8000
 GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
+REDACTOR_EXIT_SECONDS = 5.0
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 
@@ -126,6 +130,9 @@ class DockerRuntime:
         self._options = options or DockerOptions()
         self._cli = cli or DockerCli(self._options.docker_executable)
         self._followers: dict[str, asyncio.subprocess.Process] = {}
+        # A launch's secrets, masked in its log by a redactor between `docker logs` and the file.
+        self._secrets: dict[str, frozenset[str]] = {}
+        self._redactors: dict[str, subprocess.Popen[bytes]] = {}
         self._log_paths: dict[str, Path] = {}
         self._exited: dict[str, ExitStatus] = {}
 
@@ -202,6 +209,8 @@ class DockerRuntime:
             await self._remove_by_token(spec.identity)
             raise EngineStartFailed("docker run printed no container id")
         handle = _handle(container_id, container_name(spec.identity))
+        if spec.secrets:
+            self._secrets[handle.id] = spec.secrets
         await self._follow_logs(handle, spec.log_path, since=None)
         logger.info("started engine %s (%s)", handle.label, spec.image)
         return StartedEngine(handle=handle, command=argv)
@@ -221,10 +230,18 @@ class DockerRuntime:
         arguments = ["logs", "--follow"]
         if since is not None:
             arguments += ["--since", f"{since:.9f}"]
+        secrets = self._secrets.get(handle.id)
+        redactor = None
         try:
-            self._followers[handle.id] = await self._cli.spawn([*arguments, handle.id], output=log_file)
+            redactor = start_redactor(log_file, secrets) if secrets else None
+            output = log_file if redactor is None else redactor.engine_output
+            self._followers[handle.id] = await self._cli.spawn([*arguments, handle.id], output=output)
         finally:
             log_file.close()
+            if redactor is not None:
+                redactor.release()  # the follower holds the pipe; the relay ends with it
+                await self._reap_redactor(handle.id)  # of an earlier follower of this container
+                self._redactors[handle.id] = redactor.relay
 
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
         if handle.id in self._exited:
@@ -286,11 +303,21 @@ class DockerRuntime:
 
     async def _end_follower(self, container_id: str) -> None:
         self._log_paths.pop(container_id, None)
+        self._secrets.pop(container_id, None)
         follower = self._followers.pop(container_id, None)
-        if follower is None or follower.returncode is not None:
-            return
-        follower.terminate()
-        await follower.wait()
+        if follower is not None and follower.returncode is None:
+            follower.terminate()
+            await follower.wait()
+        await self._reap_redactor(container_id)
+
+    async def _reap_redactor(self, container_id: str) -> None:
+        """Wait for the relay of a follower that ended (it ends at the follower's end of file)."""
+        relay = self._redactors.pop(container_id, None)
+        if relay is not None:
+            try:
+                await asyncio.to_thread(relay.wait, REDACTOR_EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                logger.warning("the log redactor of container %s is still running", container_id[:12])
 
     async def close(self) -> None:
         for container_id in list(self._followers):

@@ -159,7 +159,7 @@ class DockerCli:
             described.append((json.loads(raw_id), json.loads(raw_name).lstrip("/"), dict(labels)))
         return described
 
-    async def spawn(self, arguments: list[str], *, output: BinaryIO) -> asyncio.subprocess.Process:
+    async def spawn(self, arguments: list[str], *, output: BinaryIO | int) -> asyncio.subprocess.Process:
         """Start ``docker ARGUMENTS`` writing to ``output``, killed when this server dies."""
         return await asyncio.create_subprocess_exec(
             self.executable,

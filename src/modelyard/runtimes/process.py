@@ -40,6 +40,7 @@ from modelyard.runtimes.base import (
     refuse_gangs,
 )
 from modelyard.runtimes.log_files import open_engine_log, shown_command
+from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ class ProcessRuntime:
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Each redacting relay by its engine's pid, waited for once the engine is gone.
+        self._redactors: dict[int, subprocess.Popen[bytes]] = {}
         # How reaped children ended, so that every caller sees the same status.
         self._exited: dict[int, ExitStatus] = {}
 
@@ -169,11 +172,13 @@ class ProcessRuntime:
                 ) from error
             log_file.write(f"$ {shown_command(argv, spec.secrets)}\n".encode())
             log_file.flush()
+            # With secrets, the engine writes to a pipe and the redactor masks them on the way.
+            redactor = start_redactor(log_file, spec.secrets) if spec.secrets else None
             try:
                 child = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
-                    stdout=log_file,
+                    stdout=log_file if redactor is None else redactor.engine_output,
                     stderr=subprocess.STDOUT,
                     env=environment,
                     cwd=spec.working_directory,
@@ -181,8 +186,14 @@ class ProcessRuntime:
                 )
             except (OSError, ValueError) as error:
                 failure = _launch_error(error, argv[0] if argv else "")
+                if redactor is not None:
+                    redactor.release()
+                    redactor.relay.wait()
                 log_file.write(f"{failure.message}\n".encode())
                 raise failure from error
+            if redactor is not None:
+                redactor.release()  # the engine holds the pipe now; its end of file ends the relay
+                self._redactors[child.pid] = redactor.relay
         self._children[child.pid] = child
         self._exited.pop(child.pid, None)
         try:
@@ -196,6 +207,7 @@ class ProcessRuntime:
         return self._exit_status(*_parse_handle(handle))
 
     def _exit_status(self, pid: int, start_time: float) -> ExitStatus | None:
+        self._sweep_redactors()
         if pid in self._exited:
             return self._exited[pid]
         child = self._children.get(pid)
@@ -292,11 +304,29 @@ class ProcessRuntime:
             logger.warning("engine pid %s did not exit after its group was killed", pid)
             return
         self._children.pop(pid, None)
+        self._reap_redactor(pid, timeout=5.0)
         self._exited[pid] = (
             ExitStatus(exit_code=None, signal_number=-code)
             if code < 0
             else ExitStatus(exit_code=code, signal_number=None)
         )
+
+    def _reap_redactor(self, pid: int, timeout: float) -> None:
+        """Wait for the relay of an engine that was stopped (it ends at the engine's end of file)."""
+        relay = self._redactors.pop(pid, None)
+        if relay is None:
+            return
+        try:
+            relay.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("the log redactor of engine pid %s is still running", pid)
+            self._redactors[pid] = relay
+
+    def _sweep_redactors(self) -> None:
+        """Reap the relays that have ended (their engines exited), so that none stays a zombie."""
+        for pid, relay in list(self._redactors.items()):
+            if relay.poll() is not None:
+                del self._redactors[pid]
 
     async def close(self) -> None:
         return None

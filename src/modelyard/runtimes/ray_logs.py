@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.runtimes.log_files import open_engine_log
+from modelyard.runtimes.log_redactor import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,16 @@ COPY_INTERVAL_SECONDS = 0.25
 class RankLogCopier:
     """Copies the logs of one gang's ranks (``actors[rank]``) into ``log_path``."""
 
-    def __init__(self, actors: list[Any | None], log_path: Path, offsets: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        actors: list[Any | None],
+        log_path: Path,
+        offsets: list[int] | None = None,
+        secrets: frozenset[str] = frozenset(),
+    ) -> None:
         self._actors = actors
+        # The launch's secrets, masked in what the ranks print (a re-adopted engine's are unknown).
+        self._redactors = [Redactor(secrets) for _ in actors]
         self._log_path = log_path
         self._offsets = offsets or [0] * len(actors)
         # A rank's partial last line, held until its newline (rank > 0 lines get a prefix).
@@ -64,6 +73,7 @@ class RankLogCopier:
             self._write(rank, data)
 
     def _write(self, rank: int, data: bytes) -> None:
+        data = self._redactors[rank].feed(data)
         if rank == 0:
             text = data
         else:
@@ -84,8 +94,18 @@ class RankLogCopier:
         if drain:
             with contextlib.suppress(Exception):
                 await self.copy_once()
+            for rank, redactor in enumerate(self._redactors):
+                if rank == 0:
+                    self._write_zero(redactor.finish())
+                else:
+                    self._partial[rank] += redactor.finish()
             for rank, rest in enumerate(self._partial):
                 if rest:
                     self._partial[rank] = b""
                     with open_engine_log(self._log_path) as log_file:
                         log_file.write(f"[rank {rank}] ".encode() + rest + b"\n")
+
+    def _write_zero(self, text: bytes) -> None:
+        if text:
+            with open_engine_log(self._log_path) as log_file:
+                log_file.write(text)

@@ -196,7 +196,7 @@ class RayRuntime:
             with open_engine_log(spec.log_path) as log_file:
                 log_file.write(f"{error.message}\n".encode())
             raise
-        copier = RankLogCopier(actors, spec.log_path)
+        copier = RankLogCopier(actors, spec.log_path, secrets=spec.secrets)
         copier.start()
         handle = name.handle()
         self._copiers[handle.id] = copier

@@ -54,6 +54,24 @@ def _engine_line(config: ReferenceConfig, level: str, source: str, text: str) ->
     return f"{level}:     {text}"
 
 
+def _vllm_arguments(config: ReferenceConfig) -> dict[str, object]:
+    """What vLLM logs as its "non-default args" at start: its own flags, the API key among them."""
+    arguments: dict[str, object] = {"model_tag": config.model_path, "host": config.host, "port": config.port}
+    if config.api_key is not None:
+        arguments["api_key"] = [config.api_key]
+    arguments["model"] = config.model_path
+    arguments["served_model_name"] = list(config.served_model_names)
+    return arguments
+
+
+def _sglang_arguments(config: ReferenceConfig) -> str:
+    """SGLang's ``server_args=ServerArgs(...)`` line at start: every field, the API key included."""
+    return (
+        f"ServerArgs(model_path={config.model_path!r}, host={config.host!r}, port={config.port}, "
+        f"api_key={config.api_key!r}, served_model_name={config.served_model_names[0]!r})"
+    )
+
+
 def failure_lines(config: ReferenceConfig) -> list[str]:
     """What the engine prints when it cannot start, ending with the configured message."""
     message = config.fail_start or ""
@@ -116,6 +134,9 @@ async def serve_reference(
         engine_log.info(
             _engine_line(config, "INFO", "api_server.py:1885", f"vLLM API server version 0.25.0 ({model})")
         )
+        engine_log.info(
+            _engine_line(config, "INFO", "api_utils.py:273", f"non-default args: {_vllm_arguments(config)}")
+        )
         if config.ignored_arguments:
             engine_log.info(
                 _engine_line(config, "INFO", "reference", f"ignored: {' '.join(config.ignored_arguments)}")
@@ -123,6 +144,8 @@ async def serve_reference(
         engine_log.info(
             _engine_line(config, "INFO", "gpu_model_runner.py:2602", "Starting to load model " + model)
         )
+    elif flavor == "sglang":
+        engine_log.info(_engine_line(config, "INFO", "", f"server_args={_sglang_arguments(config)}"))
     elif flavor == "transformers":
         engine_log.info(_engine_line(config, "INFO", "", f"Loading {model}"))
     if flavor != "sglang" and config.startup_delay_s > 0:
