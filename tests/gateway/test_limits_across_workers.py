@@ -9,6 +9,7 @@ test restarts the server (the platform is shared: it comes back with the same de
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import threading
 import time
 from typing import Any
@@ -59,6 +60,23 @@ def burst(platform: ServedPlatform, key: str, count: int, model: str = FAST) -> 
         return list(pool.map(lambda _: fresh_post(platform, key, model), range(count)))
 
 
+def window_slack(limit: int, started_s: float, ended_s: float) -> int:
+    """Admissions the sliding minute may add while a burst runs: none within one minute; past a
+    minute's end the previous minute's count fades by ``limit / 60`` a second."""
+    boundary_s = (ended_s // 60) * 60
+    return 0 if started_s >= boundary_s else math.ceil(limit * (ended_s - boundary_s) / 60)
+
+
+def timed_burst(
+    platform: ServedPlatform, key: str, count: int, limit: int, model: str = FAST
+) -> tuple[list[httpx.Response], int]:
+    """The burst's answers, and the most admissions a limit of ``limit`` may allow beyond itself
+    during it: ``workers - 1`` decided at the same instant, plus the window's slack."""
+    started_s = time.time()
+    responses = burst(platform, key, count, model)
+    return responses, WORKERS - 1 + window_slack(limit, started_s, time.time())
+
+
 def limit_message(response: httpx.Response) -> str:
     assert response.status_code == 429, response.text
     assert int(response.headers["Retry-After"]) >= 1
@@ -97,11 +115,11 @@ def test_a_keys_requests_per_minute_hold_for_both_workers_together(platform: Ser
     limit = 10
     key = limited_key(platform, "rpm-both", requests_per_minute=limit)
     before = worker_requests(platform)
-    responses = burst(platform, key, 3 * limit)
+    responses, beyond = timed_burst(platform, key, 3 * limit, limit)
     answered = sum(response.status_code == 200 for response in responses)
     refused = [response for response in responses if response.status_code != 200]
-    # At most workers - 1 admissions decided at the same instant on the other worker go unseen.
-    assert limit <= answered <= limit + WORKERS - 1, [response.status_code for response in responses]
+    # Each worker on its own would have answered up to 2 x 10.
+    assert limit <= answered <= limit + beyond, [response.status_code for response in responses]
     assert all("requests per minute: limit 10" in limit_message(response) for response in refused)
     served = wait_for_worker_counts(platform, before, 3 * limit)
     assert set(served) == {"0", "1"} and all(count > 0 for count in served.values()), served
@@ -194,13 +212,15 @@ def test_a_deployments_limits_hold_for_every_key_and_both_workers(platform: Serv
         "max_concurrent_requests": None,
     }
     keys = [limited_key(platform, f"deployment-limited-{index}") for index in range(3)]
+    started_s = time.time()  # counting starts here: the window's slack is measured from it
     deadline = time.monotonic() + 5  # the limits reach the workers with the endpoint snapshot
     while fresh_post(platform, keys[0]).status_code == 200 and time.monotonic() < deadline:
         pass
     with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
         responses = list(pool.map(lambda index: fresh_post(platform, keys[index % 3]), range(12)))
+    beyond = WORKERS - 1 + window_slack(6, started_s, time.time())
     refused = [response for response in responses if response.status_code != 200]
-    assert len(refused) >= 12 - (WORKERS - 1), [response.status_code for response in responses]
+    assert len(refused) >= 12 - beyond, [response.status_code for response in responses]
     message = limit_message(refused[0])
     assert f"rate limit of deployment '{FAST}' reached for requests per minute: limit 6" in message
     # Another deployment is not touched.
@@ -228,8 +248,8 @@ def test_quotas_and_deployment_limits_hold_across_a_server_restart(platform: Ser
     # The deployment's limit comes back from its row; the per-minute counts start again (documented).
     assert platform.api("GET", f"/api/v1/deployments/{FAST}").json()["limits"]["requests_per_minute"] == 6
     other = limited_key(platform, "after-restart")
-    responses = burst(platform, other, 12)
+    responses, beyond = timed_burst(platform, other, 12, 6)
     answered = sum(response.status_code == 200 for response in responses)
-    assert 6 <= answered <= 6 + WORKERS - 1, [response.status_code for response in responses]
+    assert 6 <= answered <= 6 + beyond, [response.status_code for response in responses]
     cleared = platform.api("PATCH", f"/api/v1/deployments/{FAST}", json={"limits": {}})
     assert cleared.status_code == 200 and cleared.json()["limits"]["requests_per_minute"] is None
