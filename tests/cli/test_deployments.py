@@ -79,6 +79,7 @@ def test_deploy_sets_the_deployments_limits(with_model: LiveServer) -> None:
     assert result.exit_code == 0, result.output
     shown = json.loads(with_model.cli("ps", "tiny", "--json").stdout)["limits"]
     assert shown == {"requests_per_minute": 120, "tokens_per_minute": None, "max_concurrent_requests": 4}
+    assert "120 rpm, 4 at once (every key together)" in with_model.cli("ps", "tiny").stdout
     refused = with_model.cli("deploy", "tiny", "--name", "other", "--no-wait", "--tpm", "0")
     assert refused.exit_code != 0 and "--tpm" in refused.output
 

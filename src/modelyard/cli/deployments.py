@@ -187,6 +187,20 @@ def deploy(
         )
 
 
+def _limits_text(limits: dict[str, Any]) -> str:
+    """``600 rpm, 32 at once (every key together)``, or ``none``."""
+    parts = [
+        f"{limits[field]} {unit}"
+        for field, unit in (
+            ("requests_per_minute", "rpm"),
+            ("tokens_per_minute", "tpm"),
+            ("max_concurrent_requests", "at once"),
+        )
+        if limits.get(field) is not None
+    ]
+    return f"{', '.join(parts)} (every key together)" if parts else "none"
+
+
 PS_COLUMNS = [
     Column("NAME", max_width=24),
     Column("STATUS"),
@@ -316,6 +330,7 @@ def ps(
                 ("GPUs", deployment["gpu_ids"] or f"{deployment['gpus_per_replica']} per replica"),
                 ("parameters", " ".join(deployment["backend_parameters"])),
                 ("env", " ".join(f"{key}={value}" for key, value in deployment["env"].items())),
+                ("limits", _limits_text(deployment.get("limits") or {})),
             ]
         )
         stdout.print()
