@@ -158,7 +158,7 @@ def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_it
         pytest.skip("needs the hosts joined by the tests before")
     with cluster.server.api() as client:
         assert client.delete("/api/v1/deployments/chat").status_code == 202
-    cluster.join("node-c", [fake_gpu("NVIDIA L4", 0, 24)], {"zone": "c"}, hidden=tiny_model_dir)
+    cluster.join("node-c", [fake_gpu("NVIDIA L4", 0, 24)], {"zone": "c"}, hidden=tiny_model_dir.parent)
     cluster.wait_for_state("node-c", "ready")
     body = {"model": "tiny", "name": "pinned", "backend": "vllm-double", "gpus_per_replica": 1}
     with cluster.server.api() as client:
@@ -173,7 +173,7 @@ def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_it
     def refused_at_start() -> bool:
         with cluster.server.api() as client:
             [instance] = client.get("/api/v1/deployments/pinned").json()["instances"]
-        return "not usable on the worker this replica was placed on (node-c: " in (instance["reason"] or "")
+        return "missing on the worker this replica was placed on (node-c: " in (instance["reason"] or "")
 
     wait_until(refused_at_start, FAILOVER_SECONDS, "the start on node-c refused for its model directory")
     with cluster.server.api() as client:

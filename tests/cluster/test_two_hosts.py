@@ -24,7 +24,7 @@ import pytest
 from modelyard.testing.serve_process import free_port, wait_until
 from ray_cluster import fake_gpu, require_ray_for_tests
 
-from .joined import NVML_DOUBLE_FOLDER, SOURCE_FOLDER, with_group_killed
+from .joined import LOOPBACK_ONLY_VARIABLE, NVML_DOUBLE_FOLDER, SOURCE_FOLDER, with_group_killed
 from .test_join import DOUBLE_BACKEND_YAML
 
 pytestmark = [
@@ -54,6 +54,8 @@ class TwoHosts:
             "MODELYARD_DATA_DIR": str(self.root / "data"),
             "NO_COLOR": "1",
             "OMP_NUM_THREADS": "1",
+            # The session's simulated cluster set it to 0 in this process: Ray refuses to join then.
+            LOOPBACK_ONLY_VARIABLE: "1",
             **extra,
         }
 
@@ -167,6 +169,9 @@ def test_a_replica_on_the_other_host_answers_through_this_host_s_gateway(
             )
 
         def host_b_ready() -> bool:
+            assert join is not None
+            if join.poll() is not None:
+                raise AssertionError(f"worker join on host B exited:\n{(root / 'join.log').read_text()}")
             workers = {worker["name"]: worker for worker in hosts.json_on_a("workers")["workers"]}
             found = workers.get("host-b")
             return found is not None and found["state"] == "ready" and bool(found["gpus"])

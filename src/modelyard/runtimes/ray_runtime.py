@@ -50,7 +50,7 @@ from modelyard.runtimes.ray_names import WORKER_LABEL, GangName, parse_actor_nam
 from modelyard.runtimes.ray_supervisor import (
     EngineSupervisor,
     free_port_on_this_node,
-    model_directory_problem,
+    model_directory_missing,
 )
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class RayRuntime:
         self._ray = ray
         self._supervisor_class = ray.remote(EngineSupervisor)
         self._port_task = ray.remote(free_port_on_this_node)
-        self._model_task = ray.remote(model_directory_problem)
+        self._model_task = ray.remote(model_directory_missing)
         self._placement_timeout = placement_timeout_seconds
         self._copiers: dict[str, RankLogCopier] = {}
         self._exited: dict[str, ExitStatus] = {}
@@ -144,8 +144,9 @@ class RayRuntime:
         }
 
     async def model_directory_problems(self, model_path: str, node_ids: list[str]) -> dict[str, str]:
-        """What is wrong with ``model_path`` on each of ``node_ids`` that cannot serve it (a task
-        pinned to each node, all at once; a node that does not answer in time is one of them)."""
+        """``model_path`` missing on which of ``node_ids`` (a task pinned to each node, all at once;
+        a node that does not answer in time is one of them). Only whether the directory is there:
+        what is in it the doctor judged before the deployment was stored."""
         references = {
             node_id: self._model_task.options(
                 scheduling_strategy=self._node_strategy(node_id), num_cpus=0
@@ -170,7 +171,7 @@ class RayRuntime:
             f"{names.get(node_id, node_id[:12])}: {problem}" for node_id, problem in problems.items()
         )
         raise EngineStartFailed(
-            f"the model directory is not usable on the worker this replica was placed on ({where})",
+            f"the model directory is missing on the worker this replica was placed on ({where})",
             hint=f"copy the model to {model_path} on that worker (the same path as on the server), or keep "
             "the deployment off it with a placement selector (docs/clusters.md)",
         )

@@ -59,6 +59,15 @@ def model_directory_problem(path: str) -> str | None:
     return "; ".join(report.reasons) or "it is not a servable model directory"
 
 
+def model_directory_missing(path: str) -> str | None:
+    """Whether ``path`` is a directory on this node (run as a Ray task before an engine starts
+    there: the engine reads its weights on its own node); None: it is."""
+    directory = Path(path)
+    if directory.is_dir():
+        return None
+    return f"{path} does not exist" if not directory.exists() else f"{path} is not a directory"
+
+
 def free_port_on_this_node(host: str) -> int:
     """A port nothing listens on now on this node (run as a Ray task on the node)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -180,4 +189,11 @@ def _group_alive(group: int) -> bool:
     return True
 
 
-__all__ = ["ENV_OWNER", "ENV_RANK", "EngineSupervisor", "free_port_on_this_node", "model_directory_problem"]
+__all__ = [
+    "ENV_OWNER",
+    "ENV_RANK",
+    "EngineSupervisor",
+    "free_port_on_this_node",
+    "model_directory_missing",
+    "model_directory_problem",
+]
