@@ -109,6 +109,9 @@ class RunFigures:
     load_before: float
     machine_busy_fraction: float
     gc_mode: str = "tuned"
+    # The main process's CPU over the window (with workers: the usage writer, the metrics it
+    # receives; not on the relay's path, but spent per request all the same).
+    main_cpu_s: float = 0.0
     # Garbage collections in the gateway processes during the run (from /metrics): how many, their
     # total pause, and the upper bound of the slowest one's histogram bucket.
     gc_collections: int = 0
@@ -169,6 +172,7 @@ class Bench:
         workers: int,
         gc_source: Callable[[], str] | None = None,
         gc_mode: str = "tuned",
+        main_pid: int | None = None,
     ) -> RunFigures:
         arguments = self.arguments
         out = self.scratch / f"{path}-{scenario.name}-{workers}w-{round_index}.json"
@@ -187,11 +191,13 @@ class Bench:
             out=out,
             api_key=key,
             model=scenario.deployment,
-            cpu_pids=pids,
+            cpu_pids=pids + ([main_pid] if main_pid is not None else []),
         )
         busy_after, total_after = machine_busy_s()
         # CPU, events and requests over exactly the measured window (the client reads them).
-        per_process = [float(value) for value in result["cpu_pids_s"]]
+        measured_cpu = [float(value) for value in result["cpu_pids_s"]]
+        per_process = measured_cpu[: len(pids)]
+        main_cpu_s = measured_cpu[len(pids)] if main_pid is not None else 0.0
         gc = (0, 0.0, 0.0)
         if gc_source is not None and gc_before is not None:
             time.sleep(1.5)  # the workers send their counts every second
@@ -212,6 +218,7 @@ class Bench:
             load_before=load_before,
             machine_busy_fraction=(busy_after - busy_before) / max(total_after - total_before, 1e-9),
             gc_mode=gc_mode,
+            main_cpu_s=main_cpu_s,
             gc_collections=gc[0],
             gc_pause_s=gc[1],
             gc_slowest_under_s=gc[2],
@@ -244,14 +251,14 @@ def ttft_of(runs: list[RunFigures]) -> list[float]:
     return [value for run in runs for value in run.ttft_ms]
 
 
-def cost_split(short: list[RunFigures], long: list[RunFigures]) -> tuple[float, float] | None:
+def cost_split(
+    short: list[RunFigures], long: list[RunFigures], cpu: str = "serving_cpu_s"
+) -> tuple[float, float] | None:
     """(µs per request, µs per chunk) from cpu = requests * r + chunks * c over the two workloads."""
     if not short or not long:
         return None
-    r1, c1, t1 = (
-        sum(getattr(run, name) for run in short) for name in ("requests", "events", "serving_cpu_s")
-    )
-    r2, c2, t2 = (sum(getattr(run, name) for run in long) for name in ("requests", "events", "serving_cpu_s"))
+    r1, c1, t1 = (sum(getattr(run, name) for run in short) for name in ("requests", "events", cpu))
+    r2, c2, t2 = (sum(getattr(run, name) for run in long) for name in ("requests", "events", cpu))
     determinant = r1 * c2 - r2 * c1
     if determinant == 0:
         return None
@@ -278,6 +285,7 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
             options = f"--ttft-ms {TTFT_MS:g} --itl-ms {itl_ms:g}"
             ports[itl_ms] = server.deploy(f"ref{itl_ms:g}", arguments.load_cpus, options)[0]
         pids = server.serving_pids()
+        main_pid = server.main_pid() if workers else None
         print(
             f"modelyard serve on {server.url}, {workers} gateway worker(s), GC {gc_mode}: pids {pids}",
             file=sys.stderr,
@@ -304,6 +312,7 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
                     workers,
                     gc_source=server.metrics_text,
                     gc_mode=gc_mode,
+                    main_pid=main_pid,
                 )
                 if litellm is not None and scenario.name in LITELLM_SCENARIOS | {
                     COST_SHORT.name,
@@ -394,7 +403,10 @@ def summarise(bench: Bench) -> dict[str, Any]:
                 sum(run.per_process_cpu_s[index] for run in long)
                 for index in range(len(long[0].per_process_cpu_s))
             ]
+            main_split = cost_split(short, long, cpu="main_cpu_s") if path == "gateway" and workers else None
             summary["costs"][f"{path}/{workers}w"] = {
+                "main_process_per_request_us": main_split[0] if main_split else None,
+                "main_process_per_chunk_us": main_split[1] if main_split else None,
                 "per_request_us": per_request_us,
                 "per_chunk_us": per_chunk_us,
                 "chunks_per_cpu_s": chunks_per_cpu_s,
@@ -405,6 +417,11 @@ def summarise(bench: Bench) -> dict[str, Any]:
                 f"{per_chunk_us:6.1f} µs per chunk, {chunks_per_cpu_s:8.0f} chunks per CPU-second; "
                 f"CPU by process {', '.join(f'{s:.2f}' for s in shares)} s"
             )
+            if main_split is not None:
+                print(
+                    f"{'':8} and in the main process (usage writer, metrics): {main_split[0]:7.1f} µs per "
+                    f"request, {main_split[1]:6.1f} µs per chunk"
+                )
     gc_rows = [run for run in runs if run.path == "gateway" and run.scenario in GC_SCENARIOS]
     if gc_rows:
         print("\ngarbage collection in the gateway worker(s) during the runs (from /metrics)")

@@ -196,7 +196,7 @@ class Platform:
 
     def worker_pids(self) -> list[int]:
         assert self.process is not None
-        main = self._main_pid()
+        main = self.main_pid()
         children = Path(f"/proc/{main}/task/{main}/children").read_text().split()
         return sorted(
             int(pid)
@@ -207,9 +207,9 @@ class Platform:
 
     def serving_pids(self) -> list[int]:
         """The processes that handle /v1: the workers, or the main process when there are none."""
-        return self.worker_pids() if self.gateway_workers else [self._main_pid()]
+        return self.worker_pids() if self.gateway_workers else [self.main_pid()]
 
-    def _main_pid(self) -> int:
+    def main_pid(self) -> int:
         assert self.process is not None
         # taskset execs the Python process: same pid.
         return self.process.pid
