@@ -67,7 +67,9 @@ def bearer_key(headers: Headers) -> str:
     return key
 
 
-async def authenticate(runtime: GatewayRuntime, headers: Headers, client_address: str | None) -> KeyFacts:
+async def authenticate(
+    runtime: GatewayRuntime, headers: Headers, client_address: str | None, request_id: str
+) -> KeyFacts:
     """The facts of the request's key; ``InvalidApiKey`` when there is none or it is not valid.
 
     Wrong keys are counted per client address: past a few, 429 without a lookup (``throttle.py``;
@@ -80,7 +82,7 @@ async def authenticate(runtime: GatewayRuntime, headers: Headers, client_address
     try:
         facts = await runtime.key_cache.resolve(key) if cached is MISSING else cached
     except SQLAlchemyError as error:
-        logger.exception("could not check an API key against the database")
+        logger.exception("request %s: could not check an API key against the database", request_id)
         raise KeyCheckUnavailable(
             "the API key could not be checked: the database did not answer",
             hint="see the server log",
@@ -164,7 +166,9 @@ def check_model_access(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> 
         )
 
 
-async def ready_endpoints(runtime: GatewayRuntime, model: str, path: str) -> tuple[Endpoint, ...]:
+async def ready_endpoints(
+    runtime: GatewayRuntime, model: str, path: str, request_id: str
+) -> tuple[Endpoint, ...]:
     """The ready replicas of deployment ``model`` (known, and allowed to the key) that serve ``path``."""
     endpoints = runtime.registry.endpoints_for(model)
     if endpoints:
@@ -180,7 +184,7 @@ async def ready_endpoints(runtime: GatewayRuntime, model: str, path: str) -> tup
     try:
         state, coming = await asyncio.to_thread(describe_unready, runtime.database, model)
     except SQLAlchemyError:
-        logger.exception("could not read the instances of deployment %r", model)
+        logger.exception("request %s: could not read the instances of deployment %r", request_id, model)
         state, coming = "", False
     message = f"deployment {model!r} has no ready replica"
     raise NoReadyReplica(

@@ -137,7 +137,7 @@ class GatewayApp:
             await self._forward(runtime, route, scope, receive, send, request_id, extra)
             return
         if method in ("GET", "HEAD") and (path == "/v1/models" or path.startswith(_MODELS_PREFIX)):
-            await self._models(runtime, scope, send, path, extra)
+            await self._models(runtime, scope, send, path, request_id, extra)
             return
         allowed = "POST" if route is not None else "GET" if path.startswith("/v1/models") else None
         error: ModelyardError
@@ -166,7 +166,7 @@ class GatewayApp:
         key_name = ""
         deployment = ""
         try:
-            facts = await authenticate(runtime, headers, client_host(scope))
+            facts = await authenticate(runtime, headers, client_host(scope), request_id)
             key_name = facts.name
             body = await read_body(receive)
             content_type = header(headers, b"content-type") or b"application/json"
@@ -180,7 +180,7 @@ class GatewayApp:
                 model = model_of(form.values.get("model"))
             check_model_access(runtime, facts, model)
             deployment = model
-            endpoints = await ready_endpoints(runtime, model, route.path)
+            endpoints = await ready_endpoints(runtime, model, route.path, request_id)
             # A form's file is not a prompt: only a JSON body counts towards the reservation.
             admission = await admit(
                 runtime, facts, model, payload or {}, len(body) if payload is not None else 0
@@ -224,6 +224,7 @@ class GatewayApp:
         scope: Scope,
         send: Send,
         path: str,
+        request_id: str,
         extra: list[tuple[bytes, bytes]],
     ) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
@@ -231,7 +232,7 @@ class GatewayApp:
         label = "/v1/models" if path == "/v1/models" else "/v1/models/{model}"
         key_name = ""
         try:
-            facts: KeyFacts = await authenticate(runtime, headers, client_host(scope))
+            facts: KeyFacts = await authenticate(runtime, headers, client_host(scope), request_id)
             key_name = facts.name
             names = visible_deployments(runtime, facts)
             registry = runtime.registry
