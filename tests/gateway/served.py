@@ -180,9 +180,14 @@ class ServedPlatform:
         return response.text
 
     def worker_pids(self) -> list[int]:
-        """The gateway worker processes (children of the server running the worker module)."""
+        """The gateway worker processes (children of the server running the worker module); a
+        killed one not yet reaped by the server (a zombie) is not one."""
         assert self.process is not None
-        children = psutil.Process(self.process.pid).children()
-        return sorted(
-            child.pid for child in children if "modelyard.server.gateway.worker" in " ".join(child.cmdline())
-        )
+        pids = []
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                if "modelyard.server.gateway.worker" in " ".join(child.cmdline()):
+                    pids.append(child.pid)
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue
+        return sorted(pids)

@@ -120,6 +120,31 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(platform: Serv
     assert f"gateway worker {0} exited (signal 9); restarting it" in platform.log_tail()
 
 
+def test_the_rows_of_a_worker_killed_right_after_answering_are_recorded_once(
+    platform: ServedPlatform,
+) -> None:
+    # Rows wait up to 100 ms in a worker before they are sent: killed within that, its rows are
+    # only in its journal, which the main process replays before restarting it.
+    key = platform.create_key("killed-mid-batch")
+
+    def requests_recorded() -> int:
+        rows = platform.api("GET", "/api/v1/usage").json()["rows"]
+        return sum(row["requests"] for row in rows if row["key"] == "killed-mid-batch")
+
+    before = platform.worker_pids()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        bodies = list(pool.map(lambda _: stream_once(platform, key), range(24)))
+    os.kill(before[0], signal.SIGKILL)
+    assert all(body.endswith(b"data: [DONE]\n\n") for body in bodies)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (len(platform.worker_pids()) != 2 or requests_recorded() < 24):
+        time.sleep(0.1)
+    stream_once(platform, key)  # recorded after the replay: a duplicate would show by then
+    while time.monotonic() < deadline and requests_recorded() < 25:
+        time.sleep(0.05)
+    assert requests_recorded() == 25
+
+
 def test_a_new_replica_reaches_every_worker(platform: ServedPlatform, tmp_path: Path) -> None:
     key = platform.create_key("scaler")
     scaled = platform.api("PATCH", f"/api/v1/deployments/{DEPLOYMENT}", json={"replicas": 2})
@@ -176,6 +201,50 @@ def test_a_new_and_a_deleted_deployment_reach_every_worker_within_a_second(
         time.sleep(0.1)
     answers = every_worker_answers(platform, key, "pushed-late", "404 model_not_found")
     assert set(answers) == {"404 model_not_found"}, f"1 s after the deletion: {answers}"
+
+
+def engine_requests(port: int) -> float:
+    """Requests an engine double answered, from its own /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith("vllm:request_success_total")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def test_prefix_routing_set_through_the_api_holds_in_every_worker(
+    platform: ServedPlatform, tmp_path: Path
+) -> None:
+    key = platform.create_key("prefixed")
+    platform.deploy_double("prefixed", tmp_path, replicas=2)
+    ports = [instance["port"] for instance in platform.wait_running("prefixed", 2)]
+    conversation = "You are a careful assistant. " * 60
+
+    def spread_of(content: str, count: int) -> list[float]:
+        before = [engine_requests(port) for port in ports]
+        body = {"model": "prefixed", "messages": [{"role": "user", "content": content}], "max_tokens": 2}
+        for _ in range(count):  # fresh connections: both workers
+            with httpx.Client(timeout=30) as client:
+                answer = client.post(
+                    platform.url + "/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                assert answer.status_code == 200, answer.text
+        return sorted(engine_requests(port) - start for port, start in zip(ports, before, strict=True))
+
+    refused = platform.api("PATCH", "/api/v1/deployments/prefixed", json={"routing": "hash"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        "body field 'routing': Input should be 'least-outstanding' or 'prefix'"
+    )
+    assert min(spread_of(conversation, 12)) > 0  # least outstanding: both replicas
+    switched = platform.api("PATCH", "/api/v1/deployments/prefixed", json={"routing": "prefix"})
+    assert switched.status_code == 200 and switched.json()["routing"] == "prefix"
+    # Every worker ranks the replicas alike: one conversation, one replica, whichever worker.
+    started = time.monotonic()
+    spread = spread_of(conversation, 12)
+    while spread != [0, 12] and time.monotonic() - started < 1.0:
+        spread = spread_of(conversation, 12)
+    assert spread == [0, 12], f"1 s after the switch: {spread}"
 
 
 def test_a_console_session_cookie_never_rides_on_another_clients_request(platform: ServedPlatform) -> None:
