@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from modelyard.hardware.gpus import GpuInfo, GpuInventory
-from modelyard.server.metrics.families import gpu_families
+from modelyard.hardware.gpus import GpuInfo
+from modelyard.server.metrics.families import WorkerGpus, gpu_families
 
 from .conftest import NVML_DOUBLE_GPUS
 from .served import ServedPlatform, free_port
@@ -229,23 +229,39 @@ def test_metrics_need_the_scrape_token(scraped: tuple[ServedPlatform, Prometheus
     assert wrong.status_code == 401
 
 
-def test_gpu_readings_become_gauges_per_worker_host() -> None:
-    # The GPU cannot run here: an NVML reading of two H200s, as read_gpu_inventory returns it.
-    inventory = GpuInventory(
-        gpus=[
-            GpuInfo(
-                0, "GPU-a", "NVIDIA H200", 150_000_000_000, 50_000_000_000, 100_000_000_000, 87, 61, 612.5
-            ),
-            GpuInfo(1, "GPU-b", "NVIDIA H200", 150_000_000_000, 150_000_000_000, 0, 0, 33, 70.0),
-        ]
-    )
-    families = {family.name: family for family in gpu_families(inventory, "node-1")}
+def test_the_gpus_of_each_cluster_worker_are_labelled_with_that_worker() -> None:
+    # Two workers of a cluster, as the controller last read them (each numbers its GPUs from 0),
+    # and a lost one whose NVML is not read any more.
+    def h200(index: int, uuid: str, utilization: int, power_watts: float) -> GpuInfo:
+        return GpuInfo(
+            index, uuid, "NVIDIA H200", 150_000_000_000, 50_000_000_000, 100_000_000_000, utilization, 61,
+            power_watts,
+        )  # fmt: skip
+
+    workers = [
+        WorkerGpus("node-a", True, [h200(0, "GPU-a0", 87, 612.5), h200(1, "GPU-a1", 0, 70.0)]),
+        WorkerGpus("node-b", True, [h200(0, "GPU-b0", 40, 300.0)]),
+        WorkerGpus("node-c", False, []),
+    ]
+    families = {family.name: family for family in gpu_families(workers)}
     utilization = families["modelyard_gpu_utilization_percent"].samples
-    assert [(sample.labels["gpu"], sample.value) for sample in utilization] == [("0", 87), ("1", 0)]
-    assert {sample.labels["worker"] for sample in utilization} == {"node-1"}
+    assert [(sample.labels["worker"], sample.labels["gpu"], sample.value) for sample in utilization] == [
+        ("node-a", "0", 87),
+        ("node-a", "1", 0),
+        ("node-b", "0", 40),
+    ]
     power = families["modelyard_gpu_power_watts"].samples
-    assert [sample.value for sample in power] == [612.5, 70.0]
-    assert families["modelyard_gpu_telemetry_available"].samples[0].value == 1.0
+    assert [(sample.labels["uuid"], sample.value) for sample in power] == [
+        ("GPU-a0", 612.5),
+        ("GPU-a1", 70.0),
+        ("GPU-b0", 300.0),
+    ]
+    available = families["modelyard_gpu_telemetry_available"].samples
+    assert [(sample.labels["worker"], sample.value) for sample in available] == [
+        ("node-a", 1.0),
+        ("node-b", 1.0),
+        ("node-c", 0.0),
+    ]
 
 
 def test_every_query_of_the_grafana_dashboard_runs_and_the_gateway_panels_have_data(

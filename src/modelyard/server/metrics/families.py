@@ -8,14 +8,14 @@ the controller's last NVML reading). Label names avoid Prometheus's own target l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy import select
 
-from modelyard.hardware.gpus import GpuInventory
+from modelyard.hardware.gpus import GpuInfo
 from modelyard.server.metrics.gateway_counts import GatewayCounts, Histogram
 from modelyard.store.database import Database
 from modelyard.store.tables import Deployment, Instance
@@ -175,8 +175,18 @@ def controller_families(instances: list[InstanceFacts]) -> list[Metric]:
     return [by_state, restarts, to_running]
 
 
-def gpu_families(inventory: GpuInventory, worker: str) -> list[Metric]:
-    """Each GPU of a worker host as NVML last read it (utilization, memory, temperature, power)."""
+@dataclass(frozen=True)
+class WorkerGpus:
+    """One host that runs engines, and its GPUs as NVML last read them there."""
+
+    worker: str
+    # Whether NVML was read there (False: no driver, or the worker is lost).
+    available: bool
+    gpus: Sequence[GpuInfo]
+
+
+def gpu_families(workers: Sequence[WorkerGpus]) -> list[Metric]:
+    """Each GPU of each worker host as NVML last read it (utilization, memory, temperature, power)."""
     labels = ["worker", "gpu", "uuid", "name"]
 
     def gauge(name: str, documentation: str) -> GaugeMetricFamily:
@@ -192,15 +202,16 @@ def gpu_families(inventory: GpuInventory, worker: str) -> list[Metric]:
         "1 when NVML could be read on the worker host.",
         labels=["worker"],
     )
-    available.add_metric([worker], 1.0 if inventory.available else 0.0)
-    for gpu in inventory.gpus:
-        values = [worker, str(gpu.index), gpu.uuid, gpu.name]
-        used.add_metric(values, gpu.memory_used_bytes)
-        total.add_metric(values, gpu.memory_total_bytes)
-        if gpu.utilization_percent is not None:
-            utilization.add_metric(values, gpu.utilization_percent)
-        if gpu.temperature_celsius is not None:
-            temperature.add_metric(values, gpu.temperature_celsius)
-        if gpu.power_watts is not None:
-            power.add_metric(values, gpu.power_watts)
+    for host in workers:
+        available.add_metric([host.worker], 1.0 if host.available else 0.0)
+        for gpu in host.gpus:
+            values = [host.worker, str(gpu.index), gpu.uuid, gpu.name]
+            used.add_metric(values, gpu.memory_used_bytes)
+            total.add_metric(values, gpu.memory_total_bytes)
+            if gpu.utilization_percent is not None:
+                utilization.add_metric(values, gpu.utilization_percent)
+            if gpu.temperature_celsius is not None:
+                temperature.add_metric(values, gpu.temperature_celsius)
+            if gpu.power_watts is not None:
+                power.add_metric(values, gpu.power_watts)
     return [available, utilization, used, total, temperature, power]

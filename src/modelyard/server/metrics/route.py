@@ -5,8 +5,9 @@ The token is made at the server's first start in ``<data-dir>/metrics-token`` (0
 It keeps key and deployment names off an open port without handing Prometheus admin rights.
 
 One scrape: the gateway's counts (summed over the workers), the controller's instances (one
-read of the store), the GPUs of this host (the controller's last NVML reading), and every ready
-engine's own metrics, read at once (``engine_scrape.py``).
+read of the store), the GPUs of this host (the controller's last NVML reading) or, on a cluster,
+of every worker (``worker``: the worker's name), and every ready engine's own metrics, read at
+once (``engine_scrape.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from modelyard.server.context import ServerContext, server_context
 from modelyard.server.metrics.engine_scrape import scrape_engines
 from modelyard.server.metrics.families import (
     PREFIX,
+    WorkerGpus,
     controller_families,
     gateway_families,
     gpu_families,
@@ -65,6 +67,23 @@ class _Families(Collector):
         yield from self._families
 
 
+def worker_gpus(context: ServerContext) -> list[WorkerGpus]:
+    """This host's GPUs under its host name; on a cluster, each worker's under the worker's name,
+    as last read there (NVML unread: a lost worker, or the probe's problem)."""
+    cluster = context.cluster
+    if cluster is None:
+        inventory = context.controller.gpu_inventory()
+        return [WorkerGpus(socket.gethostname(), inventory.available, inventory.gpus)]
+    return [
+        WorkerGpus(
+            status.worker.name,
+            status.state == "ready" and status.probe_problem is None,
+            status.worker.gpus,
+        )
+        for status in cluster.statuses()
+    ]
+
+
 def _unauthorized(message: str) -> Response:
     body = f'{{"error": {{"message": "{message}", "code": "invalid_scrape_token"}}}}'
     return Response(
@@ -95,7 +114,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         worker_count,
         *gateway_families(counts, workers),
         *controller_families(instances),
-        *gpu_families(context.controller.gpu_inventory(), socket.gethostname()),
+        *gpu_families(worker_gpus(context)),
         *engines,
     ]
     registry = CollectorRegistry(auto_describe=False)
