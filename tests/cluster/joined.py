@@ -55,6 +55,7 @@ class JoinedCluster:
     root: Path
     server: ServeProcess
     ray_port: int
+    arguments: tuple[str, ...] = ()
     workers: dict[str, JoinedWorker] = field(default_factory=dict)
 
     @property
@@ -147,6 +148,12 @@ class JoinedCluster:
         worker = self.workers.pop(name)
         with_group_killed(worker.process, signal.SIGKILL)
 
+    def restart_after_sigkill(self) -> None:
+        """SIGKILL the server (its head and the engines live on), start it again, wait for it."""
+        self.server.kill()
+        self.server.start(*self.arguments)
+        self.server.wait_until_answering(seconds=180)
+
     def close(self) -> None:
         for name in list(self.workers):
             worker = self.workers.pop(name)
@@ -178,10 +185,17 @@ def start_cluster(root: Path, *extra_arguments: str) -> JoinedCluster:
     server = ServeProcess(
         data_dir=root / "data", extra_env={**FAST_HEALTH_CHECKS, LOOPBACK_ONLY_VARIABLE: "1"}
     )
-    server.start(
-        "--no-demo", "--gateway-workers", "0", "--cluster", "--ray-port", str(ray_port), *extra_arguments
+    arguments = (
+        "--no-demo",
+        "--gateway-workers",
+        "0",
+        "--cluster",
+        "--ray-port",
+        str(ray_port),
+        *extra_arguments,
     )
-    cluster = JoinedCluster(root=root, server=server, ray_port=ray_port)
+    server.start(*arguments)
+    cluster = JoinedCluster(root=root, server=server, ray_port=ray_port, arguments=arguments)
     try:
         server.wait_until_answering(seconds=180)
     except BaseException:

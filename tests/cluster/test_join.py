@@ -150,6 +150,29 @@ def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster
     assert listed["state"] == "lost" and listed["last_seen_at"] is not None
 
 
+def test_a_server_killed_with_sigkill_comes_back_to_its_head_and_takes_its_engine_back(
+    cluster: JoinedCluster,
+) -> None:
+    if "node-b" not in cluster.workers:
+        pytest.skip("needs the deployment of the test before")
+    placed = _placed_on(cluster, "chat")
+    assert placed is not None
+    worker, before = placed
+    cluster.restart_after_sigkill()
+    assert "the Ray head started earlier runs at" in cluster.server.log()
+    wait_until(
+        lambda: _placed_on(cluster, "chat") is not None, FAILOVER_SECONDS, "chat running again", interval=0.2
+    )
+    after = _placed_on(cluster, "chat")
+    assert after is not None and after[0] == worker
+    # The same engine, re-adopted: no new start.
+    assert after[1]["engine_id"] == before["engine_id"] and after[1]["start_count"] == before["start_count"]
+    key = cluster.cli("keys", "create", "again", "--rotate").stdout.strip()
+    answer = chat(cluster.server.url, key, "chat")
+    assert answer.status_code == 200, answer.text
+    assert cluster.listed()[worker]["state"] == "ready"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a host without the model needs a mount namespace (root)")
 def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_its_start(
     cluster: JoinedCluster, tiny_model_dir: Path

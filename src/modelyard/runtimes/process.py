@@ -55,6 +55,10 @@ ENV_MARKERS = MarkerNames(
 ENV_OWNER = ENV_MARKERS.owner
 ENV_LAUNCH_TOKEN = ENV_MARKERS.launch_token
 ENV_DEPLOYMENT = ENV_MARKERS.deployment
+# Set by runtimes other than this one that also run engines as processes of a host (the Ray
+# runtime's supervisors: "ray"): their engines carry the same markers, and are not this runtime's
+# to find, re-adopt or stop (on a one-node cluster they run on the server's own host).
+ENV_RUNTIME = "MODELYARD_ENGINE_RUNTIME"
 
 # Start times of the same process read twice differ by rounding only.
 _START_TIME_TOLERANCE_SECONDS = 1.0
@@ -239,7 +243,10 @@ class ProcessRuntime:
                 if candidate.info["status"] == psutil.STATUS_ZOMBIE:
                     continue
                 environment = candidate.environ()
-                if environment.get(ENV_OWNER) != owner:
+                if (
+                    environment.get(ENV_OWNER) != owner
+                    or environment.get(ENV_RUNTIME, "process") != "process"
+                ):
                     continue
                 group = os.getpgid(candidate.pid)
             except (psutil.Error, ProcessLookupError, PermissionError, OSError):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.runtimes.base import EngineIdentity
-from modelyard.runtimes.process import ENV_OWNER, identity_env
+from modelyard.runtimes.process import ENV_OWNER, ENV_RUNTIME, identity_env
 
 ENV_RANK = "MODELYARD_RANK"
 LOG_CHUNK_BYTES = 1 << 20
@@ -93,7 +93,14 @@ class EngineSupervisor:
     async def start(self, argv: list[str], env: dict[str, str], working_directory: str) -> dict[str, Any]:
         """Launch the engine; returns its pid and this node's address, or the launch error."""
         identity = EngineIdentity(**self._identity)
-        environment = {**os.environ, **env, **identity_env(identity), ENV_RANK: str(self._rank)}
+        environment = {
+            **os.environ,
+            **env,
+            **identity_env(identity),
+            ENV_RANK: str(self._rank),
+            # Not the process runtime's (it scans this host's processes for the same markers).
+            ENV_RUNTIME: "ray",
+        }
         # The Ray worker's own variables would make the engine think it is a Ray worker.
         for name in [name for name in environment if name.startswith("RAY_") and name not in env]:
             environment.pop(name)
