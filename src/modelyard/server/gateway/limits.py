@@ -40,7 +40,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -49,8 +48,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
-
-from starlette.responses import Response
 
 from modelyard.control.endpoints import DeploymentLimits
 from modelyard.errors import TooManyRequests
@@ -92,18 +89,6 @@ class LimitExceeded(TooManyRequests):
     def __init__(self, message: str, *, limit_type: str, retry_after_seconds: int, hint: str | None = None):
         super().__init__(message, retry_after_seconds=retry_after_seconds, hint=hint)
         self.limit_type = limit_type
-
-
-def limit_exceeded_response(error: LimitExceeded) -> Response:
-    """OpenAI's 429: ``{"error": {"message", "type": "requests"|"tokens", "param", "code"}}``."""
-    message = f"{error.message} ({error.hint})" if error.hint else error.message
-    body = {"error": {"message": message, "type": error.limit_type, "param": None, "code": error.code}}
-    return Response(
-        json.dumps(body).encode(),
-        status_code=429,
-        media_type="application/json",
-        headers={"Retry-After": str(error.retry_after_seconds)},
-    )
 
 
 def period_start(period: QuotaPeriod, now: datetime) -> datetime:
