@@ -18,26 +18,13 @@ from typing import Any
 
 import pytest
 
+from modelyard.testing.cluster_process import ENGINE_DOUBLE_BACKEND_YAML, JoinedCluster, chat, start_cluster
 from modelyard.testing.serve_process import wait_until
 from ray_cluster import fake_gpu, require_ray_for_tests
 
-from .joined import JoinedCluster, chat, start_cluster
-
 pytestmark = pytest.mark.slow
 
-DOUBLE_BACKEND_YAML = """\
-backend_name: vllm-double
-default_version: "1.0"
-health_check_path: /health
-version_configs:
-  "1.0":
-    entrypoint: python3 -m modelyard.bench.reference_server
-    run_command: vllm serve {{model_path}} --host {{worker_ip}} --port {{port}}
-      --served-model-name {{model_name}}
-    custom_framework: cuda
-modelyard:
-  family: custom
-"""
+
 FAILOVER_SECONDS = 120.0
 
 
@@ -49,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
     joined = start_cluster(root)
     try:
         with joined.server.api() as client:
-            imported = client.post("/api/v1/backends/import", content=DOUBLE_BACKEND_YAML)
+            imported = client.post("/api/v1/backends/import", content=ENGINE_DOUBLE_BACKEND_YAML)
             assert imported.status_code in (200, 201), imported.text
             added = client.post("/api/v1/models", json={"path": str(tiny_model_dir), "name": "tiny"})
             assert added.status_code == 201, added.text

@@ -21,11 +21,15 @@ from typing import Any
 
 import pytest
 
+from modelyard.testing.cluster_process import (
+    ENGINE_DOUBLE_BACKEND_YAML,
+    LOOPBACK_ONLY_VARIABLE,
+    NVML_DOUBLE_FOLDER,
+    SOURCE_FOLDER,
+    with_group_killed,
+)
 from modelyard.testing.serve_process import free_port, wait_until
 from ray_cluster import fake_gpu, require_ray_for_tests
-
-from .joined import LOOPBACK_ONLY_VARIABLE, NVML_DOUBLE_FOLDER, SOURCE_FOLDER, with_group_killed
-from .test_join import DOUBLE_BACKEND_YAML
 
 pytestmark = [
     pytest.mark.slow,
@@ -137,7 +141,7 @@ def test_a_replica_on_the_other_host_answers_through_this_host_s_gateway(
     join: subprocess.Popen[bytes] | None = None
     try:
         wait_until(lambda: hosts.cli_on_a("workers").returncode == 0, START_SECONDS, "the server on host A")
-        (root / "double.yaml").write_text(DOUBLE_BACKEND_YAML)
+        (root / "double.yaml").write_text(ENGINE_DOUBLE_BACKEND_YAML)
         assert hosts.cli_on_a("backends", "import", str(root / "double.yaml")).returncode == 0
         assert hosts.cli_on_a("models", "add", str(tiny_model_dir), "--name", "tiny").returncode == 0
         nvml_file = root / "nvml-b.json"

@@ -1,6 +1,7 @@
-"""A cluster as a user builds it, for tests: ``modelyard serve --cluster`` as a child process (it
-starts its Ray head), and hosts joined with ``modelyard worker join`` (each one more raylet on
-this host, its GPUs from an NVML double of its own: ``modelyard.testing.nvml_double``).
+"""A cluster as a user builds it, for tests and benchmarks: ``modelyard serve --cluster`` as a
+child process (it starts its Ray head), and hosts joined with ``modelyard worker join`` (each one
+more raylet on this host, its GPUs from an NVML double of its own: ``modelyard.testing.nvml_double``).
+The engine is the engine double as a GPUStack-YAML backend (``ENGINE_DOUBLE_BACKEND_YAML``).
 
 Every process started here is stopped by ``close``: the joins by their process group (the join,
 its ``ray start`` and that node's Ray processes), the server with SIGTERM (it stops its engines,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -34,6 +36,34 @@ FAST_HEALTH_CHECKS = {
     "RAY_health_check_failure_threshold": "3",
 }
 JOIN_SECONDS = 120.0
+GIB = 1 << 30
+ENGINE_DOUBLE_BACKEND_YAML = """\
+backend_name: vllm-double
+default_version: "1.0"
+health_check_path: /health
+version_configs:
+  "1.0":
+    entrypoint: python3 -m modelyard.bench.reference_server
+    run_command: vllm serve {{model_path}} --host {{worker_ip}} --port {{port}}
+      --served-model-name {{model_name}}
+    custom_framework: cuda
+modelyard:
+  family: custom
+"""
+
+
+def nvml_gpu(name: str, index: int, memory_gib: float, *, used_gib: float = 0.0) -> dict[str, Any]:
+    """One GPU as the NVML double reports it."""
+    return {
+        "name": name,
+        "uuid": f"GPU-{name.replace(' ', '-').lower()}-{index}-{secrets.token_hex(4)}",
+        "memory_total_bytes": int(memory_gib * GIB),
+        "memory_used_bytes": int(used_gib * GIB),
+        "utilization_percent": 0,
+        "temperature_celsius": 35 + index,
+    }
+
+
 # Set by the session's simulated cluster (tests/ray_cluster.py) in this process's environment; a
 # real join of another raylet needs it unset (Ray refuses multi-node clusters with it at 0).
 LOOPBACK_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -179,12 +209,12 @@ def with_group_killed(process: subprocess.Popen[bytes], signal_number: int) -> N
         process.wait()
 
 
-def start_cluster(root: Path, *extra_arguments: str) -> JoinedCluster:
-    """``modelyard serve --cluster`` on free ports, answering (its head started)."""
+def start_cluster(root: Path, *extra_arguments: str, fast_health_checks: bool = True) -> JoinedCluster:
+    """``modelyard serve --cluster`` on free ports, answering (its head started). With
+    ``fast_health_checks`` a dead host is noticed in about 2 s; without, Ray's defaults."""
     ray_port = free_port()
-    server = ServeProcess(
-        data_dir=root / "data", extra_env={**FAST_HEALTH_CHECKS, LOOPBACK_ONLY_VARIABLE: "1"}
-    )
+    checks = FAST_HEALTH_CHECKS if fast_health_checks else {}
+    server = ServeProcess(data_dir=root / "data", extra_env={**checks, LOOPBACK_ONLY_VARIABLE: "1"})
     arguments = (
         "--no-demo",
         "--gateway-workers",
