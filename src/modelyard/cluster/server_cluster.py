@@ -59,10 +59,6 @@ class ServerCluster:
         """The doctor's model directory inspection on every ready GPU worker (blocking)."""
         return self.directory.model_directory_problems(model_path)
 
-    def join_command(self) -> str:
-        """What a user runs on another host to add it."""
-        return f"modelyard worker join {self.address} --token-file cluster-token"
-
     def close(self) -> None:
         disconnect()
         if self.head is not None:
