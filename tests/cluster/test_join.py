@@ -198,3 +198,14 @@ def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_it
     assert (
         f"the model directory {tiny_model_dir} is not usable on any GPU worker (node-c: " in error["message"]
     )
+
+
+def test_a_join_with_another_cluster_s_token_is_refused_by_the_head_and_says_so(
+    cluster: JoinedCluster,
+) -> None:
+    wrong = "f" * 64
+    done = cluster.cli("worker", "join", cluster.head_address(), "--token", wrong, "--name", "intruder")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"the head at {cluster.head_address()} refused the cluster token" in done.stderr
+    assert "--token-file" in done.stderr and wrong not in done.stderr
+    assert "intruder" not in cluster.listed()
