@@ -71,6 +71,8 @@ class Settings:
     # This host's address in the cluster (Ray's --node-ip-address); None: Ray finds it (the
     # address of the interface with the default route).
     ray_node_ip: str | None = None
+    # More options of the head's ``ray start`` (``--node-manager-port=8076``: fixed ports).
+    ray_head_arguments: tuple[str, ...] = ()
 
     @property
     def database_url(self) -> str:

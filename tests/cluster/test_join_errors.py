@@ -90,3 +90,26 @@ def test_serve_without_cluster_never_loads_ray(tmp_path: Path) -> None:
         assert "_raylet" not in maps and "/ray/" not in maps
     finally:
         server.stop()
+
+
+def test_join_passes_more_ray_start_options_through_but_not_its_own() -> None:
+    from modelyard.cluster.join import JoinPlan
+
+    plan = JoinPlan(
+        head_host="10.0.0.5",
+        head_port=6379,
+        name="gpu-2",
+        gpus=2,
+        labels={"zone": "b"},
+        token=TOKEN,
+        ray_arguments=("--node-manager-port=8076", "--object-manager-port=8077"),
+    )
+    argv = plan.argv()
+    assert argv[argv.index("--address") + 1] == "10.0.0.5:6379"
+    assert argv[argv.index("--labels") + 1] == "modelyard.io/worker=gpu-2,zone=b"
+    assert argv[-2:] == ["--node-manager-port=8076", "--object-manager-port=8077"]
+    assert TOKEN not in " ".join(argv)
+    code, output = _join("127.0.0.1:6379", "--token", TOKEN, "--ray-arg=--num-gpus=4")
+    assert code == 1 and "--ray-arg --num-gpus is set by modelyard itself" in output
+    code, output = _join("127.0.0.1:6379", "--token", TOKEN, "--ray-arg=8076")
+    assert code == 1 and "--ray-arg '8076' is not an option of ray start" in output

@@ -190,6 +190,12 @@ def serve(
         max=65535,
         help="With --cluster: the port of the Ray head started here.",
     ),
+    ray_head_arguments: list[str] = typer.Option(
+        [],
+        "--ray-head-arg",
+        help="With --cluster: one more option of the head's ray start, e.g. "
+        "--ray-head-arg=--node-manager-port=8076 (repeatable; fixed ports for a firewall).",
+    ),
     ray_node_ip: str | None = typer.Option(
         None,
         "--ray-node-ip",
@@ -213,12 +219,15 @@ def serve(
         ray_address=ray_address,
         ray_port=ray_port,
         ray_node_ip=ray_node_ip,
+        ray_head_arguments=tuple(ray_head_arguments),
     )
     if settings.cluster:
         # Before the port is bound, and without importing Ray (it reads its token once, at import).
+        from modelyard.cluster.ray_processes import check_ray_arguments
         from modelyard.runtimes.ray_connection import require_ray
 
         require_ray()
+        check_ray_arguments(settings.ray_head_arguments, "--ray-head-arg")
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
     from modelyard.store.data_directory import secure_data_directory
 

@@ -134,6 +134,12 @@ def join(
         "--node-ip",
         help="This host's address the head reaches (default: Ray's guess: the default route's interface).",
     ),
+    ray_arguments: list[str] = typer.Option(
+        [],
+        "--ray-arg",
+        help="One more option of ray start, e.g. --ray-arg=--node-manager-port=8076 (repeatable; "
+        "fixed ports for a firewall).",
+    ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Ray's own output."),
 ) -> None:
     """Join this host to a cluster and stay in the foreground while it is in (Ctrl-C leaves).
@@ -153,6 +159,7 @@ def join(
         gpus=num_gpus,
         token_source=source,
         node_ip=node_ip,
+        ray_arguments=tuple(ray_arguments),
     )
     stderr.print(
         f"joining the cluster at {plan.head_address} as {plan.name!r} "

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from modelyard.cluster.ray_processes import (
     STARTED_LINE,
+    check_ray_arguments,
     failure_reason,
     labels_argument,
     node_ip_of,
@@ -123,6 +124,7 @@ def head_command(settings: Settings, gpus: int) -> list[str]:
         "false",
         "--disable-usage-stats",
         *(["--node-ip-address", settings.ray_node_ip] if settings.ray_node_ip else []),
+        *check_ray_arguments(settings.ray_head_arguments, "--ray-head-arg"),
     ]
 
 

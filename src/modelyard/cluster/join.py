@@ -31,6 +31,7 @@ from types import FrameType
 
 from modelyard.cluster.ray_processes import (
     STARTED_LINE,
+    check_ray_arguments,
     failure_reason,
     labels_argument,
     ray_command,
@@ -66,6 +67,8 @@ class JoinPlan:
     gpus_source: str = ""
     # This host's address that the head and the other hosts reach; None: Ray's guess.
     node_ip: str | None = None
+    # More options of ``ray start`` as given (``--node-manager-port=8076``, to fix ports for a firewall).
+    ray_arguments: tuple[str, ...] = ()
 
     @property
     def head_address(self) -> str:
@@ -84,6 +87,7 @@ class JoinPlan:
             "--disable-usage-stats",
             "--block",
             *(["--node-ip-address", self.node_ip] if self.node_ip else []),
+            *self.ray_arguments,
         ]
 
 
@@ -137,10 +141,12 @@ def plan_join(
     gpus: int | None,
     token_source: str,
     node_ip: str | None = None,
+    ray_arguments: tuple[str, ...] = (),
 ) -> JoinPlan:
     """Everything checked that can be before Ray starts (the head reached on its port)."""
     host, port = parse_head_address(address)
     token = check_token(token, token_source)
+    ray_arguments = check_ray_arguments(ray_arguments)
     ray_command()  # Ray installed?
     check_head_reachable(host, port)
     if gpus is None:
@@ -162,6 +168,7 @@ def plan_join(
         token=token,
         gpus_source=source,
         node_ip=node_ip,
+        ray_arguments=ray_arguments,
     )
 
 

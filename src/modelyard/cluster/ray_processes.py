@@ -74,3 +74,26 @@ def parse_labels(items: list[str]) -> dict[str, str]:
             raise InvalidInput(f"label {key!r} is Ray's own", hint="use a key outside ray.io/, e.g. zone")
         labels[key] = value
     return labels
+
+
+# What modelyard sets itself, from its own options: not to be given again.
+_OWN_RAY_OPTIONS = ("--address", "--num-gpus", "--labels", "--block", "--node-ip-address", "--head", "--port")
+
+
+def check_ray_arguments(arguments: tuple[str, ...], flag: str = "--ray-arg") -> tuple[str, ...]:
+    """``--ray-arg`` (join) / ``--ray-head-arg`` (serve) values: options of ``ray start``, none
+    of those modelyard sets from its own options."""
+    for argument in arguments:
+        if not argument.startswith("--"):
+            raise InvalidInput(
+                f"{flag} {argument!r} is not an option of ray start",
+                hint=f"give each as {flag}=--OPTION=VALUE, e.g. {flag}=--node-manager-port=8076",
+            )
+        name = argument.split("=", 1)[0]
+        if name in _OWN_RAY_OPTIONS:
+            raise InvalidInput(
+                f"{flag} {name} is set by modelyard itself",
+                hint="use modelyard's own options for these (worker join: the address, --num-gpus, --label, "
+                "--node-ip; serve: --ray-port, --ray-node-ip)",
+            )
+    return arguments
