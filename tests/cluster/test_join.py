@@ -109,6 +109,9 @@ def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster
     assert placed is not None
     first_worker, instance = placed
     assert first_worker in ("node-a", "node-b") and instance["runtime"] == "ray"
+    shown = cluster.cli("ps", "chat")
+    [engine_row] = [line for line in shown.stdout.splitlines() if "ray gang" in line]
+    assert first_worker in engine_row and instance["host"] in engine_row
     key = cluster.cli("keys", "create", "me", "--rotate").stdout.strip()
     answer = chat(cluster.server.url, key, "chat")
     assert answer.status_code == 200, answer.text

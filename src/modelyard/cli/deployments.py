@@ -265,11 +265,27 @@ def _print_engines(deployment: dict[str, Any]) -> None:
             f"{mount['host_path']} -> {mount['engine_path']}" + (" (ro)" if mount.get("read_only") else "")
             for mount in instance.get("mounts") or []
         )
-        rows.append([instance["id"], instance.get("runtime", ""), instance["engine"], address, mounts or "-"])
+        ranks = (instance.get("placement") or {}).get("ranks") or []
+        # On a cluster, the worker(s) it runs on ("node-b", "node-a + node-b" for a gang).
+        workers = " + ".join(
+            str(rank.get("worker_name")) for rank in ranks if rank.get("worker_name") != "local"
+        )
+        rows.append(
+            [
+                instance["id"],
+                instance.get("runtime", ""),
+                instance["engine"],
+                workers or None,
+                address,
+                mounts or "-",
+            ]
+        )
     if rows:
         stdout.print()
         print_table(
-            ["INSTANCE", "RUNTIME", "ENGINE", "ADDRESS", "MOUNTS (HOST -> ENGINE)"], rows, title="engines"
+            ["INSTANCE", "RUNTIME", "ENGINE", "WORKER", "ADDRESS", "MOUNTS (HOST -> ENGINE)"],
+            rows,
+            title="engines",
         )
 
 
