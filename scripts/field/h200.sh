@@ -33,7 +33,8 @@
 #                  streams each, with both A/A controls, twice
 #   ray-runtime    a second server on the Ray runtime (one node; serve --cluster), vLLM deployed
 #                  through it beside `solo`: a chat, and the same short benchmark through each
-#                  server's gateway (the Ray runtime's added cost)
+#                  server's gateway (the Ray runtime's added cost): Ray, then process
+#   ray-runtime-2  its second half: process, then Ray again; ray-solo's KV cache against the estimate
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
 # when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
@@ -356,9 +357,17 @@ ray-runtime)
   on_ray run deploy ray-solo --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --args="$SOLO_ARGS"
   on_ray run chat ray-solo
   run chat solo
-  export FIELD_CONCURRENCY=${FIELD_CONCURRENCY:-1,16,64} FIELD_POINT_S=${FIELD_POINT_S:-10}
+  # A pass of three points took about 120 s on the H200 (2026-12-02): two here, two in ray-runtime-2.
+  export FIELD_CONCURRENCY=${FIELD_CONCURRENCY:-1,16,64} FIELD_POINT_S=${FIELD_POINT_S:-8}
   on_ray run bench ray-solo --paths gateway --suffix=-runtime
   run bench solo --paths gateway --suffix=-runtime
+  ;;
+ray-runtime-2)
+  # The second half of ray-runtime (its servers and engines still up): process, then Ray again.
+  export PATH=$RAY_SITE/bin:$PATH PYTHONPATH=$FIELD/site:$RAY_SITE:$ROOT/src
+  RAY_SERVER_PORT=${FIELD_RAY_SERVER_PORT:-8081}
+  on_ray() { FIELD_PORT=$RAY_SERVER_PORT FIELD_DATA=$FIELD/data-ray "$@"; }
+  export FIELD_CONCURRENCY=${FIELD_CONCURRENCY:-1,16,64} FIELD_POINT_S=${FIELD_POINT_S:-8}
   run bench solo --paths gateway --suffix=-runtime --repeat-from 2
   on_ray run bench ray-solo --paths gateway --suffix=-runtime --repeat-from 2
   on_ray run kv-shared ray-solo

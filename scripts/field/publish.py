@@ -7,7 +7,8 @@ What changes on the way (``report.py`` reads both forms):
 - ``requests.jsonl`` is left out, except for side-by-side runs (``side-*``), which keep the fields
   the report's bootstrap intervals need, xz-compressed, as ``requests-brief.jsonl.xz``;
 - engine logs become ``engine-excerpt.log``: the memory, parallelism, start and error lines;
-- ``serve.log`` becomes ``serve-excerpt.log``: no access lines, no admin password.
+- ``serve.log`` becomes ``serve-excerpt.log``: no access lines, no admin password, no cluster
+  join token (``serve --cluster`` prints it once).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ ENGINE_LINES = re.compile(
     r"The server is fired up|ready to roll",
     re.IGNORECASE,
 )
+# The cluster's join token, as ``serve --cluster`` prints it once ("worker join HOST:PORT --token T").
+JOIN_TOKEN = re.compile(r"(--token\s+)\S+")
 EXCERPT_LINES = 300
 SERVE_EXCERPT_LINES = 200
 
@@ -44,9 +47,9 @@ def excerpt(path: Path, keep: re.Pattern[str] | None, limit: int) -> str:
     lines = path.read_text(errors="replace").splitlines()
     if keep is not None:
         kept = [line[:400] for line in lines if keep.search(line)]
-    else:  # the server's log: what is not an access line or the admin password
+    else:  # the server's log: what is not an access line, the admin password or the join token
         kept = [
-            line[:400]
+            JOIN_TOKEN.sub(r"\1<the cluster token: not published>", line)[:400]
             for line in lines
             if " INFO: " not in line and "HTTP/1.1" not in line and "admin password" not in line
         ]

@@ -8,6 +8,7 @@ the same deployment on two runtimes. Every number comes from a file under the re
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,27 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+ENGINE_CORE_PID = re.compile(r"\(EngineCore pid=(\d+)\)")
+
+
+def engine_core_pid(results: Path, engine: dict[str, Any]) -> int | None:
+    """The pid that holds the GPU: vLLM V1's EngineCore child, named in the engine's log lines
+    (``ps`` shows the API server's pid; nvidia-smi lists the EngineCore's)."""
+    folder = results / str(engine["deployment"]) / f"instance-{engine['instance']}"
+    for name in ("engine.log", "engine-excerpt.log"):
+        if (folder / name).exists():
+            found = ENGINE_CORE_PID.search((folder / name).read_text(errors="replace"))
+            return int(found.group(1)) if found else None
+    return None
+
+
 def shared_gpu_table(results: Path) -> str:
     """Each engine placed by memory: its knob, what was booked, the KV cache it logged."""
     rows = []
     for entry in _steps(results, "kv-shared"):
         used = {row["pid"]: row["used_mib"] for row in entry.get("gpu_processes") or []}
         for engine in entry.get("engines") or []:
+            core = engine_core_pid(results, engine)
             passed = sum(1 for check in engine.get("verification") or [] if check.endswith(" passed"))
             booked = engine.get("booked_bytes")
             rows.append(
@@ -48,7 +64,7 @@ def shared_gpu_table(results: Path) -> str:
                     _number(engine.get("estimated_kv_tokens"), 0),
                     _number(engine.get("logged_kv_tokens"), 0),
                     _number(engine.get("error_pct"), 2),
-                    _number(used.get(engine.get("pid")) / 1024 if engine.get("pid") in used else None, 2),
+                    _number(used[core] / 1024 if core in used else None, 2),
                     f"{passed}/{len(engine.get('verification') or [])}",
                 ]
             )
@@ -65,7 +81,7 @@ def shared_gpu_table(results: Path) -> str:
             "KV tokens estimated at that knob",
             "KV tokens the engine logged",
             "estimate error %",
-            "GiB on the GPU (nvidia-smi)",
+            "GiB on the GPU (nvidia-smi, EngineCore pid)",
             "verification passed",
         ],
         rows,

@@ -342,8 +342,12 @@ def test_ray_runtime_deploys_on_a_second_server_and_alternates_the_runtimes(
         ["8081", "chat", "ray-solo"],
         ["8080", "chat", "solo"],
     ]
+    second = _h200(field_checkout, "ray-runtime-2", tmp_path, RAY_SITE=str(site), FIELD_RUN=f"bash {double}")
+    assert second.returncode == 0, second.stdout + second.stderr
+    steps = [line.split()[:3] for line in _steps(tmp_path)]
     benches = [(port, name) for port, step, name in steps if step == "bench"]
     assert benches == [("8081", "ray-solo"), ("8080", "solo"), ("8080", "solo"), ("8081", "ray-solo")]
+    assert steps[-1] == ["8081", "kv-shared", "ray-solo"]
     lines = _steps(tmp_path)
     assert "--serve-arg=--cluster" in lines[0] and "--gpu-memory auto" in lines[1]
     assert [line.endswith("--repeat-from 2") for line in lines if " bench " in f" {line} "] == [
@@ -352,3 +356,23 @@ def test_ray_runtime_deploys_on_a_second_server_and_alternates_the_runtimes(
         True,
         True,
     ]
+
+
+def test_publish_keeps_neither_the_admin_password_nor_the_cluster_token(tmp_path: Path) -> None:
+    results = tmp_path / "results" / "server-8081"
+    results.mkdir(parents=True)
+    token = "3f6c" * 16
+    (results / "serve.log").write_text(
+        "  admin password   s3cret-Passw0rd  (shown once)\n"
+        f"  join a worker    modelyard worker join 10.0.0.5:6379 --token {token}\n"
+        "  cluster          Ray head at 10.0.0.5:6379 (started here; token authentication on)\n"
+    )
+    target = tmp_path / "published"
+    subprocess.run(
+        [sys.executable, str(FIELD_SCRIPTS / "publish.py"), str(tmp_path / "results"), str(target)],
+        check=True,
+    )
+    excerpt = (target / "server-8081" / "serve-excerpt.log").read_text()
+    assert token not in excerpt and "s3cret" not in excerpt
+    assert "worker join 10.0.0.5:6379 --token <the cluster token: not published>" in excerpt
+    assert "Ray head at 10.0.0.5:6379" in excerpt
