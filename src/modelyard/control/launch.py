@@ -27,6 +27,7 @@ from modelyard.control.placement import Decision, decide, demand_of, placement_t
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError, Unschedulable
 from modelyard.runtimes.base import EngineIdentity, LaunchSpec, RankLaunch, Runtime
+from modelyard.runtimes.ray_connection import local_node_id
 from modelyard.secret_names import MASK, is_secret_env_name, mask_arguments, secret_argument_indexes
 from modelyard.store.tables import new_uid
 
@@ -58,7 +59,9 @@ async def _decide(
             parameters=parameters,
             env=deployment.env,
         )
-    return decide(context.scheduler, deployment, context.demands[key])
+    # On a cluster, a container runs here, through this host's Docker engine: only this node will do.
+    on_worker = local_node_id() if context.runtimes.ray is not None and version.runs_in_container else None
+    return decide(context.scheduler, deployment, context.demands[key], on_worker=on_worker)
 
 
 def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:

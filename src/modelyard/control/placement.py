@@ -11,7 +11,7 @@ changes (a GPU freed, a worker joined or left, GPUs read again).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from modelyard.control.instance_store import DeploymentView
@@ -105,12 +105,40 @@ def demand_of(
         raise Unschedulable(f"cannot estimate the memory it needs: {error.message}") from error
 
 
-def decide(scheduler: Scheduler, deployment: DeploymentView, demand: MemoryDemand | None) -> Decision:
+def _pinned(scheduler: Scheduler, request: PlacementRequest, worker_id: str) -> PlacementRequest:
+    """``request`` kept to one worker (the server's own host, for a container on a cluster)."""
+    worker = next((worker for worker in scheduler.workers if worker.id == worker_id), None)
+    names = {worker_id} if worker is None else {worker_id, worker.name}
+    if request.ranks > 1:
+        raise Unschedulable(
+            "a container backend runs on the server's own host, through its Docker engine, and cannot "
+            "span nodes: use a backend version that runs a process (it runs through Ray), or nodes 1"
+        )
+    if request.workers and not names & set(request.workers):
+        raise Unschedulable(
+            "a container backend runs on the server's own host, through its Docker engine, and the "
+            f"deployment's workers ({', '.join(request.workers)}) do not include it "
+            f"({worker.name if worker is not None else worker_id})"
+        )
+    return replace(request, workers=(worker_id,))
+
+
+def decide(
+    scheduler: Scheduler,
+    deployment: DeploymentView,
+    demand: MemoryDemand | None,
+    *,
+    on_worker: str | None = None,
+) -> Decision:
     """Where the next start of ``deployment``'s replica goes (microseconds: it runs on the loop,
-    where the bookings change); ``Unschedulable`` with a bounded reason."""
+    where the bookings change); ``Unschedulable`` with a bounded reason. ``on_worker``: only that
+    worker will do (a container on a cluster runs on the server's own host)."""
+    request = placement_request(deployment, None if demand is None else demand.bytes_per_gpu)
+    if on_worker is not None:
+        request = _pinned(scheduler, request, on_worker)
     if demand is None:
-        return Decision(placement=scheduler.place(placement_request(deployment, None)))
-    placement = scheduler.place(placement_request(deployment, demand.bytes_per_gpu))
+        return Decision(placement=scheduler.place(request))
+    placement = scheduler.place(request)
     rank = placement.ranks[0]
     worker = next(worker for worker in scheduler.workers if worker.id == rank.worker_id)
     gpu = next(gpu for gpu in worker.gpus if gpu.index == rank.gpu_ids[0])
