@@ -10,10 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.ray_runtime import RayRuntime
-from modelyard.store.tables import Instance
+from modelyard.store.tables import Instance, InstanceEvent
 from ray_cluster import fake_gpu
 
 from .conftest import ClusterSetup
@@ -129,6 +130,13 @@ async def test_a_lost_node_s_replica_comes_back_on_another_node(cluster_setup: C
     await cluster_setup.wait_for(lambda: not cluster_setup.instances("mover"), "mover removed")
 
 
+def events_of(cluster_setup: ClusterSetup, *names: str) -> list[InstanceEvent]:
+    with cluster_setup.database.session() as session:
+        wanted = InstanceEvent.deployment_name.in_(names)
+        query = select(InstanceEvent).where(wanted).order_by(InstanceEvent.id)
+        return list(session.scalars(query))
+
+
 async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gpu(
     cluster_setup: ClusterSetup,
 ) -> None:
@@ -139,6 +147,13 @@ async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gp
         lambda: len(cluster_setup.running("small-1")) == 1 and len(cluster_setup.running("small-2")) == 1,
         "both small deployments running",
     )
+    # They started one after the other: an engine sizes its cache from the memory free as it starts.
+    events = events_of(cluster_setup, "small-1", "small-2")
+    launches = [event for event in events if event.reason.startswith("launching on")]
+    running = [event for event in events if event.to_state == "running"]
+    first, second = sorted(launches, key=lambda event: event.id)
+    first_running = next(event for event in running if event.deployment_name == first.deployment_name)
+    assert first_running.id < second.id, [(e.deployment_name, e.to_state, e.reason) for e in events]
     for name in ("small-1", "small-2"):
         [instance] = cluster_setup.instances(name)
         assert placed(instance)["ranks"][0]["gpu_ids"] == [0]

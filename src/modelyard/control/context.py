@@ -156,6 +156,9 @@ class ControlContext:
     deployment_of: dict[int, DeploymentView] = field(default_factory=dict)
     # Launch tokens of starts in flight: an engine carrying one is not an orphan.
     launching: set[str] = field(default_factory=set)
+    # GPUs shared by memory with an engine starting on them: (worker id, GPU index) -> instance id.
+    # vLLM and SGLang size their cache from the memory free while they start, so one at a time.
+    starting_on_gpu: dict[tuple[str, int], int] = field(default_factory=dict)
     # Instances in the gateway's rotation (ready, verified, engine alive). Kept here rather than
     # read from a pass's snapshot, which may be older than a bring-up that just finished.
     in_rotation: set[int] = field(default_factory=set)

@@ -89,6 +89,14 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         await _wait(context, instance, f"waiting for placement: {error}")
         return
     context.unplaced.pop(instance.id, None)
+    if (busy := shared_gpu_starting(context, decision, instance.id)) is not None:
+        await _wait(
+            context,
+            instance,
+            f"waiting for {busy}: another engine sharing it is still starting (engines size their "
+            "cache from the memory free while they start, so they start there one at a time)",
+        )
+        return
     runtime = _runtime_for(context, version)
     ranks = decision.placement.ranks
     gpu_ids = list(ranks[0].gpu_ids)
@@ -194,10 +202,14 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     )
     context.scheduler.book(instance.id, instance_label(deployment, instance), decision.placement)
     context.launching.add(token)
+    if decision.demand is not None:
+        for key in _gpu_keys(decision):
+            context.starting_on_gpu[key] = instance.id
     try:
         started = await runtime.start(spec)
     except ModelyardError as error:
         context.scheduler.release(instance.id)
+        release_shared_gpus(context, instance.id)
         await fail_start(context, instance, f"cannot launch: {error}")
         return
     finally:
@@ -222,8 +234,42 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         command=masked_command(started.command, secrets),
     )
     context.tasks.spawn(
-        instance.id, bring_up(context, deployment, instance.id, engine, version, verified=False), "bring-up"
+        instance.id, _bring_up_then_free_gpus(context, deployment, instance.id, engine, version), "bring-up"
     )
+
+
+async def _bring_up_then_free_gpus(
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance_id: int,
+    engine: LiveEngine,
+    version: BackendVersion,
+) -> None:
+    try:
+        await bring_up(context, deployment, instance_id, engine, version, verified=False)
+    finally:  # running, failed or stopped: its GPUs' memory is settled either way
+        release_shared_gpus(context, instance_id)
+
+
+def _gpu_keys(decision: Decision) -> list[tuple[str, int]]:
+    return [(rank.worker_id, gpu) for rank in decision.placement.ranks for gpu in rank.gpu_ids]
+
+
+def shared_gpu_starting(context: ControlContext, decision: Decision, instance_id: int) -> str | None:
+    """A GPU of ``decision`` shared by memory on which another engine is starting ("GPU 0 of
+    node-a"), or None: engines placed by memory start one at a time on each GPU."""
+    if decision.demand is None:
+        return None
+    for worker_id, gpu in _gpu_keys(decision):
+        if context.starting_on_gpu.get((worker_id, gpu), instance_id) != instance_id:
+            worker = next((w.name for w in context.scheduler.workers if w.id == worker_id), worker_id)
+            return f"GPU {gpu} of {worker}"
+    return None
+
+
+def release_shared_gpus(context: ControlContext, instance_id: int) -> None:
+    for key in [key for key, owner in context.starting_on_gpu.items() if owner == instance_id]:
+        del context.starting_on_gpu[key]
 
 
 def _where(decision: Decision, on_cluster: bool) -> str:
