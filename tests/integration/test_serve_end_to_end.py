@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ import pytest
 
 from modelyard.doctor.verify import WEATHER_TOOL
 from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_OWNER
+from modelyard.testing.serve_process import ServeProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,65 +34,8 @@ STARTUP_SECONDS = 240.0
 DEPLOY_SECONDS = 180.0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
-@dataclass
-class Server:
-    data_dir: Path
-    port: int
-    process: subprocess.Popen[str] | None = None
-    log_path: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def environment(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "MODELYARD_URL": self.url,
-            "MODELYARD_DATA_DIR": str(self.data_dir),
-            "HF_HUB_OFFLINE": "1",
-            "OMP_NUM_THREADS": "1",
-            "NO_COLOR": "1",
-        }
-
-    def start(self, *extra: str) -> None:
-        self.log_path = self.data_dir.parent / f"serve-{time.monotonic_ns()}.log"
-        log_file = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelyard.cli.main",
-                "serve",
-                "--data-dir",
-                str(self.data_dir),
-                "--port",
-                str(self.port),
-                *extra,
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=self.environment(),
-            text=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text() if self.log_path else ""
+class Server(ServeProcess):
+    """The shared ``ServeProcess``, with the CLI as a user on the server's host runs it."""
 
     def cli(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -150,26 +91,19 @@ def _engine_processes(server: Server, deployment: str | None = None) -> list[psu
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("serve")
-    server = Server(data_dir=root / "data", port=_free_port())
+    server = Server(data_dir=root / "data")
     server.start()
     try:
         yield server
     finally:
-        if server.process is not None and server.process.poll() is None:
-            server.process.send_signal(signal.SIGTERM)
-            try:
-                server.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
+        server.stop()
         for leftover in _engine_processes(server):
             os.killpg(leftover.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
 def api_key(server: Server) -> str:
-    _wait_until(
-        lambda: bool(server.running_instances("demo")), STARTUP_SECONDS, "the demo deployment running"
-    )
+    wait_until(lambda: bool(server.running_instances("demo")), STARTUP_SECONDS, "the demo deployment running")
     result = server.cli("keys", "create", "tests", "--json")
     key: str = json.loads(result.stdout)["key"]
     return key
@@ -200,7 +134,7 @@ def _system_answers(server: Server) -> bool:
 
 def test_the_api_answers_at_once_while_the_demo_is_prepared(server: Server) -> None:
     # From the server's start: the port and the API answer before the demo model is converted.
-    _wait_until(lambda: _system_answers(server), STARTUP_SECONDS, "/api/v1/system")
+    wait_until(lambda: _system_answers(server), STARTUP_SECONDS, "/api/v1/system")
     admin = _admin_headers(server)
     assert admin is not None
     demo = httpx.get(f"{server.url}/api/v1/system", headers=admin).json()["demo"]
@@ -279,7 +213,7 @@ def test_second_model_deploys_and_answers_streamed_and_not(
     # A random-weight model cannot pass the reasoning and tool-call checks its chat template
     # promises (see the next test), so this deployment opts out of verification.
     server.cli("deploy", "tiny", "--name", "tiny", "--backend", "transformers", "--skip-verification")
-    _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running")
+    wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running")
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key)
     answer = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=5
@@ -361,7 +295,7 @@ def test_killed_engine_comes_back_with_the_reason(server: Server, api_key: str, 
         running = server.running_instances("tiny")
         return bool(running) and running[0]["pid"] != instance["pid"]
 
-    _wait_until(restarted, DEPLOY_SECONDS, "tiny running again after SIGKILL")
+    wait_until(restarted, DEPLOY_SECONDS, "tiny running again after SIGKILL")
     events = server.cli("ps", "tiny", "--json").stdout
     [after] = server.running_instances("tiny")
     assert after["restart_count"] == 1
@@ -382,8 +316,8 @@ def test_server_killed_and_restarted_adopts_one_engine_per_replica(
     server.process.wait(timeout=30)
     assert len(_engine_processes(server, "tiny")) == 1  # the engine outlived the server
     server.start("--no-demo")
-    _wait_until(lambda: _server_answers(server), STARTUP_SECONDS, "the restarted server answering")
-    _wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running after restart")
+    wait_until(lambda: _server_answers(server), STARTUP_SECONDS, "the restarted server answering")
+    wait_until(lambda: bool(server.running_instances("tiny")), DEPLOY_SECONDS, "tiny running after restart")
     [after] = server.running_instances("tiny")
     assert after["pid"] == before["pid"]
     assert len(_engine_processes(server, "tiny")) == 1
@@ -400,7 +334,7 @@ def test_removing_the_deployment_leaves_no_engine_process(
     assert len(_engine_processes(server, "tiny")) == 1
     server.cli("rm", "tiny", "--wait")
     assert server.deployment("tiny") is None
-    _wait_until(lambda: not _engine_processes(server, "tiny"), 30, "no tiny engine process")
+    wait_until(lambda: not _engine_processes(server, "tiny"), 30, "no tiny engine process")
 
 
 def _server_answers(server: Server) -> bool:
