@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from report_share import prefix_table, runtime_table, scale_lines, shared_gpu_table
+from report_tables import number, point_figures, steps, table
 
 ENGINE_MEMORY_LINES = re.compile(
     r"Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|"
@@ -26,41 +27,9 @@ ENGINE_MEMORY_LINES = re.compile(
 )
 
 
-def steps(results: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (results / "steps.jsonl").read_text().splitlines() if line]
-
-
 def load_run(path: Path) -> dict[str, Any] | None:
     result = path / "result.json"
     return json.loads(result.read_text()) if result.exists() else None
-
-
-def point_figures(point: dict[str, Any]) -> dict[str, float | None]:
-    metrics = point.get("metrics") or {}
-
-    def median(name: str) -> float | None:
-        value = (metrics.get(name) or {}).get("median")
-        return float(value) if value is not None else None
-
-    return {
-        "load": float(point["point"]["value"]),
-        "ok": point.get("requests_succeeded"),
-        "failed": point.get("requests_failed"),
-        "tok_s": point.get("output_token_throughput_per_s"),
-        "ttft": median("ttft_ms"),
-        "tpot": median("tpot_ms"),
-        "itl": median("itl_ms"),
-    }
-
-
-def number(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def deployments_table(results: Path) -> str:

@@ -13,21 +13,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from report_tables import number, point_figures, steps, table
+
 GIB = 2**30
 
 
 def _steps(results: Path, step: str) -> list[dict[str, Any]]:
-    lines = (results / "steps.jsonl").read_text().splitlines()
-    return [entry for entry in (json.loads(line) for line in lines if line) if entry["step"] == step]
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    return [entry for entry in steps(results) if entry["step"] == step]
 
 
 ENGINE_CORE_PID = re.compile(r"\(EngineCore pid=(\d+)\)")
@@ -59,18 +51,18 @@ def shared_gpu_table(results: Path) -> str:
                     str(engine.get("state")),
                     ",".join(str(index) for index in engine.get("gpu_ids") or []),
                     str(engine.get("knob") or "-"),
-                    _number(booked / GIB if booked else None, 2),
-                    _number(engine.get("booked_kv_tokens"), 0),
-                    _number(engine.get("estimated_kv_tokens"), 0),
-                    _number(engine.get("logged_kv_tokens"), 0),
-                    _number(engine.get("error_pct"), 2),
-                    _number(used[core] / 1024 if core in used else None, 2),
+                    number(booked / GIB if booked else None, 2),
+                    number(engine.get("booked_kv_tokens"), 0),
+                    number(engine.get("estimated_kv_tokens"), 0),
+                    number(engine.get("logged_kv_tokens"), 0),
+                    number(engine.get("error_pct"), 2),
+                    number(used[core] / 1024 if core in used else None, 2),
                     f"{passed}/{len(engine.get('verification') or [])}",
                 ]
             )
     if not rows:
         return ""
-    return _table(
+    return table(
         [
             "engine",
             "state",
@@ -91,7 +83,7 @@ def shared_gpu_table(results: Path) -> str:
 def scale_lines(results: Path) -> str:
     return "\n".join(
         f"- `scale {entry['name']} {entry['replicas']}`: {entry.get('running')} running, "
-        f"{_number(entry.get('seconds_to_running'))} s to running (exit {entry.get('exit_code')})"
+        f"{number(entry.get('seconds_to_running'))} s to running (exit {entry.get('exit_code')})"
         for entry in _steps(results, "scale")
     )
 
@@ -116,9 +108,9 @@ def prefix_table(results: Path) -> str:
                     policy,
                     str(index),
                     str(len(run["ttft_ms"])),
-                    _number(statistics.median(run["ttft_ms"]) if run["ttft_ms"] else None),
-                    _number(_percentile(run["ttft_ms"], 0.99)),
-                    _number(100 * rate if rate is not None else None),
+                    number(statistics.median(run["ttft_ms"]) if run["ttft_ms"] else None),
+                    number(_percentile(run["ttft_ms"], 0.99)),
+                    number(100 * rate if rate is not None else None),
                 ]
             )
         everything = [value for run in runs for value in run["ttft_ms"]]
@@ -128,12 +120,12 @@ def prefix_table(results: Path) -> str:
                 f"**{policy}**",
                 "all",
                 str(len(everything)),
-                _number(statistics.median(everything) if everything else None),
-                _number(_percentile(everything, 0.99)),
-                _number(100 * hits / queries if queries else None),
+                number(statistics.median(everything) if everything else None),
+                number(_percentile(everything, 0.99)),
+                number(100 * hits / queries if queries else None),
             ]
         )
-    text = _table(
+    text = table(
         ["policy", "pass", "requests", "TTFT p50 ms", "TTFT p99 ms", "prefix-cache hit rate %"], rows
     )
     for entry in _steps(results, "prefix-routing"):
@@ -145,22 +137,6 @@ def prefix_table(results: Path) -> str:
         text += f"\n\nEach engine's own counters over the whole run (hits of queries, in tokens): {shown}."
         text += f"\nSettings: `{' '.join(entry.get('settings') or [])}`."
     return text
-
-
-def _point(point: dict[str, Any]) -> dict[str, float | None]:
-    metrics = point.get("metrics") or {}
-
-    def median(name: str) -> float | None:
-        value = (metrics.get(name) or {}).get("median")
-        return float(value) if value is not None else None
-
-    return {
-        "load": float(point["point"]["value"]),
-        "ok": point.get("requests_succeeded"),
-        "tok_s": point.get("output_token_throughput_per_s"),
-        "ttft": median("ttft_ms"),
-        "tpot": median("tpot_ms"),
-    }
 
 
 def runtime_table(results: Path, ray_name: str = "ray-solo", process_name: str = "solo") -> str:
@@ -175,24 +151,24 @@ def runtime_table(results: Path, ray_name: str = "ray-solo", process_name: str =
             break
         ray_run, process_run = json.loads(ray_path.read_text()), json.loads(process_path.read_text())
         for ray_point, process_point in zip(ray_run["points"], process_run["points"], strict=False):
-            r, p = _point(ray_point), _point(process_point)
+            r, p = point_figures(ray_point), point_figures(process_point)
             ratio = r["tok_s"] / p["tok_s"] if r["tok_s"] and p["tok_s"] else None
             added = r["ttft"] - p["ttft"] if r["ttft"] is not None and p["ttft"] is not None else None
             rows.append(
                 [
                     str(repeat),
-                    _number(r["load"], 0),
+                    number(r["load"], 0),
                     f"{r['ok']} / {p['ok']}",
-                    f"{_number(r['tok_s'])} / {_number(p['tok_s'])}",
-                    _number(ratio, 3),
-                    f"{_number(r['ttft'], 2)} / {_number(p['ttft'], 2)}",
-                    _number(added, 2),
-                    f"{_number(r['tpot'], 2)} / {_number(p['tpot'], 2)}",
+                    f"{number(r['tok_s'])} / {number(p['tok_s'])}",
+                    number(ratio, 3),
+                    f"{number(r['ttft'], 2)} / {number(p['ttft'], 2)}",
+                    number(added, 2),
+                    f"{number(r['tpot'], 2)} / {number(p['tpot'], 2)}",
                 ]
             )
     if not rows:
         return ""
-    text = _table(
+    text = table(
         [
             "pass",
             "streams",
@@ -210,8 +186,8 @@ def runtime_table(results: Path, ray_name: str = "ray-solo", process_name: str =
     for name, runtime in ((ray_name, "Ray"), (process_name, "process")):
         chat = chats.get(name) or {}
         text += (
-            f"\n- {name} ({runtime} runtime): {_number(starts.get(name))} s from deploy to running; "
+            f"\n- {name} ({runtime} runtime): {number(starts.get(name))} s from deploy to running; "
             f"first chat through the gateway HTTP {chat.get('status', '-')} "
-            f"in {_number(chat.get('seconds'), 3)} s"
+            f"in {number(chat.get('seconds'), 3)} s"
         )
     return text
