@@ -75,7 +75,9 @@ class ServeProcess:
             raise AssertionError(f"modelyard serve exited: {self.logs[-1].read_text()}")
         try:
             return self.api("GET", "/system").status_code == 200
-        except (httpx.ConnectError, FileNotFoundError):
+        except (httpx.TransportError, FileNotFoundError):
+            # Refused, or reset: right after a SIGKILL the old server's gateway worker may still
+            # hold its socket of the port while it drains, as ServeProcess.answering allows too.
             return False
 
     def api(self, method: str, path: str, **arguments: Any) -> httpx.Response:
