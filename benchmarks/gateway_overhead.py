@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from overhead_processes import (
+    BareRelay,
     LiteLlmProxy,
     Platform,
     SetupFailed,
@@ -277,6 +278,7 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
     environment = {"MODELYARD_GATEWAY_GC": gc_mode}
     server = Platform(scratch, gateway_workers=workers, cpus=cpus, environment=environment)
     litellm: LiteLlmProxy | None = None
+    floor: BareRelay | None = None
     compare_only = gc_mode != "tuned"
     try:
         server.start()
@@ -290,6 +292,9 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
             f"modelyard serve on {server.url}, {workers} gateway worker(s), GC {gc_mode}: pids {pids}",
             file=sys.stderr,
         )
+        if arguments.floor and workers == arguments.workers[0] and not compare_only:
+            floor = BareRelay(ports[COST_LONG.itl_ms], cpus=arguments.proxy_cpus)
+            floor.start()
         if arguments.litellm and workers == arguments.workers[0] and not compare_only:
             upstreams = {f"ref{itl_ms:g}": f"http://127.0.0.1:{port}" for itl_ms, port in ports.items()}
             litellm = LiteLlmProxy(scratch, upstreams, cpus=arguments.proxy_cpus)
@@ -314,6 +319,10 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
                     gc_mode=gc_mode,
                     main_pid=main_pid,
                 )
+                if floor is not None and scenario in (COST_SHORT, COST_LONG):
+                    assert floor.process is not None
+                    floor_pids = [floor.process.pid]
+                    bench.measure("floor", floor.url, "", scenario, round_index, floor_pids, workers)
                 if litellm is not None and scenario.name in LITELLM_SCENARIOS | {
                     COST_SHORT.name,
                     COST_LONG.name,
@@ -333,6 +342,8 @@ def run_platform(bench: Bench, workers: int, gc_mode: str = "tuned") -> None:
                         workers,
                     )
     finally:
+        if floor is not None:
+            floor.stop()
         if litellm is not None:
             litellm.stop()
         server.stop()
@@ -384,10 +395,10 @@ def summarise(bench: Bench) -> dict[str, Any]:
             summary["scenarios"][f"{name}/{workers}w"] = rows
     print("\nCPU of the serving processes (two workloads of 32 streams solved for per request and per chunk)")
     for workers in arguments.workers:
-        for path in ("gateway", "litellm"):
+        for path in ("floor", "gateway", "litellm"):
             short_name, long_name = (
                 (COST_SHORT.name, COST_LONG.name)
-                if path == "gateway"
+                if path != "litellm"
                 else (LITELLM_COST_SHORT.name, LITELLM_COST_LONG.name)
             )
             short = pooled(runs, scenario=short_name, workers=workers, path=path, gc_mode="tuned")
@@ -454,6 +465,19 @@ def summarise(bench: Bench) -> dict[str, Any]:
                         f"{paused_ms:10.1f} {slowest_ms:10g}"
                     )
     costs = summary["costs"]
+    floor_cost = costs.get("floor/1w") or next((costs[k] for k in costs if k.startswith("floor/")), None)
+    gateway_one = costs.get("gateway/1w")
+    if floor_cost and gateway_one:
+        above_request = gateway_one["per_request_us"] - floor_cost["per_request_us"]
+        above_chunk = gateway_one["per_chunk_us"] - floor_cost["per_chunk_us"]
+        print(
+            f"\nthe floor (bare_relay.py: bytes between two sockets, no HTTP) costs "
+            f"{floor_cost['per_request_us']:.1f} µs a request and "
+            f"{floor_cost['per_chunk_us']:.1f} µs a chunk "
+            f"here; the gateway's own work above it: {above_request:.1f} µs a request, "
+            f"{above_chunk:.1f} µs a chunk"
+        )
+        summary["above_floor"] = {"per_request_us": above_request, "per_chunk_us": above_chunk}
     one, many = (
         costs.get("gateway/1w"),
         next((costs[k] for k in costs if k.startswith("gateway/") and k != "gateway/1w"), None),
@@ -486,6 +510,12 @@ def main() -> int:
     parser.add_argument("--load-cpus", default="1")
     parser.add_argument("--all-cpus", default="0,1", help="CPUs of modelyard serve with several workers")
     parser.add_argument("--no-litellm", dest="litellm", action="store_false")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the floor: bare_relay.py between the client and the upstream (CPU split only)",
+    )
     parser.add_argument(
         "--gc-compare",
         action="store_true",

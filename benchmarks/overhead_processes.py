@@ -227,6 +227,38 @@ class Platform:
 
 
 @dataclass
+class BareRelay:
+    """``bare_relay.py`` in front of an upstream: the floor of a user-space relay (no HTTP)."""
+
+    upstream_port: int
+    cpus: str
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        script = Path(__file__).with_name("bare_relay.py")
+        argv = ["taskset", "-c", self.cpus, sys.executable, str(script), "--port", str(self.port)]
+        self.process = subprocess.Popen([*argv, "--upstream", f"127.0.0.1:{self.upstream_port}"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SetupFailed("the bare relay exited at its start")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise SetupFailed("the bare relay did not listen within 30 s")
+
+    def stop(self) -> None:
+        _stop(self.process)
+
+
+@dataclass
 class LiteLlmProxy:
     """LiteLLM's proxy in its own virtual environment (installed on first use), one worker."""
 

@@ -75,6 +75,9 @@ class GatewayHarness:
     database: Database
     context: ServerContext
     base_url: str = ""
+    # uvicorn's HTTP implementation: "auto" is httptools (the gateway writes answers itself,
+    # client_out.py); "h11" serves every answer through ASGI send().
+    http: str = "auto"
     loop: asyncio.AbstractEventLoop | None = None
     runtime: GatewayRuntime | None = None
     _server: uvicorn.Server | None = None
@@ -208,7 +211,12 @@ class GatewayHarness:
         self.base_url = f"http://127.0.0.1:{port}"
         self._server = uvicorn.Server(
             uvicorn.Config(
-                app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+                app,
+                http=self.http,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=5,
             )
         )
         sock = self._socket

@@ -160,7 +160,7 @@ class GatewayApp:
         extra: list[tuple[bytes, bytes]],
     ) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        loop = asyncio.get_running_loop()
+        loop = runtime.engine_client.loop
         arrived_s = loop.time()
         counts = runtime.counts
         key_name = ""
@@ -216,7 +216,7 @@ class GatewayApp:
             timing=timing,
             admission=admission,
         )
-        await watched(receive, lambda watch: exchange(runtime, request, send, watch, extra))
+        await watched(receive, lambda watch: exchange(runtime, request, send, watch, extra), loop)
 
     async def _models(
         self,

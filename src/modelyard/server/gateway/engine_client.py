@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -54,6 +54,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, client: EngineClient, address: tuple[str, int]) -> None:
         self._client = client
+        self.loop = client.loop
         self.address = address
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -149,6 +150,11 @@ class _Connection(asyncio.Protocol):
         self.last_activity = self._client.loop_time()
         self.transport.writelines(request)
 
+    def pause(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
     def drained(self) -> None:
         """The relay took what was buffered: read from the engine again."""
         if self._reading_paused and self.transport is not None and not self.closed:
@@ -183,7 +189,8 @@ class EngineResponse:
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
-        self._loop = asyncio.get_running_loop()
+        # The client's loop (asyncio.get_running_loop() costs a getpid() system call per call).
+        self._loop = connection.loop
         self._head: asyncio.Future[None] = self._loop.create_future()
         self._waiter: asyncio.Future[None] | None = None
         self._pieces: list[bytes] = []
@@ -195,6 +202,13 @@ class EngineResponse:
         self.keep_alive = False
         self.until_close = False
         self._released = False
+        # Set by pipe(): each piece goes to the sink as it arrives, the end to on_end.
+        self._sink: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[], None] | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     def header(self, name: bytes) -> bytes | None:
         """The value of a response header (``name`` in lower case), or None."""
@@ -222,6 +236,44 @@ class EngineResponse:
                 await waiter
             finally:
                 self._waiter = None
+
+    def pipe(self, sink: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        """From now on hand every piece to ``sink`` as it arrives, in the connection's own
+        ``data_received`` (no task is woken for it), and call ``on_end`` when the answer is
+        complete, in the same turn as its last bytes. What arrived before is handed over now.
+        ``wait()`` tells the pipe's owner how it ended. An exception from the sink or ``on_end``
+        stops the pipe and is raised by ``wait()``."""
+        self._sink = sink
+        self._on_end = on_end
+        pieces, self._pieces = self._pieces, []
+        self.buffered_bytes = 0
+        for piece in pieces:
+            self._to_sink(piece)
+        if self.complete:
+            self._end_pipe()
+
+    async def wait(self) -> None:
+        """Until the piped answer has ended or ``wake()`` is called; raises what broke it."""
+        if self._error is None and not self.complete:
+            waiter = self._loop.create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def wake(self) -> None:
+        """Make ``wait()`` return (the pipe's owner has something to do, e.g. drain the client)."""
+        self._wake()
+
+    def pause_reading(self) -> None:
+        """Read nothing more from the engine until ``resume_reading()`` (the client is slow)."""
+        self._connection.pause()
+
+    def resume_reading(self) -> None:
+        self._connection.drained()
 
     async def read_all(self) -> bytes:
         pieces = []
@@ -262,6 +314,9 @@ class EngineResponse:
             self._head.set_result(None)
 
     def _add(self, body: bytes) -> None:
+        if self._sink is not None:
+            self._to_sink(body)
+            return
         self._pieces.append(body)
         self.buffered_bytes += len(body)
         waiter = self._waiter
@@ -270,12 +325,36 @@ class EngineResponse:
 
     def _finish(self) -> None:
         self.complete = True
+        if self._on_end is not None:
+            self._end_pipe()
         self._wake()
+
+    def _to_sink(self, piece: bytes) -> None:
+        sink = self._sink
+        if sink is None or self._error is not None:
+            return
+        try:
+            sink(piece)
+        except Exception as error:  # a bug of the relay: wait() raises it in the relay's task
+            self._sink = self._on_end = None
+            self._error = error
+            self._wake()
+
+    def _end_pipe(self) -> None:
+        on_end = self._on_end
+        self._sink = self._on_end = None
+        if on_end is None or self._error is not None:
+            return
+        try:
+            on_end()
+        except Exception as error:
+            self._error = error
 
     def _fail(self, error: Exception) -> None:
         if self.complete:
             return
         self._error = error
+        self._sink = self._on_end = None
         if not self._head.done():
             self._head.set_exception(error)
         self._wake()
@@ -298,10 +377,18 @@ class EngineClient:
         self._addresses: dict[str, tuple[tuple[str, int], bytes]] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self.loop_time = time.monotonic
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the client runs in (set by ``start()``)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def start(self) -> None:
         """Start the stall watchdog (call inside the running event loop)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self.loop_time = loop.time
         if self._watchdog is None:
             self._watchdog = loop.create_task(self._watch(), name="engine-stall-watchdog")
@@ -371,7 +458,7 @@ class EngineClient:
         return None
 
     async def _connect(self, address: tuple[str, int]) -> _Connection:
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, protocol = await loop.create_connection(lambda: _Connection(self, address), *address)

@@ -106,7 +106,7 @@ class MainRelay:
             finally:
                 response.close()
 
-        await watched(receive, relay)
+        await watched(receive, relay, asyncio.get_running_loop())
 
     async def _send(
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes

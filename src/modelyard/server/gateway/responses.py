@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from starlette.types import Receive, Send
 
 from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
+from modelyard.server.gateway.client_out import DirectClientOut
 from modelyard.server.gateway.engine_client import EngineBroke, EngineResponse
 from modelyard.server.gateway.errors import error_json_bytes
 from modelyard.server.gateway.model_names import ModelNameRewrite
@@ -43,7 +44,7 @@ _SSE_HEADERS = [
 class ClientWatch:
     """Cancels the request's task when the client disconnects, until ``finishing()``."""
 
-    def __init__(self, receive: Receive, task: asyncio.Task[object]) -> None:
+    def __init__(self, receive: Receive, task: asyncio.Task[object], loop: asyncio.AbstractEventLoop) -> None:
         self.client_gone = False
         self._task: asyncio.Task[object] | None
         # Called once, with the status and usage, just before the answer's last bytes are sent:
@@ -53,7 +54,8 @@ class ClientWatch:
         self.recorded = False
         self._finishing = False
         self._task = task
-        self._watcher = asyncio.ensure_future(self._watch(receive))
+        self._loop = loop
+        self._watcher = loop.create_task(self._watch(receive))
 
     def finishing(self, status: int | None = None, usage: TokenUsage | None = None) -> None:
         """The last bytes are about to be sent: a disconnect from now on changes nothing."""
@@ -72,7 +74,7 @@ class ClientWatch:
         self._finishing = True
         self._task = None
         if not self._watcher.done():
-            asyncio.get_running_loop().call_soon(self._cancel_if_waiting)
+            self._loop.call_soon(self._cancel_if_waiting)
 
     def _cancel_if_waiting(self) -> None:
         if not self._watcher.done():
@@ -91,14 +93,14 @@ class ClientWatch:
 Exchange = Callable[[ClientWatch], Awaitable[None]]
 
 
-async def watched(receive: Receive, exchange: Exchange) -> None:
+async def watched(receive: Receive, exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
     """Run ``exchange(watch)``; a client disconnect cancels it (it cleans up in ``finally``).
 
     Call after the request body was read whole: the watch takes every later ``receive()``.
     """
-    task = asyncio.current_task()
+    task = asyncio.current_task(loop)
     assert task is not None
-    watch = ClientWatch(receive, task)
+    watch = ClientWatch(receive, task, loop)
     try:
         await exchange(watch)
     except asyncio.CancelledError:
@@ -151,8 +153,76 @@ async def send_whole(
     if watch is not None:
         watch.finishing(status, usage)
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    direct = DirectClientOut.of(send)
+    if direct is not None:
+        direct.send_whole(status, _with(headers, extra_headers), body)
+        return
     await send({"type": "http.response.start", "status": status, "headers": _with(headers, extra_headers)})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _OpenAiStream:
+    """What both ways of relaying an OpenAI stream share: each piece through ``SseRelay``, the
+    timing observers, the tail, the outcome. ``description`` names the request and engine in log
+    lines and in the client's error event (``deployment 'demo' (instance 3)``); never content."""
+
+    def __init__(self, relay: SseRelay, watch: ClientWatch, description: str, timing: ClientTiming) -> None:
+        self.relay = relay
+        self._watch = watch
+        self._description = description
+        self._timing = timing
+        self._clock = timing.clock
+        self._on_gap = timing.on_gap
+        self._last_s = 0.0
+
+    def piece(self, data: bytes) -> bytes:
+        """What to send for ``data`` (``b""`` while an event is incomplete)."""
+        relay = self.relay
+        out = relay.feed(data)
+        if relay.saw_done:
+            self._watch.finishing(200, relay.usage)  # [DONE] ends the answer for the client
+        return out
+
+    def sent(self) -> None:
+        now = self._clock()
+        if self._last_s:
+            self._on_gap(now - self._last_s)
+        else:
+            timing = self._timing
+            timing.first_byte_s = now
+            timing.on_first_byte(now - timing.arrived_s)
+        self._last_s = now
+
+    def tail_after_end(self) -> bytes:
+        relay = self.relay
+        tail = relay.end()
+        if relay.interrupted:
+            logger.warning(
+                "%s: the engine ended its stream before the answer finished; the client gets an error event",
+                self._description,
+            )
+        self._finishing()
+        return tail
+
+    def tail_after_break(self, error: EngineBroke) -> bytes:
+        logger.warning(
+            "%s: the engine broke its stream (%s); the client gets an error event", self._description, error
+        )
+        tail = self.relay.cut(
+            f"the engine serving {self._description} stopped in the middle of the answer: {error}"
+        )
+        self._finishing()
+        return tail
+
+    def _finishing(self) -> None:
+        relay = self.relay
+        self._watch.finishing(ENGINE_BROKE_OFF if relay.interrupted else 200, relay.usage)
+
+    def outcome(self, engine_done: bool) -> RelayOutcome:
+        relay = self.relay
+        if relay.interrupted:
+            return RelayOutcome(ENGINE_BROKE_OFF, relay.usage, engine_done, code="stream_interrupted")
+        return RelayOutcome(200, relay.usage, engine_done)
 
 
 async def relay_openai_stream(
@@ -164,48 +234,75 @@ async def relay_openai_stream(
     timing: ClientTiming,
     extra_headers: list[tuple[bytes, bytes]],
 ) -> RelayOutcome:
-    """Send every event as it arrives; always end with ``data: [DONE]``.
-
-    ``description`` names the request and engine in log lines and in the client's error event
-    (``deployment 'demo' (instance 3)``); it never contains request content.
-    """
-    await send({"type": "http.response.start", "status": 200, "headers": _with(_SSE_HEADERS, extra_headers)})
-    engine_done = False
-    clock = timing.clock
-    last_s = 0.0
-    on_gap = timing.on_gap
+    """Send every event as it arrives; always end with ``data: [DONE]``."""
+    stream = _OpenAiStream(relay, watch, description, timing)
+    headers = _with(_SSE_HEADERS, extra_headers)
+    direct = DirectClientOut.of(send)
+    if direct is not None:
+        return await _pipe_openai_stream(upstream, stream, direct, headers)
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     try:
         while data := await upstream.read():
-            out = relay.feed(data)
-            if relay.saw_done:
-                watch.finishing(200, relay.usage)  # [DONE] ends the answer for the client
+            out = stream.piece(data)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-                now = clock()
-                if last_s:
-                    on_gap(now - last_s)
-                else:
-                    timing.first_byte_s = now
-                    timing.on_first_byte(now - timing.arrived_s)
-                last_s = now
+                stream.sent()
     except EngineBroke as error:
-        logger.warning(
-            "%s: the engine broke its stream (%s); the client gets an error event", description, error
-        )
-        tail = relay.cut(f"the engine serving {description} stopped in the middle of the answer: {error}")
+        tail = stream.tail_after_break(error)
+        engine_done = False
     else:
+        tail = stream.tail_after_end()
         engine_done = True
-        tail = relay.end()
-        if relay.interrupted:
-            logger.warning(
-                "%s: the engine ended its stream before the answer finished; the client gets an error event",
-                description,
-            )
-    watch.finishing(ENGINE_BROKE_OFF if relay.interrupted else 200, relay.usage)
     await send({"type": "http.response.body", "body": tail, "more_body": False})
-    if relay.interrupted:
-        return RelayOutcome(ENGINE_BROKE_OFF, relay.usage, engine_done, code="stream_interrupted")
-    return RelayOutcome(200, relay.usage, engine_done)
+    return stream.outcome(engine_done)
+
+
+async def _pipe_openai_stream(
+    upstream: EngineResponse,
+    stream: _OpenAiStream,
+    out: DirectClientOut,
+    headers: list[tuple[bytes, bytes]],
+) -> RelayOutcome:
+    """The stream relayed in the engine connection's callbacks, written straight to the client:
+    no task wakes per piece; the head goes with the first piece when it came with the engine's
+    head, and ``[DONE]`` with the body's end when the engine ends its answer in the same read.
+    This task only waits for the end, and drains a slow client (reading from the engine stops
+    meanwhile)."""
+    out.begin_stream(200, headers)
+    loop = upstream.loop
+    relay = stream.relay
+
+    def on_piece(data: bytes) -> None:
+        piece = stream.piece(data)
+        if not piece:
+            return
+        if relay.saw_done:
+            out.hold(piece)
+            loop.call_soon(out.flush)
+        else:
+            out.write(piece)
+        stream.sent()
+        if out.write_paused:
+            upstream.pause_reading()
+            upstream.wake()
+
+    def on_end() -> None:
+        out.end_stream(stream.tail_after_end())
+
+    upstream.pipe(on_piece, on_end)
+    # The client sees the answer begin when the engine's does, even before its first event.
+    out.write_head()
+    while True:
+        try:
+            await upstream.wait()
+        except EngineBroke as error:
+            out.end_stream(stream.tail_after_break(error))
+            return stream.outcome(engine_done=False)
+        if upstream.complete:
+            return stream.outcome(engine_done=True)
+        if out.write_paused:
+            await out.drain()
+        upstream.resume_reading()
 
 
 async def relay_passthrough_stream(
