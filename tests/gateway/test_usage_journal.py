@@ -8,7 +8,13 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from modelyard.server.gateway.usage import TokenUsage, UsageRecorder, UsageRow, replay_journal
+from modelyard.server.gateway.usage import (
+    TokenUsage,
+    UsageRecorder,
+    UsageRow,
+    replay_journal,
+    replay_segments,
+)
 from modelyard.server.gateway.usage_journal import UsageJournal, journal_segments
 from modelyard.store.database import Database
 from modelyard.store.tables import UsageRecord
@@ -53,6 +59,24 @@ def test_rows_journaled_by_a_killed_server_are_written_once_at_the_next_start(
     assert _count(database) == 25
     assert journal_segments(directory) == []
     assert replay_journal(database, directory) == 0
+    database.close()
+
+
+def test_a_segment_gone_before_its_replay_is_skipped_and_the_others_are_written(
+    database_url: str, tmp_path: Path
+) -> None:
+    # As at a server's stop, when a worker's exit and the stop replay the same journal: a segment
+    # listed by one can be deleted by the other before it is read.
+    database = Database.open(database_url)
+    directory = tmp_path / "usage-journal"
+    _journal_written_by_another_process(directory, [_row(index) for index in range(1000, 1007)])
+    segments = journal_segments(directory)
+    gone = directory / f"{os.getpid() + 2}-0.jsonl"
+    assert not gone.exists()
+
+    assert replay_segments(database, [gone, *segments]) == 7
+    assert _count(database) == 7
+    assert journal_segments(directory) == []
     database.close()
 
 

@@ -191,17 +191,31 @@ def replay_journal(
     """Write the rows that earlier processes journaled (skipping those already written), then
     delete their segments; ``only_pid``: only that (dead) process's, e.g. a gateway worker before
     it is restarted. Returns how many rows were read. Blocking: call before serving."""
-    replayed = 0
     exclude = None if only_pid is not None else os.getpid()
-    for segment in journal_segments(directory, exclude_pid=exclude, only_pid=only_pid):
-        rows = list(read_segment(segment))
+    segments = journal_segments(directory, exclude_pid=exclude, only_pid=only_pid)
+    replayed = replay_segments(database, segments, batch_rows=batch_rows)
+    if replayed:
+        logger.info("replayed %d usage rows from the usage journal in %s", replayed, directory)
+    return replayed
+
+
+def replay_segments(database: Database, segments: list[Path], *, batch_rows: int = 1000) -> int:
+    """Write the rows of these journal segments (skipping those already written) and delete them.
+
+    A segment can go between its listing and its reading: its worker deleted it once the main
+    process had its rows, or another replay (a worker's exit and the server's stop) wrote it
+    first. Either way its rows are in the database, so it is skipped."""
+    replayed = 0
+    for segment in segments:
+        try:
+            rows = list(read_segment(segment))
+        except FileNotFoundError:
+            continue
         with database.engine.begin() as connection:
             for start in range(0, len(rows), batch_rows):
                 insert_usage_rows(connection, rows[start : start + batch_rows])
         replayed += len(rows)
-        segment.unlink()
-    if replayed:
-        logger.info("replayed %d usage rows from the usage journal in %s", replayed, directory)
+        segment.unlink(missing_ok=True)
     return replayed
 
 

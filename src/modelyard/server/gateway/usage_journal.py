@@ -169,13 +169,17 @@ def journal_segments(
     that process's, e.g. a gateway worker that died), oldest first."""
     if not directory.is_dir():
         return []
-    segments = [
-        path
-        for path in directory.glob(f"*{SEGMENT_SUFFIX}")
-        if (exclude_pid is None or not path.name.startswith(f"{exclude_pid}-"))
-        and (only_pid is None or path.name.startswith(f"{only_pid}-"))
-    ]
-    return sorted(segments, key=lambda path: path.stat().st_mtime)
+    dated: list[tuple[float, Path]] = []
+    for path in directory.glob(f"*{SEGMENT_SUFFIX}"):
+        if exclude_pid is not None and path.name.startswith(f"{exclude_pid}-"):
+            continue
+        if only_pid is not None and not path.name.startswith(f"{only_pid}-"):
+            continue
+        try:
+            dated.append((path.stat().st_mtime, path))
+        except FileNotFoundError:
+            continue  # deleted since the listing: its owner found its rows committed
+    return [path for _, path in sorted(dated)]
 
 
 def read_segment(path: Path) -> Iterator[dict[str, Any]]:
