@@ -384,9 +384,12 @@ gateway-saturation)
   # clients side by side split a saturated vLLM 0.77 to 1.20 even on the same path (2026-12-02),
   # so one client labels each request at random: gateway, direct-a, direct-b (the A/A control).
   run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" --reuse
+  seen=" "
   for streams in ${FIELD_SAT_STREAMS:-256 512}; do
+    repeat=$(( $(grep -o " $streams " <<< "$seen" | wc -l) + 1 ))  # a load given twice: -r2, its own seed
+    seen="$seen$streams "
     run gateway-saturation vllm --streams "$streams" --duration-s "${FIELD_SAT_S:-120}" \
-      --warmup-s "${FIELD_SAT_WARMUP_S:-15}"
+      --warmup-s "${FIELD_SAT_WARMUP_S:-15}" --seed "$repeat" $([ "$repeat" -gt 1 ] && echo "--suffix=-r$repeat")
   done
   ;;
 gateway-scaling)

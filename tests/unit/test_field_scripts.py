@@ -397,11 +397,18 @@ def test_gateway_saturation_reuses_vllm_and_measures_each_load_in_one_client(
 @needs_tools
 def test_gateway_saturation_names_the_load_that_failed(field_checkout: Path, tmp_path: Path) -> None:
     result = _h200(
-        field_checkout, "gateway-saturation", tmp_path, FIELD_SAT_STREAMS="128 384", FAIL_STEP="--streams 384"
+        field_checkout,
+        "gateway-saturation",
+        tmp_path,
+        FIELD_SAT_STREAMS="128 384 128",
+        FAIL_STEP="--streams 384",
     )
     assert result.returncode == 1
-    assert "1 of 3 steps failed" in result.stdout and "--streams 384" in result.stdout
-    assert [line.split()[3] for line in _steps(tmp_path)[1:]] == ["128", "384"]
+    assert "1 of 4 steps failed" in result.stdout and "--streams 384" in result.stdout
+    steps = _steps(tmp_path)[1:]
+    assert [line.split()[3] for line in steps] == ["128", "384", "128"]
+    # A load given again is a repeat: its own seed and folder.
+    assert steps[0].endswith("--seed 1") and steps[2].endswith("--seed 2 --suffix=-r2")
 
 
 @needs_tools
