@@ -24,7 +24,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -32,8 +32,16 @@ import orjson
 import uvloop
 
 
+class EventWindow(Protocol):
+    """Where a connection counts the ``data:`` events that arrive inside a measured window."""
+
+    window_from_ns: int
+    window_end_ns: int
+    window_events: int
+
+
 class StreamConnection(asyncio.Protocol):
-    def __init__(self, client: LeanClient) -> None:
+    def __init__(self, client: EventWindow) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpResponseParser | None = None

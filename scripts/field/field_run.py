@@ -61,6 +61,7 @@ from field_common import (
     summarize,
     wait_for,
 )
+from field_saturation import add_steps as add_saturation_steps
 from field_share import add_steps
 
 # -- steps ------------------------------------------------------------------------------------------
@@ -459,6 +460,7 @@ def main() -> None:
     remove.add_argument("name")
     remove.set_defaults(run=step_remove)
     add_steps(steps)
+    add_saturation_steps(steps)
     arguments = parser.parse_args()
     try:
         passed = arguments.run(arguments)

@@ -35,6 +35,11 @@
 #                  through it beside `solo`: a chat, and the same short benchmark through each
 #                  server's gateway (the Ray runtime's added cost): Ray, then process
 #   ray-runtime-2  its second half: process, then Ray again; ray-solo's KV cache against the estimate
+#   gateway-saturation (issue 13) one client whose requests take gateway, direct-a or direct-b at
+#                  random (benchmarks/gateway_saturation.py): gateway/direct and its A/A control in
+#                  one run, at FIELD_SAT_STREAMS streams (256 512), FIELD_SAT_S measured seconds (120)
+#   gateway-scaling vLLM removed and the server stopped (the CPUs quiet), then
+#                  benchmarks/gateway_overhead.py with 1, 2 and 4 gateway workers (FIELD_SCALING_ARGS)
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
 # when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
@@ -373,6 +378,25 @@ ray-runtime-2)
   on_ray run kv-shared ray-solo
   MODELYARD_URL=http://127.0.0.1:$RAY_SERVER_PORT MODELYARD_DATA_DIR=$FIELD/data-ray python3 -m modelyard.cli.main workers \
     > "$FIELD_RESULTS/ray-workers.txt" 2>&1
+  ;;
+gateway-saturation)
+  # Issue 13's H200 point: throughput through the gateway >= 0.98 of direct at saturation. Two
+  # clients side by side split a saturated vLLM 0.77 to 1.20 even on the same path (2026-12-02),
+  # so one client labels each request at random: gateway, direct-a, direct-b (the A/A control).
+  run deploy vllm --backend vllm --version 0.25.0 --gpu-ids 0 --args="$VLLM_ARGS" --reuse
+  seen=" "
+  for streams in ${FIELD_SAT_STREAMS:-256 512}; do
+    repeat=$(( $(grep -o " $streams " <<< "$seen" | wc -l) + 1 ))  # a load given twice: -r2, its own seed
+    seen="$seen$streams "
+    run gateway-saturation vllm --streams "$streams" --duration-s "${FIELD_SAT_S:-120}" \
+      --warmup-s "${FIELD_SAT_WARMUP_S:-15}" --seed "$repeat" $([ "$repeat" -gt 1 ] && echo "--suffix=-r$repeat")
+  done
+  ;;
+gateway-scaling)
+  # "N gateway workers relay >= 0.8 N times one worker's chunks/s", on this host's quiet cores:
+  # vLLM and the field server are stopped first, then the exact upstream stands in for an engine.
+  run remove vllm
+  run gateway-scaling
   ;;
 kill-abba)
   # SIGKILL of vLLM while 32 streams are mid-answer, then (once it is back) the two paths one

@@ -376,3 +376,44 @@ def test_publish_keeps_neither_the_admin_password_nor_the_cluster_token(tmp_path
     assert token not in excerpt and "s3cret" not in excerpt
     assert "worker join 10.0.0.5:6379 --token <the cluster token: not published>" in excerpt
     assert "Ray head at 10.0.0.5:6379" in excerpt
+
+
+@needs_tools
+def test_gateway_saturation_reuses_vllm_and_measures_each_load_in_one_client(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "gateway-saturation", tmp_path, FIELD_SAT_S="90")
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = _steps(tmp_path)
+    assert steps[0].startswith("deploy vllm") and "--reuse" in steps[0]
+    assert [line.split()[:4] for line in steps[1:]] == [
+        ["gateway-saturation", "vllm", "--streams", "256"],
+        ["gateway-saturation", "vllm", "--streams", "512"],
+    ]
+    assert all("--duration-s 90 --warmup-s 15" in line for line in steps[1:])
+    assert "all 3 steps passed" in result.stdout
+
+
+@needs_tools
+def test_gateway_saturation_names_the_load_that_failed(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(
+        field_checkout,
+        "gateway-saturation",
+        tmp_path,
+        FIELD_SAT_STREAMS="128 384 128",
+        FAIL_STEP="--streams 384",
+    )
+    assert result.returncode == 1
+    assert "1 of 4 steps failed" in result.stdout and "--streams 384" in result.stdout
+    steps = _steps(tmp_path)[1:]
+    assert [line.split()[3] for line in steps] == ["128", "384", "128"]
+    # A load given again is a repeat: its own seed and folder.
+    assert steps[0].endswith("--seed 1") and steps[2].endswith("--seed 2 --suffix=-r2")
+
+
+@needs_tools
+def test_gateway_scaling_removes_vllm_before_it_measures(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "gateway-scaling", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _steps(tmp_path) == ["remove vllm", "gateway-scaling"]
+    assert (tmp_path / "out" / "results-gateway-scaling.tar.gz").exists()
