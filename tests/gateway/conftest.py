@@ -33,6 +33,8 @@ from modelyard.backends.spec import DEFAULT_API_PATHS
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.control.endpoints import Endpoint
 from modelyard.server.context import ServerContext
+from modelyard.server.door.http_protocol import bounded_http_protocol
+from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway import GatewayApp, GatewayRuntime, GatewaySettings, start_gateway
 from modelyard.server.gateway.usage import UsageRecorder
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
@@ -75,9 +77,10 @@ class GatewayHarness:
     database: Database
     context: ServerContext
     base_url: str = ""
-    # uvicorn's HTTP implementation: "auto" is httptools (the gateway writes answers itself,
-    # client_out.py); "h11" serves every answer through ASGI send().
-    http: str = "auto"
+    # uvicorn's HTTP implementation: "server" is the server's own (httptools with the door's
+    # bounds and disconnect callbacks; the gateway writes answers itself, client_out.py); "h11"
+    # serves every answer through ASGI send() and tells of a disconnect through receive().
+    http: str = "server"
     loop: asyncio.AbstractEventLoop | None = None
     runtime: GatewayRuntime | None = None
     _server: uvicorn.Server | None = None
@@ -212,7 +215,7 @@ class GatewayHarness:
         self._server = uvicorn.Server(
             uvicorn.Config(
                 app,
-                http=self.http,
+                http=bounded_http_protocol(RequestLimits()) if self.http == "server" else self.http,
                 log_level="warning",
                 access_log=False,
                 lifespan="on",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from modelyard.server.context import ServerContext
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
-from .conftest import GatewayHarness, ReferenceServers, data_events, unique_name
+from .conftest import GatewayHarness, ReferenceServers, data_events, engine_gauge, unique_name
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +176,34 @@ def test_a_slow_reader_gets_every_event_of_a_long_stream_in_order(
     assert len(finished) == 1
     contents = [chunk["choices"][0]["delta"].get("content") for chunk in chunks if chunk["choices"]]
     assert len([text for text in contents if text]) == 3000
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_engines_answer(
+    served: GatewayHarness, engines: ReferenceServers
+) -> None:
+    server = engines.get("slow-leave-raw", itl_ms=200.0, served_model_names=["slow-model"])
+    deployment = unique_name("leave-raw")
+    served.publish(deployment, [server])
+    key = served.create_key(unique_name("leave-raw-key"))
+    raw = RawClient(served.base_url)
+    payload = json.dumps(_chat(deployment, stream=True, max_tokens=50)).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {key}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n"
+    ).encode()
+    try:
+        raw.sock.sendall(head + payload)
+        received = b""
+        while b"data: " not in received:  # the answer has begun: the engine is generating
+            received += raw.sock.recv(4096)
+        assert served.outstanding(server.base_url) == 1
+    finally:
+        raw.close()  # 50 tokens at 200 ms: 10 s more if nobody stopped the engine
+    deadline_s = time.monotonic() + 10
+    while (served.outstanding(server.base_url) or engine_gauge(server, "num_requests_running")) and (
+        time.monotonic() < deadline_s
+    ):
+        time.sleep(0.02)
+    assert served.outstanding(server.base_url) == 0
+    assert engine_gauge(server, "num_requests_running") == 0
+    assert [row.status_code for row in served.usage_rows(deployment)] == [499]

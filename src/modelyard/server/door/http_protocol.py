@@ -7,12 +7,18 @@ fed to the parser: past ``max_header_bytes`` the connection is answered ``431`` 
 nothing more of it is parsed. More than ``max_header_count`` headers is ``431`` too, once the
 head is complete (its bytes are already bounded).
 
+It also tells the app when the client goes, without a task waiting on ``receive()``: each
+request's scope carries the ``DISCONNECT_EXTENSION`` extension, whose ``"callbacks"`` is a
+list the app may append callbacks to; they are called when the connection is lost (the
+gateway's ``ClientWatch`` uses it; a callback removes itself when its request is over).
+
 uvicorn takes the class as ``uvicorn.Config(http=bounded_http_protocol(limits))``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -23,6 +29,7 @@ from modelyard.server.door.refusal import refusal_body
 logger = logging.getLogger(__name__)
 
 HEADERS_TOO_LARGE = 431
+DISCONNECT_EXTENSION = "modelyard.on_disconnect"
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -35,11 +42,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True
         self._head_bytes = 0
-        self._header_count = 0
         self._refused = False
+        # The callbacks of this connection's requests (DISCONNECT_EXTENSION).
+        self._on_disconnect: list[Callable[[], None]] = []
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            return
+        if not self._in_head:
+            super().data_received(data)
+            return
+        if self._head_bytes + len(data) <= self.max_header_bytes:
+            # The common read: a whole request (head and body) within the allowance, fed at once.
+            self._head_bytes += len(data)
+            super().data_received(data)
             return
         # Feed the head in pieces no longer than what is left of its allowance, so that bytes
         # of a body arriving in the same read are not counted against the head.
@@ -63,20 +79,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._in_head = True
-        self._header_count = 0
         super().on_message_begin()
+        self.scope["extensions"] = {DISCONNECT_EXTENSION: {"callbacks": self._on_disconnect}}
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        if self._header_count <= self.max_header_count:
-            super().on_header(name, value)
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        callbacks, self._on_disconnect[:] = list(self._on_disconnect), []
+        for callback in callbacks:
+            callback()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        if self._header_count > self.max_header_count:
+        # uvicorn's on_header appends each header; their bytes are bounded above, so they are
+        # counted once the head is complete rather than one call at a time.
+        header_count = len(self.headers)
+        if header_count > self.max_header_count:
             self._refuse(
-                f"the request has {self._header_count} headers; at most {self.max_header_count} are accepted",
+                f"the request has {header_count} headers; at most {self.max_header_count} are accepted",
                 "max_header_count",
             )
             return

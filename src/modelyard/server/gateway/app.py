@@ -46,7 +46,7 @@ from modelyard.server.gateway.form_fields import read_form_fields
 from modelyard.server.gateway.keys import KeyFacts
 from modelyard.server.gateway.limits import Admission, LimitExceeded
 from modelyard.server.gateway.proxy import ForwardRequest, exchange
-from modelyard.server.gateway.responses import ClientTiming, watched
+from modelyard.server.gateway.responses import ClientTiming, disconnect_callbacks_of, watched
 from modelyard.server.gateway.routes import API_ROUTES, ApiRoute
 from modelyard.server.gateway.runtime import GatewayRuntime
 
@@ -216,7 +216,12 @@ class GatewayApp:
             timing=timing,
             admission=admission,
         )
-        await watched(receive, lambda watch: exchange(runtime, request, send, watch, extra), loop)
+        await watched(
+            receive,
+            lambda watch: exchange(runtime, request, send, watch, extra),
+            loop,
+            disconnect_callbacks_of(scope),
+        )
 
     async def _models(
         self,

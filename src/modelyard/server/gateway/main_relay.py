@@ -21,7 +21,7 @@ import aiohttp
 from starlette.types import Receive, Scope, Send
 
 from modelyard.server.gateway.app import read_body
-from modelyard.server.gateway.responses import ClientWatch, watched
+from modelyard.server.gateway.responses import ClientWatch, disconnect_callbacks_of, watched
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class MainRelay:
             finally:
                 response.close()
 
-        await watched(receive, relay, asyncio.get_running_loop())
+        await watched(receive, relay, asyncio.get_running_loop(), disconnect_callbacks_of(scope))
 
     async def _send(
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes

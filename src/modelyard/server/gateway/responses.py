@@ -17,8 +17,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
+from modelyard.server.door.http_protocol import DISCONNECT_EXTENSION
 from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
 from modelyard.server.gateway.client_out import DirectClientOut
 from modelyard.server.gateway.engine_client import EngineBroke, EngineResponse
@@ -42,9 +43,20 @@ _SSE_HEADERS = [
 
 
 class ClientWatch:
-    """Cancels the request's task when the client disconnects, until ``finishing()``."""
+    """Cancels the request's task when the client disconnects, until ``finishing()``.
 
-    def __init__(self, receive: Receive, task: asyncio.Task[object], loop: asyncio.AbstractEventLoop) -> None:
+    It learns of the disconnect from the server's disconnect callbacks when the server offers
+    them (``door/http_protocol.py``: no task per request), else from a task waiting on
+    ``receive()``.
+    """
+
+    def __init__(
+        self,
+        receive: Receive,
+        task: asyncio.Task[object],
+        loop: asyncio.AbstractEventLoop,
+        disconnect_callbacks: list[Callable[[], None]] | None = None,
+    ) -> None:
         self.client_gone = False
         self._task: asyncio.Task[object] | None
         # Called once, with the status and usage, just before the answer's last bytes are sent:
@@ -55,7 +67,12 @@ class ClientWatch:
         self._finishing = False
         self._task = task
         self._loop = loop
-        self._watcher = loop.create_task(self._watch(receive))
+        self._callbacks = disconnect_callbacks
+        self._watcher: asyncio.Task[None] | None = None
+        if disconnect_callbacks is not None:
+            disconnect_callbacks.append(self._disconnected)
+        else:
+            self._watcher = loop.create_task(self._watch(receive))
 
     def finishing(self, status: int | None = None, usage: TokenUsage | None = None) -> None:
         """The last bytes are about to be sent: a disconnect from now on changes nothing."""
@@ -73,12 +90,20 @@ class ClientWatch:
         next turn of the loop is cancelled."""
         self._finishing = True
         self._task = None
-        if not self._watcher.done():
+        if self._callbacks is not None:
+            if self._disconnected in self._callbacks:
+                self._callbacks.remove(self._disconnected)
+        elif self._watcher is not None and not self._watcher.done():
             self._loop.call_soon(self._cancel_if_waiting)
 
     def _cancel_if_waiting(self) -> None:
-        if not self._watcher.done():
+        if self._watcher is not None and not self._watcher.done():
             self._watcher.cancel()
+
+    def _disconnected(self) -> None:
+        if not self._finishing and self._task is not None:
+            self.client_gone = True
+            self._task.cancel()
 
     async def _watch(self, receive: Receive) -> None:
         while True:
@@ -93,14 +118,29 @@ class ClientWatch:
 Exchange = Callable[[ClientWatch], Awaitable[None]]
 
 
-async def watched(receive: Receive, exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
+def disconnect_callbacks_of(scope: Scope) -> list[Callable[[], None]] | None:
+    """The list the server calls back when the client goes (``DISCONNECT_EXTENSION``), if any."""
+    extension = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+    if extension is None:
+        return None
+    callbacks: list[Callable[[], None]] = extension["callbacks"]
+    return callbacks
+
+
+async def watched(
+    receive: Receive,
+    exchange: Exchange,
+    loop: asyncio.AbstractEventLoop,
+    disconnect_callbacks: list[Callable[[], None]] | None = None,
+) -> None:
     """Run ``exchange(watch)``; a client disconnect cancels it (it cleans up in ``finally``).
 
     Call after the request body was read whole: the watch takes every later ``receive()``.
+    ``disconnect_callbacks``: the server's (``disconnect_callbacks_of(scope)``), if it has them.
     """
     task = asyncio.current_task(loop)
     assert task is not None
-    watch = ClientWatch(receive, task, loop)
+    watch = ClientWatch(receive, task, loop, disconnect_callbacks)
     try:
         await exchange(watch)
     except asyncio.CancelledError:
