@@ -316,6 +316,18 @@ def engine_counter(server: ReferenceServer, name: str) -> float:
     return value or 0.0
 
 
+def wait_until_replica_is_free(
+    harness: GatewayHarness, server: ReferenceServer, timeout_s: float = 10
+) -> None:
+    """Until neither the gateway nor the engine counts a request of ``server`` in flight (or
+    ``timeout_s``; the caller asserts which)."""
+    deadline_s = time.monotonic() + timeout_s
+    while (harness.outstanding(server.base_url) or engine_gauge(server, "num_requests_running")) and (
+        time.monotonic() < deadline_s
+    ):
+        time.sleep(0.02)
+
+
 def engine_gauge(server: ReferenceServer, name: str) -> float:
     """A gauge of the reference server's /metrics (e.g. ``num_requests_running``)."""
     value = server.engine.metrics.registry.get_sample_value(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,14 @@ from modelyard.server.context import ServerContext
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
-from .conftest import GatewayHarness, ReferenceServers, data_events, engine_gauge, unique_name
+from .conftest import (
+    GatewayHarness,
+    ReferenceServers,
+    data_events,
+    engine_gauge,
+    unique_name,
+    wait_until_replica_is_free,
+)
 
 
 @pytest.fixture(scope="module")
@@ -199,11 +205,7 @@ def test_a_client_that_leaves_mid_stream_stops_the_engines_answer(
         assert served.outstanding(server.base_url) == 1
     finally:
         raw.close()  # 50 tokens at 200 ms: 10 s more if nobody stopped the engine
-    deadline_s = time.monotonic() + 10
-    while (served.outstanding(server.base_url) or engine_gauge(server, "num_requests_running")) and (
-        time.monotonic() < deadline_s
-    ):
-        time.sleep(0.02)
+    wait_until_replica_is_free(served, server)
     assert served.outstanding(server.base_url) == 0
     assert engine_gauge(server, "num_requests_running") == 0
     assert [row.status_code for row in served.usage_rows(deployment)] == [499]

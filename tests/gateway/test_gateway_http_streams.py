@@ -11,7 +11,15 @@ import httpx
 import openai
 import pytest
 
-from .conftest import GatewayHarness, ReferenceServers, data_events, engine_counter, engine_gauge, unique_name
+from .conftest import (
+    GatewayHarness,
+    ReferenceServers,
+    data_events,
+    engine_counter,
+    engine_gauge,
+    unique_name,
+    wait_until_replica_is_free,
+)
 
 
 def client(gateway: GatewayHarness, key: str) -> openai.OpenAI:
@@ -231,11 +239,7 @@ def test_a_client_that_leaves_mid_stream_frees_its_replica(
         assert next(pieces).startswith(b"data: ")
         assert gateway.outstanding(server.base_url) == 1
     # The engine would produce tokens for 15 s more; it stops because the gateway hung up on it.
-    deadline_s = time.monotonic() + 10
-    while (gateway.outstanding(server.base_url) or engine_gauge(server, "num_requests_running")) and (
-        time.monotonic() < deadline_s
-    ):
-        time.sleep(0.02)
+    wait_until_replica_is_free(gateway, server)
     assert gateway.outstanding(server.base_url) == 0
     assert engine_gauge(server, "num_requests_running") == 0
     rows = gateway.usage_rows(deployment)

@@ -230,12 +230,16 @@ class EngineResponse:
                 raise self._error
             if self.complete:
                 return b""
-            waiter = self._loop.create_future()
-            self._waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._woken()
+
+    async def _woken(self) -> None:
+        """Until a piece, the end, a failure or ``wake()``."""
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     def pipe(self, sink: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
         """From now on hand every piece to ``sink`` as it arrives, in the connection's own
@@ -255,12 +259,7 @@ class EngineResponse:
     async def wait(self) -> None:
         """Until the piped answer has ended or ``wake()`` is called; raises what broke it."""
         if self._error is None and not self.complete:
-            waiter = self._loop.create_future()
-            self._waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._woken()
         if self._error is not None:
             raise self._error
 
