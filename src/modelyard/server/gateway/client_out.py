@@ -26,25 +26,11 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import http
-from typing import Any
 
 from starlette.types import Send
-from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE, RequestResponseCycle
 
 _END_OF_BODY = b"0\r\n\r\n"
-
-
-def _status_line(status: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode()
-    except ValueError:
-        phrase = b""
-    return b"HTTP/1.1 %d %b\r\n" % (status, phrase)
-
-
-_COMMON_STATUSES = (200, 400, 401, 403, 404, 413, 429, 500, 502, 503)
-_STATUS_LINES = {status: _status_line(status) for status in _COMMON_STATUSES}
 
 
 def _frame(data: bytes) -> bytes:
@@ -54,7 +40,7 @@ def _frame(data: bytes) -> bytes:
 class DirectClientOut:
     """One answer written onto uvicorn's transport; see the module's docstring."""
 
-    def __init__(self, cycle: Any) -> None:
+    def __init__(self, cycle: RequestResponseCycle) -> None:
         self._cycle = cycle
         self._transport: asyncio.Transport = cycle.transport
         self._head: bytes | None = None
@@ -69,10 +55,6 @@ class DirectClientOut:
         if cycle.scope.get("method") == "HEAD" or cycle.transport.is_closing():
             return None
         return cls(cycle)
-
-    @property
-    def client_gone(self) -> bool:
-        return bool(self._cycle.disconnected)
 
     @property
     def write_paused(self) -> bool:
@@ -140,8 +122,7 @@ class DirectClientOut:
         cycle.response_started = True
         cycle.waiting_for_100_continue = False
         cycle.chunked_encoding = framing.startswith(b"transfer-encoding")
-        status_line = _STATUS_LINES.get(status) or _status_line(status)
-        parts = [status_line]
+        parts = [STATUS_LINE[status]]
         for name, value in (*cycle.default_headers, *headers):
             if name == b"content-length":
                 continue  # the framing is this writer's
