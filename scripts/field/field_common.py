@@ -36,6 +36,24 @@ VLLM_KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 SGLANG_KV_LINE = re.compile(r"max_total_num_tokens=(\d+)")
 
 
+def local_gpu_spec(count: int = 1) -> str:
+    """This machine's GPU as ``modelyard estimate --gpus`` takes it: ``1xH100`` on an H100,
+    ``1xH200`` on an H200, else ``1x<total GiB>GiB`` (the estimate must be for the card the engine
+    ran on; the kv-shared step once estimated an H200 whatever the card)."""
+    try:
+        line = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout.splitlines()[0]  # fmt: skip
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return f"{count}xH200"  # no nvidia-smi: the rehearsal's NVML double is one H200
+    name, total_mib = (part.strip() for part in line.split(","))
+    for known in ("H200", "H100", "A100", "L40S", "L4"):
+        if known in name:
+            return f"{count}x{known}"
+    return f"{count}x{int(total_mib) // 1024}GiB"
+
+
 def cli_environment() -> dict[str, str]:
     return {**os.environ, "MODELYARD_URL": SERVER, "MODELYARD_DATA_DIR": str(DATA), "NO_COLOR": "1"}
 

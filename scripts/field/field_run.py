@@ -53,6 +53,7 @@ from field_common import (
     engine_busy,
     engine_host,
     engine_metrics_url,
+    local_gpu_spec,
     model_dir,
     modelyard,
     record,
@@ -327,7 +328,7 @@ def step_kv_truth(arguments: argparse.Namespace) -> bool:
         "estimate",
         model_dir(),
         "--gpus",
-        arguments.estimate_gpus,
+        arguments.estimate_gpus or local_gpu_spec(),
         "--backend",
         arguments.backend,
         "--engine-version",
@@ -431,7 +432,7 @@ def main() -> None:
         sub.add_argument("--gpu-memory", help="auto or a size: placed by memory (the knob from the estimate)")
         sub.add_argument("--skip-verification", action="store_true")
         sub.add_argument("--timeout", type=float, default=420.0)
-        sub.add_argument("--estimate-gpus", default="1xH200")
+        sub.add_argument("--estimate-gpus", default=None, help="default: this machine's GPU (nvidia-smi)")
         sub.add_argument(
             "--reuse", action="store_true", help="deploy, kv-truth: take a deployment that already runs"
         )

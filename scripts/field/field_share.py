@@ -36,6 +36,7 @@ from field_common import (
     VLLM_KV_LINE,
     api_key,
     deployment,
+    local_gpu_spec,
     model_dir,
     modelyard,
     record,
@@ -96,7 +97,7 @@ def estimated_kv_tokens(found: dict[str, Any], knob: str, fraction: float) -> tu
     """``modelyard estimate`` of the deployment's flags with the knob as the placement set it."""
     flags = [*found.get("backend_parameters", []), knob, f"{fraction:g}"]
     estimate = modelyard(
-        "estimate", model_dir(), "--gpus", "1xH200", "--backend", str(found.get("backend")),
+        "estimate", model_dir(), "--gpus", local_gpu_spec(), "--backend", str(found.get("backend")),
         "--engine-version", str(found.get("backend_version")),
         *[item for flag in flags for item in ("--args", flag)], "--json",
         timeout=120,
