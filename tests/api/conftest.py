@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.server.api.router import api_router
 from modelyard.server.context import ServerContext
@@ -48,18 +49,25 @@ def fake_inventory(gpu_count: int, driver_version: str = "580.95.05") -> GpuInve
 
 @dataclass
 class ControllerDouble:
-    """Stands in for the controller: records pokes, reports the inventory it was given."""
+    """Stands in for the controller: records pokes, reports the inventory and workers it was given
+    (default: this host alone, with the inventory's GPUs; a test of a cluster sets ``cluster``)."""
 
     inventory: GpuInventory = field(
         default_factory=lambda: GpuInventory(unavailable_reason="no GPUs (double)")
     )
     pokes: int = 0
+    cluster: list[Worker] | None = None
 
     def poke(self) -> None:
         self.pokes += 1
 
     def gpu_inventory(self) -> GpuInventory:
         return self.inventory
+
+    def workers(self) -> list[Worker]:
+        if self.cluster is not None:
+            return list(self.cluster)
+        return [local_worker(self.inventory, LOCAL_WORKER)]
 
 
 @dataclass

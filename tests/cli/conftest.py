@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, selectinload
 from typer.testing import CliRunner, Result
 
 from modelyard.cli.main import app as cli_app
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.api.router import api_router
 from modelyard.server.context import ServerContext
@@ -54,6 +55,9 @@ class InstantControllerDouble:
 
     def gpu_inventory(self) -> GpuInventory:
         return self.inventory
+
+    def workers(self) -> list[Worker]:
+        return [local_worker(self.gpu_inventory(), LOCAL_WORKER)]
 
     def poke(self) -> None:
         if self.transition_seconds > 0:

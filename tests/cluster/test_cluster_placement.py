@@ -172,8 +172,8 @@ async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gp
     [refused] = cluster_setup.instances("big")
     assert refused.state == "pending"
     assert (
-        "needs GPU(s) [0] with 23.5 GiB free each on one worker; node-a: 0 fit, the largest free"
-        in refused.reason
+        "needs GPU(s) [0] with 23.5 GiB free each on one worker; node-a (2 x NVIDIA L4): 0 fit, the largest "
+        "has" in refused.reason
     )
     assert len(refused.reason) < 200
     for name in ("small-1", "small-2", "big"):

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from model_cache import ModelCache
 from modelyard.cli.main import app
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInventory
 
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -144,6 +145,9 @@ class ControllerDouble:
 
     def gpu_inventory(self) -> GpuInventory:
         return self.inventory
+
+    def workers(self) -> list[Worker]:
+        return [local_worker(self.gpu_inventory(), LOCAL_WORKER)]
 
 
 @dataclass

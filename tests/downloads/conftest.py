@@ -34,6 +34,7 @@ from typer.testing import CliRunner, Result
 
 from model_cache import ModelCache
 from modelyard.cli.main import app as cli_app
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.downloads import DownloadManager, DownloadOptions
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.hub.transfer import TransferOptions
@@ -116,6 +117,9 @@ class ControllerDouble:
         if not self.gpus:
             return GpuInventory(unavailable_reason="no GPUs (controller double)")
         return GpuInventory(gpus=self.gpus, driver_version="580.95.05", cuda_driver_version="13.0")
+
+    def workers(self) -> list[Worker]:
+        return [local_worker(self.gpu_inventory(), LOCAL_WORKER)]
 
 
 def h100s(count: int) -> list[GpuInfo]:

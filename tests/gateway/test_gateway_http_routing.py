@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.gateway.responses import CLIENT_CLOSED_REQUEST
 
@@ -111,6 +112,9 @@ class PokeCounter:
 
     def gpu_inventory(self) -> GpuInventory:
         return GpuInventory(unavailable_reason="test")
+
+    def workers(self) -> list[Worker]:
+        return [local_worker(self.gpu_inventory(), LOCAL_WORKER)]
 
 
 def test_a_refused_replica_is_tried_once_and_the_controller_told(

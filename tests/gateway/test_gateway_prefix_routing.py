@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import openai
+from typing import Any
 
-from modelyard.server.gateway.prefix_routing import prefix_hash, prompt_prefix
+import openai
+import pytest
+
+from modelyard.control.endpoints import Endpoint
+from modelyard.server.gateway.prefix_routing import prefix_hash, prompt_prefix, ranked_by_prefix
 
 from .conftest import GatewayHarness, ReferenceServers, engine_counter, unique_name
 
 SYSTEM = "You are a careful assistant. " * 60  # about 1,800 characters: longer than the prefix hashed
+SHORT_SYSTEM = "Be brief."  # a conversation far shorter than the prefix hashed for its first turns
+PREFIX_CHARACTERS = 1024  # the gateway's default
 
 
+@pytest.mark.parametrize("system", [SYSTEM, SHORT_SYSTEM], ids=["long-system-prompt", "short-conversation"])
 def test_turns_of_one_conversation_go_to_one_replica_and_others_spread(
-    gateway: GatewayHarness, api_key: str, engines: ReferenceServers
+    gateway: GatewayHarness, api_key: str, engines: ReferenceServers, system: str
 ) -> None:
     servers = [engines.get(f"prefix-{letter}", served_model_names=["prefix-model"]) for letter in "ab"]
     deployment = unique_name("prefix")
@@ -24,7 +31,7 @@ def test_turns_of_one_conversation_go_to_one_replica_and_others_spread(
         return [engine_counter(server, "request_success") for server in servers]
 
     before = served()
-    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first question"}]
+    history = [{"role": "system", "content": system}, {"role": "user", "content": "first question"}]
     for turn in range(6):
         answer = client.chat.completions.create(model=deployment, messages=history, max_tokens=2)  # type: ignore[arg-type]
         history += [
@@ -61,3 +68,44 @@ def test_the_prefix_is_the_beginning_of_the_prompt_in_every_api_shape() -> None:
     long_turn = {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "x"}]}
     longer = {"messages": [*long_turn["messages"], {"role": "user", "content": "y"}]}
     assert prefix_hash(long_turn, 1024) == prefix_hash(longer, 1024)
+
+
+def turns(first_question: str, count: int) -> list[dict[str, Any]]:
+    """The requests of one short conversation, turn by turn (each sends the history so far)."""
+    history: list[dict[str, str]] = [
+        {"role": "system", "content": SHORT_SYSTEM},
+        {"role": "user", "content": first_question},
+    ]
+    requests = []
+    for turn in range(count):
+        requests.append({"messages": list(history)})
+        history += [
+            {"role": "assistant", "content": f"answer {turn} " * 5},
+            {"role": "user", "content": f"and then {turn}?"},
+        ]
+    return requests
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda messages: {"messages": messages},
+        lambda messages: {"system": messages[0]["content"], "messages": messages[1:]},  # Anthropic
+        lambda messages: {"instructions": messages[0]["content"], "input": messages[1:]},  # Responses
+    ],
+    ids=["chat", "anthropic", "responses"],
+)
+def test_every_turn_of_a_short_conversation_has_the_key_of_its_first_turn(wrap: Any) -> None:
+    keys = {
+        prefix_hash(wrap(request["messages"]), PREFIX_CHARACTERS) for request in turns("what is a GPU?", 8)
+    }
+    assert len(keys) == 1 and None not in keys
+
+
+def test_short_conversations_that_open_differently_spread_over_the_replicas() -> None:
+    replicas = [Endpoint("chat", index, f"http://10.0.0.{index}:8000", "chat") for index in range(2)]
+    first_turns = [turns(f"question {index}", 1)[0] for index in range(32)]
+    keys = [prefix_hash(request, PREFIX_CHARACTERS) for request in first_turns]
+    assert len(set(keys)) == 32
+    chosen = [ranked_by_prefix(replicas, key)[0].base_url for key in keys if key is not None]
+    assert {url: chosen.count(url) for url in set(chosen)}.keys() == {r.base_url for r in replicas}

@@ -11,6 +11,7 @@ changes (a GPU freed, a worker joined or left, GPUs read again).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,7 +21,16 @@ from modelyard.control.scheduler import Placement, PlacementRequest, Scheduler, 
 from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
 
-__all__ = ["Decision", "Scheduler", "decide", "demand_of", "placement_request", "placement_to_json"]
+__all__ = [
+    "Decision",
+    "Scheduler",
+    "decide",
+    "demand_of",
+    "placement_request",
+    "placement_to_json",
+    "reference_gpu",
+    "request_for",
+]
 
 
 @dataclass(frozen=True)
@@ -40,30 +50,38 @@ class Decision:
         return [knob, f"{self.memory_fraction:g}"]
 
 
-def ranks_of(deployment: DeploymentView) -> int:
-    nodes = deployment.placement.get("nodes", 1)
-    return nodes if isinstance(nodes, int) and nodes >= 1 else 1
-
-
 def placement_request(deployment: DeploymentView, memory_bytes_per_gpu: int | None) -> PlacementRequest:
-    ranks = ranks_of(deployment)
-    selectors = deployment.placement
+    return request_for(
+        deployment.placement, deployment.gpus_per_replica, deployment.gpu_ids, memory_bytes_per_gpu
+    )
+
+
+def request_for(
+    selectors: Mapping[str, Any],
+    gpus_per_replica: int,
+    gpu_ids: list[int] | None,
+    memory_bytes_per_gpu: int | None,
+) -> PlacementRequest:
+    """One replica's request from a deployment's stored ``placement`` (selectors, ``nodes``) and
+    GPUs: what the controller asks at each start and the deploy-time check asks once."""
+    nodes = selectors.get("nodes", 1)
+    ranks = nodes if isinstance(nodes, int) and nodes >= 1 else 1
     labels = selectors.get("worker_labels") or {}
     workers = selectors.get("workers") or []
     gpu_model = selectors.get("gpu_model") or None
-    gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
+    gpus = len(gpu_ids) if gpu_ids else gpus_per_replica
     return PlacementRequest(
         gpus_per_rank=gpus // ranks if ranks > 1 else gpus,
         ranks=ranks,
         memory_bytes_per_gpu=memory_bytes_per_gpu,
-        gpu_ids=tuple(deployment.gpu_ids) if deployment.gpu_ids else None,
+        gpu_ids=tuple(gpu_ids) if gpu_ids else None,
         workers=tuple(str(worker) for worker in workers),
         labels={str(key): str(value) for key, value in labels.items()},
         gpu_model=str(gpu_model) if gpu_model else None,
     )
 
 
-def _reference_gpu(workers: list[Worker]) -> GpuSpec | None:
+def reference_gpu(workers: list[Worker]) -> GpuSpec | None:
     """The GPU kind the estimate is made for: the largest of the ready workers'."""
     gpus = [gpu for worker in workers if worker.ready for gpu in worker.gpus]
     if not gpus:
@@ -87,7 +105,7 @@ def demand_of(
     gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
     if wanted is None or gpus == 0:
         return None
-    reference = _reference_gpu(workers)
+    reference = reference_gpu(workers)
     if reference is None:
         raise Unschedulable("placement by memory needs GPUs, and no ready worker has one")
     try:
@@ -107,7 +125,7 @@ def demand_of(
 
 def _pinned(scheduler: Scheduler, request: PlacementRequest, worker_id: str) -> PlacementRequest:
     """``request`` kept to one worker (the server's own host, for a container on a cluster)."""
-    worker = next((worker for worker in scheduler.workers if worker.id == worker_id), None)
+    worker = scheduler.worker(worker_id)
     names = {worker_id} if worker is None else {worker_id, worker.name}
     if request.ranks > 1:
         raise Unschedulable(
@@ -140,7 +158,8 @@ def decide(
         return Decision(placement=scheduler.place(request))
     placement = scheduler.place(request)
     rank = placement.ranks[0]
-    worker = next(worker for worker in scheduler.workers if worker.id == rank.worker_id)
+    worker = scheduler.worker(rank.worker_id)
+    assert worker is not None, rank  # placed just now, on the workers the scheduler holds
     gpu = next(gpu for gpu in worker.gpus if gpu.index == rank.gpu_ids[0])
     free = scheduler.free_bytes(rank.worker_id, rank.gpu_ids[0]) or gpu.memory_total_bytes
     fraction = demand.fraction_for(gpu.memory_total_bytes, free)

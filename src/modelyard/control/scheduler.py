@@ -14,9 +14,16 @@ Selectors narrow the workers: labels (``zone=a``), a GPU model (``L40S`` matches
 
 Speed: a request of one GPU on one worker without selectors (the common case) is answered from
 GPU lists kept sorted by free memory (best fit by bisection; O(log n) search, O(n) memmove
-update), so 10,000 placements over 1,000 GPUs take well under a second
-(``benchmarks/scheduler_scale.py``). A refusal is one bounded sentence, never a list of every
-GPU: "needs 41.5 GiB on one GPU; 12 GPUs free, the largest has 30.2 GiB (node-b GPU 1)".
+update), and a booking finds its worker by id in a dict kept with the worker list (no scan of
+the workers), so 10,000 placements over 1,000 GPUs take well under a second and filling 10,000
+GPUs over 1,250 workers costs about the same per instance (``benchmarks/scheduler_scale.py``).
+
+A refusal is one bounded sentence, never a list of every GPU: "needs 41.5 GiB on one GPU; 12
+GPUs free, the largest has 30.2 GiB (node-b GPU 1, NVIDIA L4)"; with selectors, the workers that
+come closest first, each with its GPUs and what they have: "needs 1 GPU(s) with 45.0 GiB free
+each on one worker; the best candidate is node-c (1 x NVIDIA L40S): 0 fit, the largest has 40.0
+GiB free; node-b (2 x NVIDIA L4): 0 fit, the largest has 24.0 GiB free" (three workers at most,
+the rest counted).
 """
 
 from __future__ import annotations
@@ -131,6 +138,9 @@ class Scheduler:
 
     def __init__(self) -> None:
         self._workers: list[Worker] = []
+        # Worker id -> its position in ``_workers``; name -> positions (names need not be unique).
+        self._position_of: dict[str, int] = {}
+        self._positions_named: dict[str, list[int]] = {}
         self._gpus: dict[tuple[int, int], _Gpu] = {}
         # Each worker's GPUs (by worker position), for requests that look at workers one by one.
         self._worker_gpus: list[list[_Gpu]] = []
@@ -157,6 +167,11 @@ class Scheduler:
             if gpu.bookings
         }
         self._workers = new
+        self._position_of = {}
+        self._positions_named = {}
+        for position, worker in enumerate(new):
+            self._position_of.setdefault(worker.id, position)
+            self._positions_named.setdefault(worker.name, []).append(position)
         self._gpus = {}
         for position, worker in enumerate(new):
             for info in worker.gpus:
@@ -225,10 +240,12 @@ class Scheduler:
         return instance_id in self._by_instance
 
     def _position(self, worker_id: str) -> int | None:
-        for position, worker in enumerate(self._workers):
-            if worker.id == worker_id:
-                return position
-        return None
+        return self._position_of.get(worker_id)
+
+    def worker(self, worker_id: str) -> Worker | None:
+        """The worker with this id as last set (None: not among them)."""
+        position = self._position_of.get(worker_id)
+        return None if position is None else self._workers[position]
 
     def holders(self) -> dict[tuple[str, int], list[tuple[str, int | None]]]:
         """(worker name, GPU index) -> the holders' labels and bytes (for people)."""
@@ -309,28 +326,32 @@ class Scheduler:
         if not with_room:
             return f"needs {gib(need)} on {per}; no GPU has memory free ({len(self._by_free)} GPU(s) in all)"
         largest, worker_position, index = self._by_free[-1]
-        where = f"{self._workers[worker_position].name} GPU {index}"
+        model = self._gpus[(worker_position, index)].info.name
+        where = f"{self._workers[worker_position].name} GPU {index}, {model}"
         return (
             f"needs {gib(need)} on {per}; {with_room} GPU(s) free, the largest has {gib(largest)} ({where})"
         )
 
     def _candidates(self, request: PlacementRequest) -> list[tuple[int, Worker]]:
-        wanted = set(request.workers)
+        if request.workers:
+            # Explicit workers (by id or name): looked up, not scanned; in the workers' order.
+            named: set[int] = set()
+            for wanted in request.workers:
+                if wanted in self._position_of:
+                    named.add(self._position_of[wanted])
+                named.update(self._positions_named.get(wanted, ()))
+            positions: Iterable[int] = sorted(named)
+        else:
+            positions = range(len(self._workers))
         return [
-            (position, worker)
-            for position, worker in enumerate(self._workers)
-            if worker.ready
-            and (not wanted or worker.id in wanted or worker.name in wanted)
-            and all(worker.labels.get(key) == value for key, value in request.labels.items())
+            (position, self._workers[position])
+            for position in positions
+            if self._workers[position].ready
+            and all(self._workers[position].labels.get(key) == value for key, value in request.labels.items())
         ]
 
     def _fitting_gpus(self, position: int, request: PlacementRequest) -> list[_Gpu]:
-        gpus = self._worker_gpus[position]
-        if request.gpu_ids is not None:
-            gpus = [gpu for gpu in gpus if gpu.info.index in request.gpu_ids]
-        if request.gpu_model is not None:
-            model = request.gpu_model.lower()
-            gpus = [gpu for gpu in gpus if model in gpu.info.name.lower()]
+        gpus = self._selected_gpus(position, request)
         need = request.memory_bytes_per_gpu
         if need is None:
             fitting = [gpu for gpu in gpus if gpu.idle]
@@ -400,15 +421,49 @@ class Scheduler:
         where = "on one worker" if request.ranks == 1 else f"on each of {request.ranks} workers ({fit} can)"
         if len(self._workers) == 1 and self._workers[0].id == LOCAL_WORKER and request.ranks == 1:
             return self._single_host_refusal(request, what)
-        details = []
-        for position, worker in candidates[:SHOWN_IN_REASON]:
-            fitting = len(self._fitting_gpus(position, request))
-            frees = [gpu.free_bytes for gpu in self._worker_gpus[position]]
-            largest = f", the largest free {gib(max(frees))}" if frees and need is not None else ""
-            details.append(f"{worker.name}: {fitting} fit{largest}")
+        # The workers that come closest first (the best candidate), each with what it has.
+        judged = sorted(
+            (self._worker_verdict(position, request) for position, _ in candidates),
+            key=lambda verdict: verdict[0],
+            reverse=True,
+        )
+        details = [text for _, text in judged[:SHOWN_IN_REASON]]
+        if len(details) > 1:
+            details[0] = "the best candidate is " + details[0]
         more = len(candidates) - SHOWN_IN_REASON
         suffix = f" +{more} more worker(s)" if more > 0 else ""
         return f"needs {what} {where}; {'; '.join(details)}{suffix}"
+
+    def _worker_verdict(self, position: int, request: PlacementRequest) -> tuple[tuple[int, int, int], str]:
+        """How close one worker comes to ``request`` (larger is closer), and why it does not fit:
+        "node-b (2 x NVIDIA L4): 0 fit, the largest has 24.0 GiB free"."""
+        worker = self._workers[position]
+        gpus = self._selected_gpus(position, request)
+        named = f"{worker.name} ({_models(self._worker_gpus[position]) or 'no GPU'})"
+        if not gpus:
+            wanted = f"GPU(s) {list(request.gpu_ids)}" if request.gpu_ids is not None else "GPU"
+            model = f" of model {request.gpu_model}" if request.gpu_model else ""
+            return (-1, 0, -position), f"{named}: no {wanted}{model}"
+        need = request.memory_bytes_per_gpu
+        if need is None:
+            idle = sum(1 for gpu in gpus if gpu.idle)
+            return (min(idle, request.gpus_per_rank), idle, -position), f"{named}: {idle} free"
+        frees = sorted((gpu.free_bytes for gpu in gpus), reverse=True)
+        fitting = sum(1 for free in frees if free >= need)
+        # The GPU that decides: the last of the ``gpus_per_rank`` largest (0: too few GPUs).
+        deciding = frees[request.gpus_per_rank - 1] if len(frees) >= request.gpus_per_rank else 0
+        text = f"{named}: {fitting} fit, the largest has {gib(frees[0])} free"
+        return (min(fitting, request.gpus_per_rank), deciding, -position), text
+
+    def _selected_gpus(self, position: int, request: PlacementRequest) -> list[_Gpu]:
+        """A worker's GPUs that the request's GPU ids and GPU model allow (fitting or not)."""
+        gpus = self._worker_gpus[position]
+        if request.gpu_ids is not None:
+            gpus = [gpu for gpu in gpus if gpu.info.index in request.gpu_ids]
+        if request.gpu_model is not None:
+            model = request.gpu_model.lower()
+            gpus = [gpu for gpu in gpus if model in gpu.info.name.lower()]
+        return gpus
 
     def _single_host_refusal(self, request: PlacementRequest, what: str) -> str:
         gpus = [gpu for (_, _), gpu in sorted(self._gpus.items())]
@@ -432,6 +487,14 @@ class Scheduler:
         return text
 
 
+def _models(gpus: Iterable[_Gpu]) -> str:
+    """A worker's GPUs by model, for people: "2 x NVIDIA L4" (models in order of first GPU)."""
+    counts: dict[str, int] = {}
+    for gpu in gpus:
+        counts[gpu.info.name] = counts.get(gpu.info.name, 0) + 1
+    return ", ".join(f"{count} x {name}" for name, count in counts.items())
+
+
 def _remove(entries: list[tuple[int, int, int]], entry: tuple[int, int, int]) -> None:
     position = bisect.bisect_left(entries, entry)
     if position < len(entries) and entries[position] == entry:
@@ -442,10 +505,10 @@ def _same_workers(new: list[Worker], old: list[Worker]) -> bool:
     if len(new) != len(old):
         return False
     for a, b in zip(new, old, strict=True):
-        if (a.id, a.ready, a.host, dict(a.labels)) != (b.id, b.ready, b.host, dict(b.labels)):
+        if (a.id, a.name, a.ready, a.host, dict(a.labels)) != (b.id, b.name, b.ready, b.host, dict(b.labels)):
             return False
-        if [(g.index, g.memory_total_bytes, g.memory_free_bytes) for g in a.gpus] != [
-            (g.index, g.memory_total_bytes, g.memory_free_bytes) for g in b.gpus
+        if [(g.index, g.name, g.memory_total_bytes, g.memory_free_bytes) for g in a.gpus] != [
+            (g.index, g.name, g.memory_total_bytes, g.memory_free_bytes) for g in b.gpus
         ]:
             return False
     return True

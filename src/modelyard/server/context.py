@@ -41,6 +41,10 @@ class ControllerHandle(Protocol):
     def gpu_inventory(self) -> GpuInventory:
         """The GPUs of this host as last read (refreshed every few seconds)."""
 
+    def workers(self) -> list[Worker]:
+        """The workers as last read, with their GPUs (one, ``local``, on a single host): where the
+        deploy-time check asks the scheduler to place one replica."""
+
 
 class ClusterHandle(Protocol):
     """What the server needs of its cluster (``modelyard.cluster.server_cluster.ServerCluster``)."""
@@ -120,6 +124,9 @@ class _NoController:
         from modelyard.hardware.gpus import GpuInventory
 
         return GpuInventory(unavailable_reason="no controller running")
+
+    def workers(self) -> list[Worker]:
+        return []
 
 
 class _NoDownloads:

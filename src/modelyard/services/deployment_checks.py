@@ -94,11 +94,14 @@ def run_preflight(
     gpus_per_replica: int,
     gpu_ids: list[int] | None,
     inventory: GpuInventory,
+    replica_gpus: list[GpuInfo] | None = None,
     mounts: list[Mount] | None = None,
     worker_model_check: WorkerModelCheck | None = None,
 ) -> list[dict[str, Any]]:
     """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
 
+    ``replica_gpus``: the GPUs one replica gets (the scheduler's choice, among ``inventory``'s);
+    default: the explicit ids, else the first ``gpus_per_replica``.
     ``worker_model_check``: on a cluster, the model directory is checked on every GPU worker.
 
     The parameters and env go in as the user typed them, so that doctor sees stray whitespace.
@@ -110,7 +113,8 @@ def run_preflight(
         return []
     from modelyard.doctor.findings import Severity
 
-    replica_gpus = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids)
+    if replica_gpus is None:
+        replica_gpus = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids)
     findings = preflight_deployment(
         deployment_name=deployment_name,
         model_dir=model.path,

@@ -36,6 +36,43 @@ def memory_placement(gpu_memory: str | None, gpus_per_replica: int) -> dict[str,
     return {"gpu_memory": wanted}
 
 
+def check_memory_engine(engine: str) -> None:
+    """``InvalidInput`` for an engine the estimator does not model (it has no memory knob)."""
+    if engine not in KNOB_FLAGS:
+        raise InvalidInput(
+            f"placement by memory (--gpu-memory) needs an engine with a memory knob (vLLM, SGLang), "
+            f"not {engine}",
+            hint="leave --gpu-memory out: the deployment then books whole GPUs",
+        )
+
+
+def bytes_per_gpu(
+    *,
+    parameters: list[str],
+    engine: str,
+    engine_version: str,
+    model_path: str,
+    env: dict[str, str],
+    gpu_memory: int | str,
+    gpu_count: int,
+    reference: GpuSpec,
+) -> int:
+    """What the controller will book on each GPU of a replica (its estimate for ``reference``,
+    the largest GPU of the ready workers), for the deploy-time placement check."""
+    check_memory_engine(engine)
+    demand = memory_demand(
+        engine=engine,
+        engine_version=engine_version,
+        model_path=model_path,
+        parameters=parameters,
+        env=env,
+        gpu_memory=gpu_memory,
+        gpu_count=gpu_count,
+        gpu=reference,
+    )
+    return demand.bytes_per_gpu
+
+
 def _sets_knob(parameters: list[str], knob: str) -> bool:
     return any(part == knob or part.startswith(knob + "=") for item in parameters for part in item.split())
 
@@ -52,14 +89,9 @@ def preflight_parameters(
     gpus: list[GpuInfo],
 ) -> str | list[str]:
     """The engine's flags as the doctor should judge them: the user's, plus the knob the placement
-    will set on the replica's GPU (now: its free memory as NVML reads it). ``InvalidInput`` for an
-    engine the estimator does not model."""
-    if engine not in KNOB_FLAGS:
-        raise InvalidInput(
-            f"placement by memory (--gpu-memory) needs an engine with a memory knob (vLLM, SGLang), "
-            f"not {engine}",
-            hint="leave --gpu-memory out: the deployment then books whole GPUs",
-        )
+    will set on the replica's GPU (``gpus``: those the scheduler would choose, their free memory
+    as NVML reads it now). ``InvalidInput`` for an engine the estimator does not model."""
+    check_memory_engine(engine)
     knob = KNOB_FLAGS[engine]
     if not gpus or _sets_knob(parameters, knob):
         return raw_parameters

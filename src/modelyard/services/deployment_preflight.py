@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from modelyard.control.scheduler import Worker
 from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.services.deployment_checks import PreflightFailed
@@ -49,10 +50,11 @@ class PreflightVerdict:
 
 
 def preflight_deployment_request(
-    session: Session, request: DeploymentRequest, inventory: GpuInventory
+    session: Session, request: DeploymentRequest, inventory: GpuInventory, workers: list[Worker] | None = None
 ) -> PreflightVerdict:
+    """``workers``: as the controller last read them (default: this host alone)."""
     try:
-        deployment = check_deployment(session, request, inventory)
+        deployment = check_deployment(session, request, inventory, workers=workers)
     except PreflightFailed as error:
         return PreflightVerdict(ok=False, findings=error.details["findings"], error=error)
     except ModelyardError as error:

@@ -14,7 +14,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,15 @@ from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.control.endpoints import DEFAULT_ROUTING, ROUTING_POLICIES
-from modelyard.control.scheduler import check_request_fits
+from modelyard.control.scheduler import LOCAL_WORKER, Worker, check_request_fits, local_worker
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
 from modelyard.services.deployment_checks import WorkerModelCheck, gpus_of_one_replica, run_preflight
+from modelyard.services.deployment_gpus import ReplicaGpus, estimate_reference, replica_gpus
 from modelyard.services.deployment_limits import apply_limits, checked_limits, limits_to_json
-from modelyard.services.deployment_memory import memory_placement, preflight_parameters
+from modelyard.services.deployment_memory import bytes_per_gpu, memory_placement, preflight_parameters
 from modelyard.services.deployment_placement import placement_selectors
 from modelyard.services.deployment_secrets import (
     check_chosen,
@@ -200,13 +201,16 @@ def create_deployment(
     secrets: SecretBox | None = None,
     runtimes: RuntimeSet | None = None,
     worker_model_check: WorkerModelCheck | None = None,
+    workers: list[Worker] | None = None,
 ) -> Deployment:
     """Validate the whole request, run doctor's preflight, then store the deployment with its
     secrets sealed by ``secrets`` (required when the request carries any). ``runtimes`` says what
     each runtime will mount for the engine (the doctor checks that the model directory is among
     it); the server passes its own. ``worker_model_check``: on a cluster, the model directory is
-    checked on every GPU worker (the server's cluster passes it)."""
-    deployment = check_deployment(session, request, inventory, runtimes, worker_model_check)
+    checked on every GPU worker (the server's cluster passes it). ``workers``: the workers as the
+    controller last read them, where one replica must be placeable (default: this host alone, with
+    ``inventory``'s GPUs)."""
+    deployment = check_deployment(session, request, inventory, runtimes, worker_model_check, workers)
     if secrets is not None:
         seal_deployment_secrets(deployment, secrets, request.secret_env)
     elif (
@@ -233,6 +237,7 @@ def check_deployment(
     inventory: GpuInventory,
     runtimes: RuntimeSet | None = None,
     worker_model_check: WorkerModelCheck | None = None,
+    workers: list[Worker] | None = None,
 ) -> Deployment:
     """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
     added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
@@ -281,6 +286,19 @@ def check_deployment(
         backend_supports_cpu(spec, version),
         by_memory=bool(placement.get("gpu_memory")),
     )
+    replica = _replica_gpus(
+        workers if workers is not None else [local_worker(inventory, LOCAL_WORKER)],
+        placement,
+        gpus_per_replica=gpus_per_replica,
+        gpu_ids=gpu_ids,
+        engine=spec.family,
+        engine_version=version.version,
+        model_path=model.path,
+        parameters=parameters,
+        env=env,
+    )
+    replica_inventory = inventory if replica is None else replace(inventory, gpus=list(replica.worker.gpus))
+    chosen = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids) if replica is None else replica.gpus
     raw_parameters = request.backend_parameters
     if placement.get("gpu_memory"):
         raw_parameters = preflight_parameters(
@@ -291,7 +309,7 @@ def check_deployment(
             model_path=model.path,
             env=env,
             gpu_memory=placement["gpu_memory"],
-            gpus=gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids),
+            gpus=chosen,
         )
     limits = checked_limits(request.limits)
     warnings = run_preflight(
@@ -303,7 +321,8 @@ def check_deployment(
         raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
-        inventory=inventory,
+        inventory=replica_inventory,
+        replica_gpus=chosen,
         mounts=runtime.mounts(model.path),
         worker_model_check=worker_model_check,
     )
@@ -325,6 +344,40 @@ def check_deployment(
     )
     apply_limits(deployment, limits)
     return deployment
+
+
+def _replica_gpus(
+    workers: list[Worker],
+    placement: dict[str, Any],
+    *,
+    gpus_per_replica: int,
+    gpu_ids: list[int] | None,
+    engine: str,
+    engine_version: str,
+    model_path: str,
+    parameters: list[str],
+    env: dict[str, str],
+) -> ReplicaGpus | None:
+    """Where the scheduler would put one replica now (``services/deployment_gpus.py``);
+    ``Unschedulable`` with its reason when no worker can take it. None: nothing to place (no GPUs
+    asked for, or no workers known: no controller runs)."""
+    if gpus_per_replica == 0 or not workers:
+        return None
+    memory: int | None = None
+    if placement.get("gpu_memory"):
+        memory = bytes_per_gpu(
+            parameters=parameters,
+            engine=engine,
+            engine_version=engine_version,
+            model_path=model_path,
+            env=env,
+            gpu_memory=placement["gpu_memory"],
+            gpu_count=gpus_per_replica,
+            reference=estimate_reference(workers),
+        )
+    return replica_gpus(
+        workers, placement, gpus_per_replica=gpus_per_replica, gpu_ids=gpu_ids, memory_bytes_per_gpu=memory
+    )
 
 
 def _checked_routing(routing: str) -> str:

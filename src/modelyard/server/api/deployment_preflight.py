@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
+from modelyard.control.scheduler import Worker
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.api.common import in_session
 from modelyard.server.api.deployments import DeploymentCreate
@@ -20,9 +21,11 @@ from modelyard.services.deployment_preflight import preflight_deployment_request
 router = APIRouter(tags=["deployments"])
 
 
-def _preflight(session: Session, body: DeploymentCreate, inventory: GpuInventory) -> dict[str, Any]:
+def _preflight(
+    session: Session, body: DeploymentCreate, inventory: GpuInventory, workers: list[Worker]
+) -> dict[str, Any]:
     request = deployments.DeploymentRequest(**body.model_dump())
-    verdict = preflight_deployment_request(session, request, inventory)
+    verdict = preflight_deployment_request(session, request, inventory, workers)
     error = verdict.error
     return {
         "ok": verdict.ok,
@@ -38,4 +41,5 @@ def _preflight(session: Session, body: DeploymentCreate, inventory: GpuInventory
 async def preflight_deployment(
     body: DeploymentCreate, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    return await in_session(context, _preflight, body, context.controller.gpu_inventory())
+    controller = context.controller
+    return await in_session(context, _preflight, body, controller.gpu_inventory(), controller.workers())

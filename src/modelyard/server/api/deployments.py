@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from modelyard.control.endpoints import DeploymentLimits, RoutingPolicy
+from modelyard.control.scheduler import Worker
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
@@ -122,10 +123,11 @@ def _create(
     secrets: SecretBox,
     runtimes: RuntimeSet,
     worker_model_check: WorkerModelCheck | None,
+    workers: list[Worker],
 ) -> tuple[dict[str, Any], DeploymentLimits]:
     request = deployments.DeploymentRequest(**body.model_dump())
     created = deployments.create_deployment(
-        session, request, inventory, secrets, runtimes, worker_model_check
+        session, request, inventory, secrets, runtimes, worker_model_check, workers
     )
     return deployments.deployment_to_json(created, _now()), registry_limits(created)
 
@@ -181,6 +183,7 @@ async def create_deployment(
         context.secrets,
         context.runtimes,
         cluster.model_directory_problems if cluster is not None else None,
+        context.controller.workers(),
     )
     context.endpoints.set_routing(result["name"], body.routing)
     context.endpoints.set_limits(result["name"], limits)

@@ -4,20 +4,27 @@ Engines keep the KV cache of prompts they have seen (vLLM's automatic prefix cac
 radix cache); a request whose prompt starts like an earlier one on the same replica skips that
 part of the prefill, so its first token comes sooner. Across replicas, nothing is shared.
 
-The key is the first ``prefix_characters`` characters of the prompt's text (about a quarter as
-many tokens; the gateway does not tokenize), hashed with BLAKE2b so that every worker process
-computes the same number. Each replica's rank for a key is a hash of the key and the replica's
-address (rendezvous hashing): every worker ranks the replicas alike without talking to each other,
-and a replica that leaves moves only its own keys. ``ReplicaBalancer.choose_by_prefix`` takes the
-first in rank whose load is within the bound (consistent hashing with bounded load).
+The key is the conversation's opening, at most ``prefix_characters`` characters of it (about a
+quarter as many tokens; the gateway does not tokenize), hashed with BLAKE2b so that every worker
+process computes the same number. The opening is the prompt's text up to and including its first
+user message: the system prompt (or instructions) and the first question, which every later
+turn of the conversation repeats unchanged. Each replica's rank for a key is a hash of the key
+and the replica's address (rendezvous hashing): every worker ranks the replicas alike without
+talking to each other, and a replica that leaves moves only its own keys.
+``ReplicaBalancer.choose_by_prefix`` takes the first in rank whose load is within the bound
+(consistent hashing with bounded load).
 
-Turns of one conversation share their beginning (system prompt, first messages), so once the
-prompt is longer than ``prefix_characters`` every later turn goes to the same replica. A prompt
-shorter than that is hashed whole, so its next turn may land elsewhere once.
+Every turn of one conversation therefore has the same key from its first turn on, however short
+its messages: turn 2 adds the answer and a new question after the opening, never inside it. (A
+key that took the first ``prefix_characters`` characters of the whole history would change with
+each turn until the history grew past that length.) Conversations that open alike (one long
+system prompt shared by an application's users, cut at ``prefix_characters``) share a key, as
+they share the engine's cached blocks; the load bound spreads them when one replica has too many.
 
-The text: chat ``messages`` (role and text of each, in order; text parts of multi-part
-contents), ``prompt`` (completions), ``instructions`` and ``input`` (Responses API), ``system`` and
-``messages`` (Anthropic).
+The text: chat ``messages`` (role and text of each, in order, up to the first user message; text
+parts of multi-part contents), ``system`` and ``messages`` (Anthropic), ``instructions`` and
+``input`` (Responses API; a list of messages is read as ``messages``), ``prompt`` (completions: a
+text prompt has no turns to tell apart, so its first ``prefix_characters`` characters).
 """
 
 from __future__ import annotations
@@ -72,22 +79,35 @@ def _content_text(content: Any, parts: list[str]) -> None:
                 parts.append(item)
 
 
+def _messages(payload: dict[str, Any]) -> list[Any] | None:
+    """The request's conversation: chat or Anthropic ``messages``, or a Responses ``input`` list."""
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        return messages
+    value = payload.get("input")
+    if isinstance(value, list) and any(isinstance(item, dict) and "role" in item for item in value):
+        return value
+    return None
+
+
 def prompt_prefix(payload: dict[str, Any], characters: int) -> str:
-    """The first ``characters`` characters of the request's prompt text ("" when it has none)."""
+    """The conversation's opening (the prompt's text through its first user message), at most
+    ``characters`` characters of it ("" when the request has no prompt text)."""
     parts: list[str] = []
     for name in ("system", "instructions"):
         if name in payload:
             _content_text(payload[name], parts)
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, dict):
-                role = message.get("role")
-                parts.append(role if isinstance(role, str) else "")
-                _content_text(message.get("content"), parts)
-            if sum(len(part) for part in parts) >= characters:
-                break
-    for name in ("prompt", "input"):
+    messages = _messages(payload)
+    for message in messages or ():
+        if isinstance(message, dict):
+            role = message.get("role")
+            parts.append(role if isinstance(role, str) else "")
+            _content_text(message.get("content"), parts)
+            if role == "user":
+                break  # the opening ends here: later turns add after it
+        if sum(len(part) for part in parts) >= characters:
+            break
+    for name in ("prompt",) if messages is not None else ("prompt", "input"):
         value = payload.get(name)
         if isinstance(value, list) and value and all(isinstance(item, int) for item in value):
             parts.append(" ".join(str(item) for item in value[:characters]))
