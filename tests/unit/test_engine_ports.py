@@ -22,19 +22,9 @@ from modelyard.runtimes.engine_ports import (
     pick_port,
 )
 from modelyard.runtimes.process import ProcessRuntime
+from modelyard.testing.serve_process import free_port_window
 
 TOKEN = "0123456789abcdef" * 4
-
-
-def _free_window(size: int) -> PortRange:
-    """``size`` consecutive ports nothing listens on, outside Ray's and the kernel's ephemeral ports."""
-    for first in range(20000, 30000, size):
-        window = PortRange(first, first + size - 1)
-        if all(
-            pick_port("127.0.0.1", PortRange(port, port), where="test") == port for port in _ports(window)
-        ):
-            return window
-    raise AssertionError("no free window of ports")
 
 
 def _ports(window: PortRange) -> range:
@@ -87,14 +77,14 @@ def test_a_range_over_rays_worker_ports_is_refused_naming_them() -> None:
 
 
 def test_the_first_free_port_of_the_range_is_picked(listening: list[socket.socket]) -> None:
-    window = _free_window(4)
+    window = free_port_window(4)
     _listen(listening, window.first)
     assert pick_port("127.0.0.1", window, where="this host") == window.first + 1
     assert pick_port("127.0.0.1", window, held={window.first + 1}, where="this host") == window.first + 2
 
 
 def test_a_full_range_names_the_range_the_host_and_the_flag(listening: list[socket.socket]) -> None:
-    window = _free_window(3)
+    window = free_port_window(3)
     for port in _ports(window):
         _listen(listening, port)
     with pytest.raises(NoFreeEnginePort) as raised:
@@ -124,7 +114,7 @@ def test_a_port_handed_out_is_held_until_its_engine_stops_or_the_hold_runs_out()
 
 
 async def test_the_process_runtime_gives_two_starts_two_ports_of_its_range() -> None:
-    window = _free_window(2)
+    window = free_port_window(2)
     runtime = ProcessRuntime(engine_ports=window)
     first = await runtime.allocate_address("127.0.0.1")
     second = await runtime.allocate_address("127.0.0.1")

@@ -127,8 +127,8 @@ def _token(token: str | None, token_file: Path | None) -> tuple[str, str]:
         return configured, ENV_CLUSTER_TOKEN
     raise InvalidInput(
         "joining needs the cluster's token",
-        hint=f"--token TOKEN, --token-file FILE or ${ENV_CLUSTER_TOKEN}: the token "
-        "`modelyard serve --cluster` printed (also <data-dir>/cluster-token on the head's host)",
+        hint=f"--token-file FILE (a copy of <data-dir>/cluster-token on the head's host; `modelyard serve "
+        f"--cluster` shows the command), --token TOKEN or ${ENV_CLUSTER_TOKEN}",
     )
 
 

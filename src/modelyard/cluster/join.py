@@ -273,8 +273,8 @@ def run_join(plan: JoinPlan, *, say: Callable[[str], None], verbose: bool = Fals
     if reason == "the head refused the cluster token":
         raise JoinFailed(
             f"the head at {plan.head_address} refused the cluster token",
-            hint="give the token of that cluster: the one `modelyard serve --cluster` printed, or the file "
-            "<data-dir>/cluster-token on the head's host (--token-file)",
+            hint="give the token of that cluster: a copy of the file <data-dir>/cluster-token on the head's "
+            "host (--token-file), as `modelyard serve --cluster` says at its start",
         )
     if joined:
         raise JoinFailed(

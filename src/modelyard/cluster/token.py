@@ -40,8 +40,8 @@ def check_token(token: str, where: str) -> str:
         raise InvalidInput(
             f"the cluster token from {where} has {len(token)} characters (or blanks inside); a token "
             f"has at least {MINIMUM_TOKEN_CHARACTERS}, no blanks",
-            hint="copy the token `modelyard serve --cluster` printed, or the file <data-dir>/cluster-token "
-            "on the head's host",
+            hint="copy the file <data-dir>/cluster-token from the head's host and give it with --token-file "
+            "(`modelyard serve --cluster` shows the command)",
         )
     return token
 

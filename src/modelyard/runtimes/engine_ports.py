@@ -123,9 +123,8 @@ def pick_port(host: str, ports: PortRange | None, *, held: Collection[int] = (),
             return candidate
     raise NoFreeEnginePort(
         f"no free engine port in {ports} on {where}: {ports.size} in use; widen --engine-ports",
-        hint="each engine takes one port of the range (a multi-node replica one more on its first "
-        "host); give that host a wider range (serve --engine-ports, worker join --engine-ports) and "
-        "open it in the firewall, or stop a deployment there",
+        hint="each engine takes one port (a multi-node replica one more on its first host): give a "
+        "wider range and open it in the firewall, or stop a deployment there",
     )
 
 

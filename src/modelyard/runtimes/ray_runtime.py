@@ -173,10 +173,8 @@ class RayRuntime:
                 raise NoFreeEnginePort(
                     f"no free engine port in {ports} on worker {name}: {ports.size} in use; widen "
                     "--engine-ports",
-                    hint="each engine takes one port of the range (a multi-node replica one more on "
-                    f"its first host): join {name} again with a wider `worker join --engine-ports` "
-                    "(serve --engine-ports for the server's host) and open it in the firewall, or "
-                    "stop a deployment there",
+                    hint=f"a wider range for {name} (worker join --engine-ports; serve --engine-ports "
+                    "on the server's host), open in the firewall, or stop a deployment there",
                 )
             self._ports.hold(wanted, port)
         return EngineAddress(bind_host=bind_host, port=port, reach_host=node_host, reach_port=port)
