@@ -158,7 +158,6 @@ def plan_join(
     node_ip: str | None = None,
     ray_arguments: tuple[str, ...] = (),
     engine_ports: str | None = None,
-    detect_docker: bool = True,
 ) -> JoinPlan:
     """Everything checked that can be before Ray starts (the head reached on its port)."""
     host, port = parse_head_address(address)
@@ -190,7 +189,7 @@ def plan_join(
         node_ip=node_ip,
         ray_arguments=ray_arguments,
         engine_ports=ports,
-        docker=DockerCapability.detect() if detect_docker else None,
+        docker=DockerCapability.detect(),
     )
 
 
