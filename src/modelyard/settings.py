@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelyard.runtimes.engine_ports import PortRange
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
@@ -73,6 +75,9 @@ class Settings:
     ray_node_ip: str | None = None
     # More options of the head's ``ray start`` (``--node-manager-port=8076``: fixed ports).
     ray_head_arguments: tuple[str, ...] = ()
+    # ``--engine-ports A-B``: every engine port on this host from this range (firewalls between
+    # hosts); None: any free port. On a cluster it is the head node's ``modelyard.io/engine-ports``.
+    engine_ports: PortRange | None = None
 
     @property
     def database_url(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.ray_runtime import RayRuntime
 from modelyard.store.tables import Instance, InstanceEvent
+from modelyard.testing.serve_process import free_port_window
 from ray_cluster import fake_gpu
 
 from .conftest import ClusterSetup
@@ -181,3 +183,46 @@ async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gp
     await cluster_setup.wait_for(
         lambda: not any(cluster_setup.instances(n) for n in ("small-1", "small-2", "big")), "removed"
     )
+
+
+async def test_engine_ports_come_from_the_nodes_range_and_a_full_range_is_the_instances_reason(
+    cluster_setup: ClusterSetup,
+) -> None:
+    window = free_port_window(2, start=29300)
+    # A host joined with `worker join --engine-ports A-B`: the range is its node's label.
+    cluster_setup.cluster.add_worker(
+        "node-p", [fake_gpu("NVIDIA L4", i, 24) for i in range(2)], {"modelyard.io/engine-ports": str(window)}
+    )
+    other = socket.socket()
+    try:
+        # Something else on that host listens on the range's first port.
+        other.bind(("127.0.0.1", window.first))
+        other.listen()
+        cluster_setup.add("ported", placement={"workers": ["node-p"]})
+        await cluster_setup.wait_for(lambda: len(cluster_setup.running("ported")) == 1, "ported running")
+        [first] = cluster_setup.instances("ported")
+        assert first.engine_port == window.last and placed(first)["ranks"][0]["worker_name"] == "node-p"
+        cluster_setup.add("crowded", placement={"workers": ["node-p"]})
+        expected = f"no free engine port in {window} on worker node-p: 2 in use; widen --engine-ports"
+        await cluster_setup.wait_for(
+            lambda: any(expected in (found.reason or "") for found in cluster_setup.instances("crowded")),
+            "crowded refused for its port",
+        )
+        [refused] = cluster_setup.instances("crowded")
+        assert refused.state == "error"
+        # The deployment already there is not disturbed.
+        assert [instance.engine_port for instance in cluster_setup.running("ported")] == [window.last]
+        async with httpx.AsyncClient(trust_env=False) as client:
+            answer = await client.get(f"http://{first.host}:{first.port}/v1/models")
+        assert answer.status_code == 200
+    finally:
+        other.close()
+    # The port is free again: the next start of the refused one takes it.
+    await cluster_setup.wait_for(lambda: len(cluster_setup.running("crowded")) == 1, "crowded running")
+    assert [instance.engine_port for instance in cluster_setup.running("crowded")] == [window.first]
+    for name in ("ported", "crowded"):
+        cluster_setup.remove(name)
+    await cluster_setup.wait_for(
+        lambda: not any(cluster_setup.instances(name) for name in ("ported", "crowded")), "removed"
+    )
+    cluster_setup.cluster.remove_worker("node-p")

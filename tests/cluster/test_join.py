@@ -11,13 +11,16 @@ backend. Join and failover times are printed (``-s``); docs/clusters.md quotes t
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from modelyard.runtimes.engine_ports import PortRange
 from modelyard.testing.cluster_process import ENGINE_DOUBLE_BACKEND_YAML, JoinedCluster, chat, start_cluster
 from modelyard.testing.serve_process import wait_until
 from ray_cluster import fake_gpu, require_ray_for_tests
@@ -26,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 
 FAILOVER_SECONDS = 120.0
+# Outside Ray's worker ports (10002-19999) and the kernel's ephemeral ones (32768-60999).
+NODE_A_ENGINE_PORTS = PortRange(29100, 29119)
 
 
 @pytest.fixture(scope="module")
@@ -45,22 +50,37 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
         joined.close()
 
 
-def test_serve_cluster_prints_the_join_command_once_and_keeps_the_token_0600(cluster: JoinedCluster) -> None:
+def test_serve_cluster_prints_the_token_file_join_never_the_token_and_keeps_it_0600(
+    cluster: JoinedCluster,
+) -> None:
     token = cluster.token_file.read_text().strip()
     assert stat.S_IMODE(os.stat(cluster.token_file).st_mode) == 0o600
     log = cluster.server.log()
-    assert f"modelyard worker join {cluster.head_address()} --token {token}" in log
-    assert log.count(token) == 1
+    assert f"modelyard worker join {cluster.head_address()} --token-file cluster-token" in log
+    host = cluster.head_address().rpartition(":")[0]
+    assert f"scp {host}:{cluster.token_file} cluster-token" in log
+    assert token not in log
     assert token not in (cluster.server.data_dir / "cluster-head.log").read_text()
 
 
 def test_joined_hosts_show_their_gpus_state_labels_and_last_seen(cluster: JoinedCluster) -> None:
-    cluster.join("node-a", [fake_gpu("NVIDIA L4", index, 24) for index in range(2)], {"zone": "a"})
+    cluster.join(
+        "node-a",
+        [fake_gpu("NVIDIA L4", index, 24) for index in range(2)],
+        {"zone": "a"},
+        arguments=("--engine-ports", str(NODE_A_ENGINE_PORTS)),
+    )
     seconds = cluster.wait_for_state("node-a", "ready")
     print(
         f"join time: `worker join` started -> node-a ready with its GPUs in /api/v1/workers: {seconds:.1f} s"
     )
-    cluster.join("node-b", [fake_gpu("NVIDIA L4", 0, 24, used_gib=2.0)], {"zone": "b"})
+    # A host whose Docker does not answer.
+    cluster.join(
+        "node-b",
+        [fake_gpu("NVIDIA L4", 0, 24, used_gib=2.0)],
+        {"zone": "b"},
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
     cluster.wait_for_state("node-b", "ready")
     workers = cluster.listed()
     node_a = workers["node-a"]
@@ -71,10 +91,54 @@ def test_joined_hosts_show_their_gpus_state_labels_and_last_seen(cluster: Joined
     ]
     assert node_a["gpus"][0]["temperature_celsius"] == 35
     assert workers["node-b"]["gpus"][0]["memory_used_bytes"] == 2 << 30
-    table = cluster.cli("workers")
+    table = cluster.cli("workers", env={"COLUMNS": "250"})
     assert table.returncode == 0, table.stderr
     [row] = [line for line in table.stdout.splitlines() if line.startswith("node-a")]
     assert "ready" in row and "zone=a" in row and "NVIDIA L4" in row and "0.0/24.0" in row
+
+
+def test_each_join_reports_whether_its_docker_answers_and_has_the_nvidia_runtime(
+    cluster: JoinedCluster,
+) -> None:
+    if "node-b" not in cluster.workers:
+        pytest.skip("needs the hosts joined by the test before")
+    problem = docker_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"Docker is required under CI: {problem}")
+        pytest.skip(problem)
+    workers = cluster.listed()
+    # The server's own node (the head) recorded its Docker when it started.
+    [head] = [worker for name, worker in workers.items() if name not in ("node-a", "node-b")]
+    assert head["docker"] == {"engine": "ready", "gpus": "none"}
+    # This machine's dockerd answers and has no NVIDIA runtime (no GPU here).
+    assert workers["node-a"]["docker"] == {"engine": "ready", "gpus": "none"}
+    assert workers["node-b"]["docker"] == {"engine": "unreachable", "gpus": "none"}
+    assert workers["node-a"]["engine_ports"] == str(NODE_A_ENGINE_PORTS)
+    assert workers["node-b"]["engine_ports"] is None
+    joined = cluster.workers["node-b"].log()
+    assert "Docker: unreachable (the Docker daemon is not reachable: " in joined
+    assert "image backends will not be placed on this host" in joined
+    table = cluster.cli("workers", env={"COLUMNS": "250"})
+    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.startswith("node-")}
+    assert "no GPU runtime" in rows["node-a"] and str(NODE_A_ENGINE_PORTS) in rows["node-a"]
+    assert "unreachable" in rows["node-b"] and " any " in rows["node-b"]
+    # modelyard's own labels have columns; LABELS shows the user's.
+    assert "modelyard.io/" not in table.stdout
+
+
+def docker_problem() -> str | None:
+    """Why this machine's Docker engine cannot be used (None: ``docker info`` answers)."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    probe = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False, timeout=30)
+    return None if probe.returncode == 0 else f"dockerd is not usable: {probe.stderr.strip()[-200:]}"
+
+
+def _assert_in_the_hosts_engine_ports(worker: str, instance: dict[str, Any]) -> None:
+    """node-a joined with --engine-ports: its engines' ports come from that range."""
+    if worker == "node-a":
+        assert instance["engine_port"] in NODE_A_ENGINE_PORTS, instance["engine_port"]
 
 
 def _placed_on(cluster: JoinedCluster, name: str) -> tuple[str, dict[str, Any]] | None:
@@ -109,6 +173,7 @@ def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster
     assert placed is not None
     first_worker, instance = placed
     assert first_worker in ("node-a", "node-b") and instance["runtime"] == "ray"
+    _assert_in_the_hosts_engine_ports(first_worker, instance)
     shown = cluster.cli("ps", "chat")
     [engine_row] = [line for line in shown.stdout.splitlines() if "ray gang" in line]
     assert first_worker in engine_row and instance["host"] in engine_row
@@ -136,6 +201,9 @@ def test_a_replica_on_a_joined_host_answers_and_moves_when_the_host_dies(cluster
     )
     answer = chat(cluster.server.url, key, "chat")
     assert answer.status_code == 200, answer.text
+    moved = _placed_on(cluster, "chat")
+    assert moved is not None
+    _assert_in_the_hosts_engine_ports(*moved)
     listed = cluster.listed()[first_worker]
     assert listed["state"] == "lost" and listed["last_seen_at"] is not None
 

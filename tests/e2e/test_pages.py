@@ -24,6 +24,7 @@ PAGES = [
     ("deployments", "/deployments", "Deployments"),
     ("deploy", "/deployments/new?model=tiny-shared", "New deployment"),
     ("deployment", "/deployments/chat", "Deployment chat"),
+    ("workers", "/workers", "Workers"),
     ("playground", "/playground?deployment=chat", "Playground"),
     ("benchmarks", "/benchmarks", "Benchmarks"),
     ("keys", "/keys", "API keys"),

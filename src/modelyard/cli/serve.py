@@ -52,22 +52,15 @@ def _print_banner(settings: Settings, password: str | None) -> None:
 
 
 def _print_cluster(cluster: ServerCluster) -> None:
+    from modelyard.cluster.token import join_instructions
+
     settings = cluster.settings
     where = "started here" if cluster.head is not None and not cluster.head.reused else "running"
     stderr.print(f"  cluster          Ray head at {cluster.address} ({where}; token authentication on)")
-    if cluster.token_created:
-        stderr.print(
-            f"  join a worker    modelyard worker join {cluster.address} "
-            f"--token [bold]{cluster.token}[/bold]\n"
-            f"                   (the token is shown once; stored in {settings.cluster_token_file})",
-            highlight=False,
-        )
-    else:
-        stderr.print(
-            f"  join a worker    modelyard worker join {cluster.address} --token-file FILE  "
-            f"(FILE: a copy of {settings.cluster_token_file})",
-            highlight=False,
-        )
+    stderr.print(
+        f"  join a worker    {join_instructions(cluster.address, settings.cluster_token_file)}",
+        highlight=False,
+    )
     stderr.print("  workers          modelyard workers", highlight=False)
 
 
@@ -202,10 +195,19 @@ def serve(
         help="With --cluster: this host's address that the workers reach (default: Ray's guess, the "
         "interface of the default route).",
     ),
+    engine_ports: str | None = typer.Option(
+        None,
+        "--engine-ports",
+        help="Every engine port on this host from this range, A-B (e.g. 30000-30099: firewalls "
+        "between hosts); default: any free port.",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
+    from modelyard.runtimes.engine_ports import PortRange, check_apart, parse_port_range
+
     started_at = time.monotonic()
     options = cli_context(ctx)
+    ports = None if engine_ports is None else parse_port_range(engine_ports, "--engine-ports")
     settings = Settings(
         data_dir=(data_dir or options.resolved_data_dir).expanduser().resolve(),
         host=host,
@@ -220,14 +222,20 @@ def serve(
         ray_port=ray_port,
         ray_node_ip=ray_node_ip,
         ray_head_arguments=tuple(ray_head_arguments),
+        engine_ports=ports,
     )
+    if ports is not None:
+        check_apart(ports, {"the server's --port": PortRange(port, port)})
     if settings.cluster:
         # Before the port is bound, and without importing Ray (it reads its token once, at import).
+        from modelyard.cluster.head import check_head_ports
         from modelyard.cluster.ray_processes import check_ray_arguments
         from modelyard.runtimes.ray_connection import require_ray
 
         require_ray()
         check_ray_arguments(settings.ray_head_arguments, "--ray-head-arg")
+        if settings.ray_address is None:
+            check_head_ports(settings)
     from modelyard.server.startup import bind_listener, check_data_directory, check_database_driver
     from modelyard.store.data_directory import secure_data_directory
 

@@ -31,12 +31,36 @@ def _seen(timestamp: float | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_DOCKER_SHOWN = {
+    ("ready", "nvidia"): "nvidia",
+    ("ready", "cdi"): "cdi",
+    ("ready", "none"): "no GPU runtime",
+    ("unreachable", "none"): "unreachable",
+    ("not-installed", "none"): "not installed",
+}
+
+
+def _docker(worker: dict[str, Any]) -> str:
+    docker = worker.get("docker")
+    if not docker:
+        return "-"
+    return _DOCKER_SHOWN.get((str(docker["engine"]), str(docker["gpus"])), str(docker["engine"]))
+
+
 def _gpu_rows(worker: dict[str, Any]) -> list[list[Any]]:
-    # The worker's name is its modelyard.io/worker label: not repeated.
-    shown = {key: value for key, value in worker["labels"].items() if key != "modelyard.io/worker"}
+    # modelyard's own labels (the name, Docker, engine ports) have columns of their own.
+    shown = {key: value for key, value in worker["labels"].items() if not key.startswith("modelyard.io/")}
     labels = ",".join(f"{key}={value}" for key, value in shown.items()) or None
-    first = [worker["name"], worker["state"], worker["address"], labels, _seen(worker["last_seen_at"])]
-    blank = ["", "", "", "", ""]
+    first = [
+        worker["name"],
+        worker["state"],
+        worker["address"],
+        _docker(worker),
+        worker.get("engine_ports") or "any",
+        labels,
+        _seen(worker["last_seen_at"]),
+    ]
+    blank = ["", "", "", "", "", "", ""]
     if not worker["gpus"]:
         return [[*first, None, worker.get("probe_problem") or "no GPU", None, None, None]]
     rows = []
@@ -56,7 +80,8 @@ def _gpu_rows(worker: dict[str, Any]) -> list[list[Any]]:
 
 
 def workers(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The hosts engines run on: their GPUs, state (ready, lost), labels, when last seen."""
+    """The hosts engines run on: their GPUs, state (ready, lost), Docker (nvidia, cdi, no GPU runtime,
+    unreachable, not installed), engine port range, labels, when last seen."""
     answer: dict[str, Any] = ApiClient.from_context(ctx).get("/workers")
     if as_json:
         print_json(answer)
@@ -67,6 +92,8 @@ def workers(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
             "WORKER",
             "STATE",
             "ADDRESS",
+            "DOCKER",
+            Column("ENGINE PORTS", optional=True),
             Column("LABELS", optional=True),
             Column("LAST SEEN", optional=True),
             "GPU",
@@ -100,8 +127,8 @@ def _token(token: str | None, token_file: Path | None) -> tuple[str, str]:
         return configured, ENV_CLUSTER_TOKEN
     raise InvalidInput(
         "joining needs the cluster's token",
-        hint=f"--token TOKEN, --token-file FILE or ${ENV_CLUSTER_TOKEN}: the token "
-        "`modelyard serve --cluster` printed (also <data-dir>/cluster-token on the head's host)",
+        hint=f"--token-file FILE (a copy of <data-dir>/cluster-token on the head's host; `modelyard serve "
+        f"--cluster` shows the command), --token TOKEN or ${ENV_CLUSTER_TOKEN}",
     )
 
 
@@ -140,6 +167,12 @@ def join(
         help="One more option of ray start, e.g. --ray-arg=--node-manager-port=8076 (repeatable; "
         "fixed ports for a firewall).",
     ),
+    engine_ports: str | None = typer.Option(
+        None,
+        "--engine-ports",
+        help="Every engine port on this host from this range, A-B (e.g. 30000-30099: firewalls between "
+        "hosts); default: any free port.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", help="Show Ray's own output."),
 ) -> None:
     """Join this host to a cluster and stay in the foreground while it is in (Ctrl-C leaves).
@@ -147,7 +180,7 @@ def join(
     Runs `ray start --address HOST:PORT --block` with the token, this host's GPUs and labels.
     The server then shows the host in `modelyard workers` and places replicas on it.
     """
-    from modelyard.cluster.join import plan_join, run_join
+    from modelyard.cluster.join import docker_line, plan_join, run_join
     from modelyard.cluster.ray_processes import parse_labels
 
     value, source = _token(token, token_file)
@@ -160,10 +193,12 @@ def join(
         token_source=source,
         node_ip=node_ip,
         ray_arguments=tuple(ray_arguments),
+        engine_ports=engine_ports,
     )
+    ports = f"engine ports {plan.engine_ports}" if plan.engine_ports else "engine ports: any free port"
     stderr.print(
         f"joining the cluster at {plan.head_address} as {plan.name!r} "
-        f"with {plan.gpus} GPU(s) ({plan.gpus_source})",
+        f"with {plan.gpus} GPU(s) ({plan.gpus_source}); {ports}\n{docker_line(plan.docker)}",
         highlight=False,
     )
     code = run_join(plan, say=lambda text: stderr.print(text, highlight=False), verbose=verbose)

@@ -33,18 +33,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from modelyard.cluster.ray_processes import (
+    RAY_WORKER_PORTS,
     STARTED_LINE,
     check_ray_arguments,
+    failure_lines,
     failure_reason,
     labels_argument,
     node_ip_of,
     ray_command,
     ray_environment,
+    ray_ports,
 )
-from modelyard.errors import EngineStartFailed
+from modelyard.errors import EngineStartFailed, InvalidInput
 from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.runtimes.docker_capability import DockerCapability
+from modelyard.runtimes.engine_ports import ENGINE_PORTS_LABEL, PortRange, check_apart
 from modelyard.runtimes.ray_names import WORKER_LABEL
-from modelyard.settings import Settings
+from modelyard.settings import DEFAULT_RAY_PORT, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +113,61 @@ def recorded_head(settings: Settings) -> HeadRecord | None:
     return None
 
 
-def head_command(settings: Settings, gpus: int) -> list[str]:
+def check_head_ports(settings: Settings) -> None:
+    """Before anything starts: ``--ray-port`` and ``--engine-ports`` apart from the ports Ray's
+    processes take on this host (``InvalidInput`` naming the range and the flag to change)."""
+    taken = ray_ports(settings.ray_head_arguments, head=True)
+    port = settings.ray_port
+    for what, ports in taken.items():
+        if port not in ports:
+            continue
+        if ports.size > 1:
+            below = f" (Ray's default {DEFAULT_RAY_PORT})" if DEFAULT_RAY_PORT not in ports else ""
+            moved = PortRange(20000, 29999) if port < 20000 else RAY_WORKER_PORTS
+            hint = (
+                f"give --ray-port outside {ports}{below}, or move Ray's workers with "
+                f"--ray-head-arg=--min-worker-port={moved.first} "
+                f"--ray-head-arg=--max-worker-port={moved.last}"
+            )
+        else:
+            hint = f"give another --ray-port (Ray's default is {DEFAULT_RAY_PORT})"
+        raise InvalidInput(f"--ray-port {port} is taken by {what}: {ports}", hint=hint)
+    if port == settings.port:
+        raise InvalidInput(
+            f"--ray-port {port} is the server's own --port",
+            hint=f"give another --ray-port (e.g. {DEFAULT_RAY_PORT})",
+        )
+    if settings.engine_ports is not None:
+        check_apart(
+            settings.engine_ports,
+            {
+                **taken,
+                "the Ray head's port (--ray-port)": PortRange(port, port),
+                "the server's --port": PortRange(settings.port, settings.port),
+            },
+        )
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def head_labels(settings: Settings, docker: DockerCapability) -> dict[str, str]:
+    """The head node's labels: the host's name as the worker's, what its Docker can do, and the
+    engine port range (``--engine-ports``)."""
+    labels = {WORKER_LABEL: socket.gethostname(), **docker.labels()}
+    if settings.engine_ports is not None:
+        labels[ENGINE_PORTS_LABEL] = str(settings.engine_ports)
+    return labels
+
+
+def head_command(settings: Settings, gpus: int, docker: DockerCapability | None = None) -> list[str]:
     return [
         *ray_command(),
         "start",
@@ -119,7 +178,7 @@ def head_command(settings: Settings, gpus: int) -> list[str]:
         "--num-gpus",
         str(gpus),
         "--labels",
-        labels_argument({WORKER_LABEL: socket.gethostname()}),
+        labels_argument(head_labels(settings, docker or DockerCapability.detect())),
         "--include-dashboard",
         "false",
         "--disable-usage-stats",
@@ -137,6 +196,13 @@ def start_head(settings: Settings, token: str, *, say: Callable[[str], None]) ->
             f"cluster: the Ray head started earlier runs at {existing.address} (pid {existing.pid}); using it"
         )
         return existing
+    if _port_in_use(settings.ray_port):
+        raise HeadStartFailed(
+            f"port {settings.ray_port} (--ray-port) is in use on this host",
+            hint=f"another Ray head (`ray status`), or another program (`ss -ltnp 'sport = "
+            f":{settings.ray_port}'` names it): give another --ray-port, or use that head with "
+            "--ray-address HOST:PORT",
+        )
     inventory = read_gpu_inventory()
     gpus = len(inventory.gpus)
     log_path = settings.data_dir / "cluster-head.log"
@@ -160,9 +226,12 @@ def start_head(settings: Settings, token: str, *, say: Callable[[str], None]) ->
         if process.poll() is not None:
             reason = failure_reason(output) or f"ray start exited with status {process.returncode}"
             raise HeadStartFailed(
-                f"the Ray head did not start: {reason} (port {settings.ray_port}; log {log_path})",
-                hint="is another Ray already running on this host? pick another port with --ray-port, "
-                "or connect to it with --ray-address HOST:PORT",
+                f"the Ray head did not start: {reason} (port {settings.ray_port}); ray start said:\n"
+                f"{failure_lines(output)}\n(all of it in {log_path})",
+                hint="a port Ray's processes need is taken: change it with --ray-port, or with "
+                "--ray-head-arg=--OPTION=PORT for Ray's other ports (docs/clusters.md, ports and firewalls)"
+                if "port" in reason
+                else "see the lines above; run `ray start --head` by hand to see the whole of it",
             )
         time.sleep(_POLL_SECONDS)
     else:

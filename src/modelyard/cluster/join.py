@@ -1,9 +1,11 @@
 """``modelyard worker join``: this host becomes a node of a modelyard cluster.
 
-It checks what can be checked before Ray starts (the head's address, the token, that the head
-answers on its port, this host's GPUs through NVML), then runs ``ray start --address HEAD
---block`` with the token in its environment, this host's GPUs (``--num-gpus``), and the labels
-(``modelyard.io/worker`` = the worker's name, plus ``--label``s). The command stays in the
+It checks what can be checked before Ray starts (the head's address, the token, the engine port
+range, that the head answers on its port, this host's GPUs through NVML, and what its Docker can
+do: ``docker info``), then runs ``ray start --address HEAD --block`` with the token in its
+environment, this host's GPUs (``--num-gpus``), and the labels: ``modelyard.io/worker`` = the
+worker's name, ``modelyard.io/docker`` and ``modelyard.io/docker-gpus`` (``docker_capability.py``),
+``modelyard.io/engine-ports`` with ``--engine-ports``, plus the ``--label``s. The command stays in the
 foreground while the host is in the cluster: stopping it (Ctrl-C, SIGTERM, or its own death:
 ``ray start`` gets SIGTERM then) takes the node out, and the server marks it lost and places its
 replicas elsewhere. Ray's own output goes to stderr with ``--verbose``; its failures are read and
@@ -36,10 +38,13 @@ from modelyard.cluster.ray_processes import (
     labels_argument,
     ray_command,
     ray_environment,
+    ray_ports,
 )
 from modelyard.cluster.token import check_token
 from modelyard.errors import EngineStartFailed, InvalidInput
 from modelyard.hardware.gpus import read_gpu_inventory
+from modelyard.runtimes.docker_capability import DockerCapability
+from modelyard.runtimes.engine_ports import ENGINE_PORTS_LABEL, PortRange, check_apart, parse_port_range
 from modelyard.runtimes.ray_names import WORKER_LABEL
 from modelyard.settings import DEFAULT_RAY_PORT
 
@@ -69,10 +74,20 @@ class JoinPlan:
     node_ip: str | None = None
     # More options of ``ray start`` as given (``--node-manager-port=8076``, to fix ports for a firewall).
     ray_arguments: tuple[str, ...] = ()
+    # ``--engine-ports``: every engine port on this host from this range; None: any free port.
+    engine_ports: PortRange | None = None
+    # What this host's Docker can do (None: not asked).
+    docker: DockerCapability | None = None
 
     @property
     def head_address(self) -> str:
         return f"{self.head_host}:{self.head_port}"
+
+    def node_labels(self) -> dict[str, str]:
+        labels = {WORKER_LABEL: self.name, **(self.docker.labels() if self.docker else {})}
+        if self.engine_ports is not None:
+            labels[ENGINE_PORTS_LABEL] = str(self.engine_ports)
+        return {**labels, **self.labels}
 
     def argv(self) -> list[str]:
         return [
@@ -83,7 +98,7 @@ class JoinPlan:
             "--num-gpus",
             str(self.gpus),
             "--labels",
-            labels_argument({WORKER_LABEL: self.name, **self.labels}),
+            labels_argument(self.node_labels()),
             "--disable-usage-stats",
             "--block",
             *(["--node-ip-address", self.node_ip] if self.node_ip else []),
@@ -142,11 +157,15 @@ def plan_join(
     token_source: str,
     node_ip: str | None = None,
     ray_arguments: tuple[str, ...] = (),
+    engine_ports: str | None = None,
 ) -> JoinPlan:
     """Everything checked that can be before Ray starts (the head reached on its port)."""
     host, port = parse_head_address(address)
     token = check_token(token, token_source)
     ray_arguments = check_ray_arguments(ray_arguments)
+    ports = None if engine_ports is None else parse_port_range(engine_ports, "--engine-ports")
+    if ports is not None:
+        check_apart(ports, ray_ports(ray_arguments, head=False))
     ray_command()  # Ray installed?
     check_head_reachable(host, port)
     if gpus is None:
@@ -169,7 +188,27 @@ def plan_join(
         gpus_source=source,
         node_ip=node_ip,
         ray_arguments=ray_arguments,
+        engine_ports=ports,
+        docker=DockerCapability.detect(),
     )
+
+
+def docker_line(capability: DockerCapability | None) -> str:
+    """What the join says of this host's Docker (the reason is shown here only: the server knows
+    the state, not why)."""
+    if capability is None:
+        return "Docker: not asked"
+    if capability.engine != "ready":
+        return (
+            f"Docker: {capability.summary()} ({capability.detail}): image backends will not be placed on "
+            "this host (process backends will)"
+        )
+    if capability.gpus == "none":
+        return (
+            f"Docker: {capability.summary()} ({capability.detail}): image backends that need GPUs will not "
+            "be placed on this host (install the NVIDIA Container Toolkit and join again)"
+        )
+    return f"Docker: {capability.summary()}"
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -233,8 +272,8 @@ def run_join(plan: JoinPlan, *, say: Callable[[str], None], verbose: bool = Fals
     if reason == "the head refused the cluster token":
         raise JoinFailed(
             f"the head at {plan.head_address} refused the cluster token",
-            hint="give the token of that cluster: the one `modelyard serve --cluster` printed, or the file "
-            "<data-dir>/cluster-token on the head's host (--token-file)",
+            hint="give the token of that cluster: a copy of the file <data-dir>/cluster-token on the head's "
+            "host (--token-file), as `modelyard serve --cluster` says at its start",
         )
     if joined:
         raise JoinFailed(

@@ -14,6 +14,7 @@ import re
 import sys
 
 from modelyard.errors import InvalidInput
+from modelyard.runtimes.engine_ports import PortRange
 
 INSTALL_HINT = "pip install 'modelyard[ray]' (on the server and on every worker, the same Ray version)"
 STARTED_LINE = "Ray runtime started"
@@ -21,6 +22,15 @@ _NODE_IP = re.compile(r"Local node IP: (\S+)")
 # What ``ray start`` prints when the head refused the token, or when it has no token at all.
 AUTH_FAILURE_MARKERS = ("InvalidAuthToken", "AuthenticationError", "Authentication token")
 PORT_IN_USE_MARKERS = ("already in use", "Address already in use", "port conflicts")
+_PORT_CLASH = re.compile(r"Ray component (\w+) is trying to use a port number (\d+) that is used by other")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_.]*(Error|Exception): ")
+# The lines of a failed ``ray start``'s output shown in the error (the rest is in its log).
+FAILURE_LINES = 6
+# The ports a Ray node takes unless ``ray start`` is told otherwise (ray start --help): its
+# workers' range, and the dashboard agent's HTTP port; a head also the Ray Client server's.
+RAY_WORKER_PORTS = PortRange(10002, 19999)
+RAY_DASHBOARD_AGENT_PORT = 52365
+RAY_CLIENT_SERVER_PORT = 10001
 
 
 def ray_command() -> list[str]:
@@ -49,9 +59,60 @@ def failure_reason(output: str) -> str | None:
         return "the head refused the cluster token"
     if any(marker in output for marker in PORT_IN_USE_MARKERS):
         return "a port Ray needs is in use on this host"
+    clash = _PORT_CLASH.search(output)
+    if clash:
+        component = clash.group(1).replace("_", " ")
+        return f"Ray's {component} would take port {clash.group(2)}, which another of its parts has"
+    if "is already running at" in output:
+        return "a Ray head already runs on this port of this host"
     if "Multi-node Ray clusters are not supported" in output:
         return "Ray is set to stay on one host here (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0); unset it"
     return None
+
+
+def failure_lines(output: str) -> str:
+    """What to show of a failed ``ray start``'s output: from its last exception line to the
+    end, else its last lines (at most ``FAILURE_LINES``, each cut to 300 characters)."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    starts = [index for index, line in enumerate(lines) if _EXCEPTION_LINE.match(line.strip())]
+    shown = lines[starts[-1] :] if starts else lines
+    return "\n".join(f"    {line[:300]}" for line in shown[-FAILURE_LINES:])
+
+
+def ray_ports(arguments: tuple[str, ...], *, head: bool) -> dict[str, PortRange]:
+    """The ports a Ray node started with ``arguments`` (more options of ``ray start``) takes on
+    this host, by what takes them (``--ray-port`` is the caller's to add)."""
+    options: dict[str, str] = {}
+    for argument in arguments:
+        name, separator, value = argument.partition("=")
+        if separator:
+            options[name] = value
+    taken: dict[str, PortRange] = {}
+    if "--worker-port-list" in options:
+        for text in options["--worker-port-list"].split(","):
+            if text.strip().isdigit():
+                taken[f"Ray's worker port (--worker-port-list) {text.strip()}"] = PortRange(
+                    int(text), int(text)
+                )
+    else:
+        first = options.get("--min-worker-port", str(RAY_WORKER_PORTS.first))
+        last = options.get("--max-worker-port", str(RAY_WORKER_PORTS.last))
+        if first.isdigit() and last.isdigit() and 0 < int(first) <= int(last):
+            taken["Ray's worker ports (ray start --min-worker-port/--max-worker-port)"] = PortRange(
+                int(first), int(last)
+            )
+    for name, value in options.items():
+        if (
+            name.endswith("-port")
+            and name not in ("--min-worker-port", "--max-worker-port")
+            and value.isdigit()
+        ):
+            taken[f"Ray's {name}"] = PortRange(int(value), int(value))
+    if "--dashboard-agent-listen-port" not in options:
+        taken["Ray's dashboard agent"] = PortRange(RAY_DASHBOARD_AGENT_PORT, RAY_DASHBOARD_AGENT_PORT)
+    if head and "--ray-client-server-port" not in options:
+        taken["Ray's client server"] = PortRange(RAY_CLIENT_SERVER_PORT, RAY_CLIENT_SERVER_PORT)
+    return taken
 
 
 def labels_argument(labels: dict[str, str]) -> str:
@@ -72,6 +133,12 @@ def parse_labels(items: list[str]) -> dict[str, str]:
             )
         if key.startswith("ray.io/"):
             raise InvalidInput(f"label {key!r} is Ray's own", hint="use a key outside ray.io/, e.g. zone")
+        if key.startswith("modelyard.io/"):
+            raise InvalidInput(
+                f"label {key!r} is modelyard's own (set from --name, --engine-ports and what the join "
+                "finds of Docker)",
+                hint="use a key outside modelyard.io/, e.g. zone",
+            )
         labels[key] = value
     return labels
 

@@ -98,7 +98,7 @@ def open_cluster(settings: Settings, *, say: Callable[[str], None]) -> ServerClu
 
     try:
         directory = WorkerDirectory()
-        runtime = RayRuntime()
+        runtime = RayRuntime(local_engine_ports=settings.engine_ports)
     except Exception:
         disconnect()
         raise

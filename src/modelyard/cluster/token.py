@@ -1,6 +1,7 @@
 """The cluster token: one secret shared by the head, every worker and the server (Ray's token
 authentication). Made at the first ``serve --cluster`` in ``<data-dir>/cluster-token`` (0600),
-shown once by ``serve``, never logged; ``MODELYARD_CLUSTER_TOKEN`` gives it instead (a server
+never shown or logged (``serve`` prints how to copy the file to a worker: ``join_instructions``);
+``MODELYARD_CLUSTER_TOKEN`` gives it instead (a server
 that connects to a head started elsewhere, a worker that joins).
 
 Usage::
@@ -21,6 +22,17 @@ TOKEN_BYTES = 32
 MINIMUM_TOKEN_CHARACTERS = 32
 
 
+def join_instructions(address: str, token_file: Path) -> str:
+    """How a worker joins, as ``serve --cluster`` prints it: copy the token file from this host
+    (it stays 0600 there), then ``worker join --token-file`` (never the token on a command line)."""
+    host = address.rpartition(":")[0] or address
+    return (
+        f"copy {token_file} to the worker (keep it 0600), then join from there:\n"
+        f"                     scp {host}:{token_file} cluster-token && chmod 600 cluster-token\n"
+        f"                     modelyard worker join {address} --token-file cluster-token"
+    )
+
+
 def check_token(token: str, where: str) -> str:
     """The token without surrounding blanks; refused (naming ``where`` it came from) when short."""
     token = token.strip()
@@ -28,8 +40,8 @@ def check_token(token: str, where: str) -> str:
         raise InvalidInput(
             f"the cluster token from {where} has {len(token)} characters (or blanks inside); a token "
             f"has at least {MINIMUM_TOKEN_CHARACTERS}, no blanks",
-            hint="copy the token `modelyard serve --cluster` printed, or the file <data-dir>/cluster-token "
-            "on the head's host",
+            hint="copy the file <data-dir>/cluster-token from the head's host and give it with --token-file "
+            "(`modelyard serve --cluster` shows the command)",
         )
     return token
 

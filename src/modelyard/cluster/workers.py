@@ -6,7 +6,8 @@ A node Ray reports dead, or that has left the node table, is ``lost`` (kept in t
 last GPUs and when it was last seen); its engines' supervisors are gone with it, so the
 controller sees them exit and places their replicas again on the ready workers. A live node
 whose probe does not answer in time keeps its last GPUs. The worker's name is its
-``modelyard.io/worker`` label (set by ``modelyard worker join --name``), else its address.
+``modelyard.io/worker`` label (set by ``modelyard worker join --name``), else its address; what
+its Docker can do and its engine port range are labels its join set (``capability_json``).
 
 Usage::
 
@@ -25,6 +26,8 @@ from typing import Any, Literal
 from modelyard.cluster.probe import probe_gpus
 from modelyard.control.scheduler import Worker
 from modelyard.hardware.gpus import GpuInfo
+from modelyard.runtimes.docker_capability import DockerCapability
+from modelyard.runtimes.engine_ports import ENGINE_PORTS_LABEL
 from modelyard.runtimes.ray_names import WORKER_LABEL
 from modelyard.runtimes.ray_supervisor import model_directory_problem
 
@@ -56,7 +59,19 @@ class WorkerStatus:
             "last_seen_at": self.last_seen_at,
             "probe_problem": self.probe_problem,
             "gpus": [gpu.to_json() for gpu in self.worker.gpus],
+            **capability_json(self.worker.labels),
         }
+
+
+def capability_json(labels: dict[str, str] | Any) -> dict[str, Any]:
+    """What a worker's join recorded in its labels: ``docker`` (``engine``: ready, unreachable,
+    not-installed; ``gpus``: nvidia, cdi, none; null when not recorded) and ``engine_ports``
+    (``"30000-30099"``, null: any free port)."""
+    capability = DockerCapability.from_labels(labels)
+    return {
+        "docker": None if capability is None else capability.to_json(),
+        "engine_ports": labels.get(ENGINE_PORTS_LABEL),
+    }
 
 
 def _gpu(data: dict[str, Any]) -> GpuInfo:

@@ -20,6 +20,7 @@ from modelyard.control.memory_demand import MemoryDemand, memory_demand, parse_g
 from modelyard.control.scheduler import Placement, PlacementRequest, Scheduler, Worker
 from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
+from modelyard.runtimes.docker_capability import container_refusal
 
 __all__ = [
     "Decision",
@@ -138,6 +139,13 @@ def _pinned(scheduler: Scheduler, request: PlacementRequest, worker_id: str) -> 
             f"deployment's workers ({', '.join(request.workers)}) do not include it "
             f"({worker.name if worker is not None else worker_id})"
         )
+    if worker is not None:
+        # What the node's Docker can do, as recorded when it joined (the head: when it started).
+        refusal = container_refusal(
+            worker.name, worker.labels, needs_gpus=request.gpus_per_rank > 0, server_node=True
+        )
+        if refusal is not None:
+            raise Unschedulable(refusal)
     return replace(request, workers=(worker_id,))
 
 

@@ -48,8 +48,9 @@ from modelyard.runtimes.base import (
     refuse_gangs,
 )
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
+from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
 from modelyard.runtimes.log_files import open_engine_log, shown_command
-from modelyard.runtimes.process import free_port, reachable_host
+from modelyard.runtimes.process import THIS_HOST, reachable_host
 from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,9 @@ class DockerOptions:
     shm_size: str | None = None
     extra_volumes: tuple[Mount, ...] = field(default_factory=tuple)
     docker_executable: str = "docker"
+    # ``serve --engine-ports``: the host port of every container from this range (the engine's
+    # own with host networking, the published one with a bridge).
+    engine_ports: PortRange | None = None
 
 
 def parse_volume(text: str) -> Mount:
@@ -135,6 +139,7 @@ class DockerRuntime:
         self._redactors: dict[str, subprocess.Popen[bytes]] = {}
         self._log_paths: dict[str, Path] = {}
         self._exited: dict[str, ExitStatus] = {}
+        self._ports = PortBook()
 
     @property
     def kind(self) -> RuntimeKind:
@@ -149,12 +154,15 @@ class DockerRuntime:
         return [model, *self._options.extra_volumes]
 
     async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
+        port = pick_port(
+            worker_host, self._options.engine_ports, held=self._ports.held(THIS_HOST), where=THIS_HOST
+        )
+        self._ports.hold(THIS_HOST, port)
         if self._options.network == "host":
-            port = free_port(worker_host)
             return EngineAddress(
                 bind_host=worker_host, port=port, reach_host=reachable_host(worker_host), reach_port=port
             )
-        published = free_port(worker_host)
+        published = port
         return EngineAddress(
             bind_host="0.0.0.0",
             port=BRIDGE_ENGINE_PORT,
@@ -209,6 +217,7 @@ class DockerRuntime:
             await self._remove_by_token(spec.identity)
             raise EngineStartFailed("docker run printed no container id")
         handle = _handle(container_id, container_name(spec.identity))
+        self._ports.claim(THIS_HOST, spec.address.reach_port, handle.id)
         if spec.secrets:
             self._secrets[handle.id] = spec.secrets
         await self._follow_logs(handle, spec.log_path, since=None)
@@ -300,6 +309,7 @@ class DockerRuntime:
             if not error.no_such_container:
                 logger.warning("docker rm %s failed: %s", handle.label, error.message)
         await self._end_follower(handle.id)
+        self._ports.release(handle.id)
 
     async def _end_follower(self, container_id: str) -> None:
         self._log_paths.pop(container_id, None)

@@ -18,7 +18,6 @@ import errno
 import logging
 import os
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from modelyard.runtimes.base import (
     StartedEngine,
     refuse_gangs,
 )
+from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.redacted_output import start_redactor
 
@@ -66,13 +66,13 @@ _POLL_INTERVAL_SECONDS = 0.05
 _KILL_WAIT_POLLS = 100
 
 
+# The key of this host's ports in a runtime's ``PortBook``.
+THIS_HOST = "this host"
+
+
 def free_port(host: str) -> int:
     """A port nothing listens on now (the engine binds it a moment later)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return pick_port(host, None, where=THIS_HOST)
 
 
 def reachable_host(bind_host: str) -> str:
@@ -135,7 +135,10 @@ def _launch_error(error: OSError | ValueError, program: str) -> EngineStartFaile
 class ProcessRuntime:
     """Starts engines with ``subprocess.Popen``; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, engine_ports: PortRange | None = None) -> None:
+        # ``serve --engine-ports``: every engine port on this host from this range.
+        self._engine_ports = engine_ports
+        self._ports = PortBook()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # Each redacting relay by its engine's pid, waited for once the engine is gone.
         self._redactors: dict[int, subprocess.Popen[bytes]] = {}
@@ -153,7 +156,8 @@ class ProcessRuntime:
         return []
 
     async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
-        port = free_port(worker_host)
+        port = pick_port(worker_host, self._engine_ports, held=self._ports.held(THIS_HOST), where=THIS_HOST)
+        self._ports.hold(THIS_HOST, port)
         return EngineAddress(
             bind_host=worker_host, port=port, reach_host=reachable_host(worker_host), reach_port=port
         )
@@ -205,7 +209,9 @@ class ProcessRuntime:
         except psutil.NoSuchProcess:
             start_time = 0.0
         logger.info("started engine pid %s: %s", child.pid, argv[0])
-        return StartedEngine(handle=process_handle(child.pid, start_time), command=argv)
+        handle = process_handle(child.pid, start_time)
+        self._ports.claim(THIS_HOST, spec.address.port, handle.id)
+        return StartedEngine(handle=handle, command=argv)
 
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
         return self._exit_status(*_parse_handle(handle))
@@ -299,6 +305,7 @@ class ProcessRuntime:
                     break
                 await asyncio.sleep(_POLL_INTERVAL_SECONDS)
         await asyncio.to_thread(self._reap, pid)
+        self._ports.release(handle.id)
 
     def _reap(self, pid: int) -> None:
         """Wait for our launcher child, so that no zombie is left (its group is gone by now)."""

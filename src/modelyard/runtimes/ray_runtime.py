@@ -10,7 +10,9 @@ by memory, not by Ray: the bundles hold a sliver of CPU only, so that two engine
 GPU.
 
 - The engine listens on its node's address (``allocate_address`` asks a task on that node for a
-  free port); the gateway reaches it there.
+  free port, inside the node's ``modelyard.io/engine-ports`` range when it has one:
+  ``worker join --engine-ports``, ``serve --engine-ports`` for the head); the gateway reaches it
+  there.
 - Logs: every rank's output is copied into the per-start log (``ray_logs.py``).
 - ``exit_status``: the first rank that ended, or a supervisor that is gone (its node left the
   cluster); the controller then stops the whole gang and starts it again.
@@ -42,6 +44,13 @@ from modelyard.runtimes.base import (
     RuntimeKind,
     SignalTarget,
     StartedEngine,
+)
+from modelyard.runtimes.engine_ports import (
+    ENGINE_PORTS_LABEL,
+    NoFreeEnginePort,
+    PortBook,
+    PortRange,
+    parse_port_range,
 )
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
@@ -75,7 +84,14 @@ def _status_of(raw: tuple[int | None, int | None] | list[int | None] | None) -> 
 class RayRuntime:
     """See the module docstring. The process must be connected (``ray_connection.connect``)."""
 
-    def __init__(self, *, placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS,
+        local_engine_ports: PortRange | None = None,
+    ) -> None:
+        """``local_engine_ports``: the range of the server's own node when its node has no
+        ``modelyard.io/engine-ports`` label (a head started elsewhere, ``--ray-address``)."""
         require_ray()
         import ray
 
@@ -88,6 +104,10 @@ class RayRuntime:
         self._exited: dict[str, ExitStatus] = {}
         # The actors of the gangs this runtime started or resumed (handle id -> one per rank).
         self._gangs: dict[str, list[Any]] = {}
+        self._local_engine_ports = local_engine_ports
+        # Ports handed to starts, by node id; one allocation at a time per node.
+        self._ports = PortBook()
+        self._port_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def kind(self) -> RuntimeKind:
@@ -108,29 +128,55 @@ class RayRuntime:
 
     async def node_address(self, node_id: str | None) -> str:
         """The address of ``node_id`` (this process's node when None), as Ray knows it."""
+        return str((await self._node(node_id))["NodeManagerAddress"])
+
+    async def _node(self, node_id: str | None) -> dict[str, Any]:
         wanted = node_id or local_node_id()
         nodes = await asyncio.to_thread(self._ray.nodes)
         for node in nodes:
             if node.get("NodeID") == wanted and node.get("Alive"):
-                return str(node["NodeManagerAddress"])
+                return dict(node)
         raise EngineStartFailed(
             f"Ray node {wanted[:12]} is not in the cluster (or not alive)",
             hint="see `modelyard workers`; the instance is placed again on another worker",
         )
 
+    def _engine_ports(self, node: dict[str, Any]) -> PortRange | None:
+        """The node's engine port range: its label, else (the server's own node) the server's."""
+        label = (node.get("Labels") or {}).get(ENGINE_PORTS_LABEL)
+        if label:
+            return parse_port_range(str(label), f"the node label {ENGINE_PORTS_LABEL}")
+        return self._local_engine_ports if node.get("NodeID") == local_node_id() else None
+
     async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
-        node_host = await self.node_address(node_id)
+        node = await self._node(node_id)
+        wanted = str(node["NodeID"])
+        node_host = str(node["NodeManagerAddress"])
+        name = str((node.get("Labels") or {}).get(WORKER_LABEL) or node_host)
         bind_host = worker_host if worker_host in WILDCARD_HOSTS else node_host
-        task = self._port_task.options(
-            scheduling_strategy=self._node_strategy(node_id or local_node_id()), num_cpus=0
-        )
-        try:
-            port: int = await asyncio.wait_for(task.remote(bind_host), ACTOR_CALL_TIMEOUT_SECONDS)
-        except (TimeoutError, self._ray.exceptions.RayError) as error:
-            raise EngineStartFailed(
-                f"cannot find a free port on Ray node {node_host}: {error}",
-                hint="check that the worker is alive (`modelyard workers`)",
-            ) from error
+        ports = self._engine_ports(node)
+        task = self._port_task.options(scheduling_strategy=self._node_strategy(wanted), num_cpus=0)
+        async with self._port_locks.setdefault(wanted, asyncio.Lock()):
+            held = sorted(self._ports.held(wanted))
+            try:
+                port: int | None = await asyncio.wait_for(
+                    task.remote(bind_host, None if ports is None else (ports.first, ports.last), held),
+                    ACTOR_CALL_TIMEOUT_SECONDS,
+                )
+            except (TimeoutError, self._ray.exceptions.RayError) as error:
+                raise EngineStartFailed(
+                    f"cannot find a free port on Ray node {node_host}: {error}",
+                    hint="check that the worker is alive (`modelyard workers`)",
+                ) from error
+            if port is None:
+                assert ports is not None
+                raise NoFreeEnginePort(
+                    f"no free engine port in {ports} on worker {name}: {ports.size} in use; widen "
+                    "--engine-ports",
+                    hint=f"a wider range for {name} (worker join --engine-ports; serve --engine-ports "
+                    "on the server's host), open in the firewall, or stop a deployment there",
+                )
+            self._ports.hold(wanted, port)
         return EngineAddress(bind_host=bind_host, port=port, reach_host=node_host, reach_port=port)
 
     async def node_names(self) -> dict[str, str]:
@@ -200,6 +246,7 @@ class RayRuntime:
         copier = RankLogCopier(actors, spec.log_path, secrets=spec.secrets)
         copier.start()
         handle = name.handle()
+        self._ports.claim(rank0_node, spec.address.port, handle.id)
         self._copiers[handle.id] = copier
         self._gangs[handle.id] = actors
         self._exited.pop(handle.id, None)
@@ -393,6 +440,7 @@ class RayRuntime:
         await self._call_all([actor.forget_log.remote() for actor in actors])
         await self._remove_gang(name)
         self._gangs.pop(handle.id, None)
+        self._ports.release(handle.id)
 
     async def _remove_gang(self, name: GangName) -> None:
         """Kill the gang's actors and remove its placement group; wait until their names are free."""

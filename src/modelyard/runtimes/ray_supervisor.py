@@ -20,13 +20,13 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from modelyard.runtimes.base import EngineIdentity
+from modelyard.runtimes.engine_ports import NoFreeEnginePort, PortRange, pick_port
 from modelyard.runtimes.process import ENV_OWNER, ENV_RUNTIME, identity_env
 
 ENV_RANK = "MODELYARD_RANK"
@@ -68,13 +68,15 @@ def model_directory_missing(path: str) -> str | None:
     return f"{path} does not exist" if not directory.exists() else f"{path} is not a directory"
 
 
-def free_port_on_this_node(host: str) -> int:
-    """A port nothing listens on now on this node (run as a Ray task on the node)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+def free_port_on_this_node(host: str, ports: tuple[int, int] | None, held: list[int]) -> int | None:
+    """A port nothing listens on now on this node (run as a Ray task on the node): any without
+    ``ports``, else the first of that range (both ends included) not in ``held``; None when the
+    range is full."""
+    chosen = None if ports is None else PortRange(*ports)
+    try:
+        return pick_port(host, chosen, held=set(held), where="this node")
+    except NoFreeEnginePort:
+        return None
 
 
 class EngineSupervisor:

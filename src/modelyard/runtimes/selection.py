@@ -56,5 +56,6 @@ class RuntimeSet:
             network=network,
             shm_size=settings.docker_shm_size,
             extra_volumes=tuple(parse_volume(volume) for volume in settings.docker_volumes),
+            engine_ports=settings.engine_ports,
         )
-        return cls(process=ProcessRuntime(), docker=DockerRuntime(options))
+        return cls(process=ProcessRuntime(engine_ports=settings.engine_ports), docker=DockerRuntime(options))

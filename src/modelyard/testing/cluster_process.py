@@ -112,11 +112,15 @@ class JoinedCluster:
         labels: dict[str, str] | None = None,
         *,
         hidden: Path | None = None,
+        arguments: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> JoinedWorker:
         """``modelyard worker join HEAD --token-file ... --name NAME`` with this node's GPUs.
 
         ``hidden``: a folder this host does not have (an empty tmpfs over it, in a mount
-        namespace of the join's own: root only), as a host without the model directory."""
+        namespace of the join's own: root only), as a host without the model directory.
+        ``arguments``: more options of the join (``--engine-ports A-B``); ``env``: more of its
+        environment (``DOCKER_HOST`` pointing nowhere: a host whose Docker does not answer)."""
         nvml_file = self.root / f"nvml-{name}.json"
         nvml_file.write_text(json.dumps({"driver_version": "580.95.05", "gpus": gpus}))
         log_path = self.root / f"join-{name}.log"
@@ -127,6 +131,7 @@ class JoinedCluster:
             **self.server.environment(),
             "PYTHONPATH": f"{NVML_DOUBLE_FOLDER}{os.pathsep}{SOURCE_FOLDER}",
             "MODELYARD_NVML_DOUBLE": str(nvml_file),
+            **(env or {}),
         }
         started_at = time.monotonic()
         with log_path.open("wb") as log_file:
@@ -144,6 +149,7 @@ class JoinedCluster:
                     "--name",
                     name,
                     *label_arguments,
+                    *arguments,
                 ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

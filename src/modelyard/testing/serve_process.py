@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from modelyard.runtimes.engine_ports import PortRange, pick_port
 from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 
 START_SECONDS = 120.0
@@ -35,6 +36,17 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def free_port_window(size: int, start: int = 20000) -> PortRange:
+    """``size`` consecutive ports that nothing listens on on 127.0.0.1, from ``start`` on (below the
+    kernel's ephemeral ports, 32768 and up, and above Ray's worker ports, 10002-19999)."""
+    for first in range(start, 32768 - size, size):
+        window = PortRange(first, first + size - 1)
+        ports = range(window.first, window.last + 1)
+        if all(pick_port("127.0.0.1", PortRange(port, port), where="test") == port for port in ports):
+            return window
+    raise AssertionError(f"no {size} free consecutive ports from {start} on")
 
 
 def wait_until(condition: Callable[[], bool], seconds: float, what: str, interval: float = 0.1) -> None:

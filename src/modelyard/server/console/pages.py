@@ -76,6 +76,11 @@ async def deployment(
     return await _page(request, context, "deployment.html", f"Deployment {name}", "deployments", name=name)
 
 
+@router.get("/workers")
+async def workers(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "workers.html", "Workers", "workers")
+
+
 def _console_key(context: ServerContext) -> str:
     with context.database.session() as session:
         key, created = ensure_console_key(session, console_key_file(context.settings.data_dir))

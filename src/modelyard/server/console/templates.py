@@ -29,6 +29,7 @@ NAVIGATION: tuple[tuple[str, str, str], ...] = (
     ("models", "/models", "Models"),
     ("backends", "/backends", "Backends"),
     ("deployments", "/deployments", "Deployments"),
+    ("workers", "/workers", "Workers"),
     ("playground", "/playground", "Playground"),
     ("benchmarks", "/benchmarks", "Benchmarks"),
     ("keys", "/keys", "API keys"),
