@@ -39,13 +39,16 @@ def _finish(client: ApiClient, task: dict[str, Any], no_wait: bool, as_json: boo
         print_json(task)
 
 
+def _hash_shown(file: dict[str, Any]) -> str:
+    if file.get("sha256"):
+        return "sha256"
+    return "git blob id" if file.get("git_blob_id") else "none: size only (unverified)"
+
+
 def _print_plan(plan: dict[str, Any]) -> None:
     print_table(
         ["FILE", "SIZE", "HASH"],
-        [
-            [file["path"], format_bytes(file["size"]), "sha256" if file["sha256"] else "git blob id"]
-            for file in plan["files"]
-        ],
+        [[file["path"], format_bytes(file["size"]), _hash_shown(file)] for file in plan["files"]],
     )
     stdout.print(
         f"{plan['source']} at {plan['commit'] or plan['revision']}: {len(plan['files'])} files, "
