@@ -69,6 +69,11 @@ class Faults:
         with self._lock:
             self._hashless.add(path)
 
+    def reveal_hash(self, path: str) -> None:
+        """Undo ``hide_hash`` (for a double shared by several tests)."""
+        with self._lock:
+            self._hashless.discard(path)
+
     def hides_hash(self, path: str) -> bool:
         with self._lock:
             return path in self._hashless
