@@ -84,7 +84,10 @@ def pull(
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the task is queued."),
     as_json: bool = typer.Option(False, "--json", help="Print the task (or the plan) as JSON."),
 ) -> None:
-    """Download a model from Hugging Face or ModelScope, every file checked against the hub's hash."""
+    """Download a model from Hugging Face or ModelScope, each file checked against the hub's hash.
+
+    A file the hub gives no hash for is checked by size only, and the model is then unverified.
+    """
     client = ApiClient.from_context(ctx)
     body = {
         "source": source,
