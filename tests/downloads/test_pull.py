@@ -22,7 +22,7 @@ def test_pull_then_deploy(
     result = server.cli("models", "pull", SOURCE)
     assert result.exit_code == 0, result.output
     assert f"pull task 1: {SOURCE} at {repository.commit[:12]}" in result.stderr
-    assert "pull task 1 completed" in result.stderr and "every SHA-256 checked" in result.stderr
+    assert "pull task 1 completed" in result.stderr and "files checked by SHA-256, " in result.stderr
     assert "deploy it with: modelyard deploy tiny-qwen3" in result.stdout
     model = server.api("GET", "/models/tiny-qwen3").json()
     assert model["state"] == "valid", model

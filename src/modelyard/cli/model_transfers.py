@@ -39,13 +39,16 @@ def _finish(client: ApiClient, task: dict[str, Any], no_wait: bool, as_json: boo
         print_json(task)
 
 
+def _hash_shown(file: dict[str, Any]) -> str:
+    if file.get("sha256"):
+        return "sha256"
+    return "git blob id" if file.get("git_blob_id") else "none: size only (unverified)"
+
+
 def _print_plan(plan: dict[str, Any]) -> None:
     print_table(
         ["FILE", "SIZE", "HASH"],
-        [
-            [file["path"], format_bytes(file["size"]), "sha256" if file["sha256"] else "git blob id"]
-            for file in plan["files"]
-        ],
+        [[file["path"], format_bytes(file["size"]), _hash_shown(file)] for file in plan["files"]],
     )
     stdout.print(
         f"{plan['source']} at {plan['commit'] or plan['revision']}: {len(plan['files'])} files, "
@@ -81,7 +84,10 @@ def pull(
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the task is queued."),
     as_json: bool = typer.Option(False, "--json", help="Print the task (or the plan) as JSON."),
 ) -> None:
-    """Download a model from Hugging Face or ModelScope, every file checked against the hub's hash."""
+    """Download a model from Hugging Face or ModelScope, each file checked against the hub's hash.
+
+    A file the hub gives no hash for is checked by size only, and the model is then unverified.
+    """
     client = ApiClient.from_context(ctx)
     body = {
         "source": source,

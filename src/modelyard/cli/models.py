@@ -125,6 +125,9 @@ def _files_fields(model: dict[str, Any]) -> list[tuple[str, Any]]:
         fields.append(
             ("files", f"{format_bytes(model.get('downloaded_bytes'))} of {format_bytes(model['size_bytes'])}")
         )
+    verification = model.get("verification")
+    if verification:
+        fields.append(("checked", verification["summary"]))
     if files.get("task"):
         task = files["task"]
         fields.append(("task", f"{task['id']} ({task['kind']}, {task['state']}): {task['reason']}"))

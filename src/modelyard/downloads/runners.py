@@ -30,6 +30,7 @@ from modelyard.hub.files import RemoteFile, RepoListing
 from modelyard.hub.manifest import Manifest, ManifestFile, build_manifest
 from modelyard.hub.reference import ModelReference, parse_model_reference
 from modelyard.hub.transfer import StopSignal, TransferFailed, TransferStopped
+from modelyard.hub.verification import UNVERIFIED
 from modelyard.modeldir import inspect_model_directory
 from modelyard.store.database import Database
 from modelyard.store.tables import ModelFile
@@ -60,20 +61,23 @@ def _apply_inspection(record: ModelFile, directory: Path, manifest: Manifest) ->
     report = inspect_model_directory(directory)
     record.state = "valid" if report.valid else "invalid"
     record.reasons = report.reasons
+    verification = manifest.verification
+    if report.valid and verification is not None and not verification.verified:
+        record.state, record.reasons = UNVERIFIED, [verification.reason()]
     record.architecture = report.architecture
     record.model_type = report.model_type
     record.dtype = report.dtype
     record.parameter_count = report.parameter_count
     record.size_bytes = manifest.size_bytes
     record.details = {**report.to_json(), "manifest": manifest.to_json()}
+    if verification is not None:
+        record.details["verification"] = verification.to_json()
 
 
-def _manifest_of(files: list[dict[str, Any]], hashes: dict[str, str], source: str) -> Manifest:
+def _manifest_of(files: list[RemoteFile], hashes: dict[str, str], source: str) -> Manifest:
+    """The manifest of a pull: every file's size, the SHA-256 of what arrived, and how it was checked."""
     return Manifest(
-        files=[
-            ManifestFile(str(entry["path"]), int(entry["size"]), hashes[str(entry["path"])])
-            for entry in files
-        ],
+        files=[ManifestFile(file.path, file.size, hashes[file.path], file.check) for file in files],
         source=source,
     )
 
@@ -104,7 +108,7 @@ def _pull(
         verified=verified,
     )
     pinned = ModelReference(reference.hub, reference.repo_id, listing.revision)
-    manifest = _manifest_of(task.files, hashes, str(pinned))
+    manifest = _manifest_of(files, hashes, str(pinned))
     with database.session() as session:
         record = session.scalar(select(ModelFile).where(ModelFile.name == task.model_name))
         if record is None:
@@ -115,7 +119,11 @@ def _pull(
         record.downloaded_bytes = manifest.size_bytes
         state = record.state
         session.commit()
-    summary = f"{len(files)} files, {format_size(manifest.size_bytes)}, every SHA-256 checked"
+    verification = manifest.verification
+    assert verification is not None  # a pull records every file's check
+    summary = f"{len(files)} files, {format_size(manifest.size_bytes)}: {verification.sentence()}"
+    if state == UNVERIFIED:
+        return f"{summary}; the model is unverified (see models show)"
     return summary if state == "valid" else f"{summary}; but the directory is not servable (see models show)"
 
 
@@ -146,7 +154,12 @@ def _import(
         session.add(record)
         session.commit()
     size = format_size(manifest.size_bytes)
-    return f"{len(manifest.files)} files, {size}, every SHA-256 checked against the bundle"
+    summary = f"{len(manifest.files)} files, {size}, every SHA-256 checked against the bundle"
+    verification = manifest.verification
+    if verification is not None and not verification.verified:
+        unverified = len(verification.unverified_files)
+        summary += f"; {unverified} of them had no hash from the hub when pulled: the model is unverified"
+    return summary
 
 
 def _export(

@@ -24,6 +24,11 @@ from modelyard.errors import InvalidInput
 from modelyard.hub.reference import ModelReference
 
 HashKind = Literal["sha256", "git-sha1"]
+# How a downloaded file was checked against the hub, as the manifest and the API say it:
+# its SHA-256, its git blob id (a SHA-1 of the blob, for small files kept in git), or only its
+# size (the hub gave no hash: such a file is unverified).
+CheckKind = Literal["sha256", "git-blob-id", "size"]
+CHECK_KINDS: tuple[CheckKind, ...] = ("sha256", "git-blob-id", "size")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -53,6 +58,14 @@ class RemoteFile:
         if self.git_blob_id:
             return "git-sha1", self.git_blob_id
         return None
+
+    @property
+    def check(self) -> CheckKind:
+        """How this file is checked when it arrives: by the strongest hash the hub gave, else by size."""
+        expected = self.expected_hash
+        if expected is None:
+            return "size"
+        return "sha256" if expected[0] == "sha256" else "git-blob-id"
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "size": self.size, "sha256": self.sha256, "git_blob_id": self.git_blob_id}

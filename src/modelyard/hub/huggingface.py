@@ -29,6 +29,7 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
@@ -40,6 +41,7 @@ from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 from modelyard import __version__
 from modelyard.errors import Forbidden, HubUnavailable, NotFound
 from modelyard.hub.files import RemoteFile, RepoListing, check_remote_path, hash_from_etag, normalise_hash
+from modelyard.hub.identifiers import REPO_ID_RULE, InvalidModelReference
 from modelyard.hub.reference import HF_DEFAULT_ENDPOINT, ModelReference
 from modelyard.hub.source import FileRequest
 
@@ -94,6 +96,11 @@ class HuggingFaceSource:
                 f"no repository {reference.repo_id!r} on {self.endpoint}",
                 hint="check the name; a private repository needs a token (HF_TOKEN) "
                 "in the server's environment",
+            ) from error
+        except HFValidationError as error:
+            # parse_model_reference refuses what huggingface_hub would; this is the second line.
+            raise InvalidModelReference(
+                f"huggingface_hub refused {reference}: {error}", hint=REPO_ID_RULE
             ) from error
         except OfflineModeIsEnabled as error:
             raise HubUnavailable(f"cannot {what} {reference}: {error}") from error

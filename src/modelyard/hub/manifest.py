@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from modelyard.errors import InvalidInput
 from modelyard.hub.download import PARTIAL_FOLDER
-from modelyard.hub.files import check_remote_path
+from modelyard.hub.files import CHECK_KINDS, CheckKind, check_remote_path
 from modelyard.hub.hashing import digest_file
+from modelyard.hub.verification import Verification
 
 MANIFEST_FORMAT = "modelyard-model-manifest/1"
 
@@ -34,9 +35,15 @@ class ManifestFile:
     path: str
     size: int
     sha256: str
+    # How the file was checked against its hub when it was pulled (``verification.py``); None
+    # for a local directory's files and for manifests written before this was recorded.
+    check: CheckKind | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+        data: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        if self.check is not None:
+            data["check"] = self.check
+        return data
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,11 @@ class Manifest:
     @property
     def size_bytes(self) -> int:
         return sum(file.size for file in self.files)
+
+    @property
+    def verification(self) -> Verification | None:
+        """How the files were checked against their hub; None when that was not recorded."""
+        return Verification.from_checks({file.path: file.check for file in self.files})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +116,8 @@ class Manifest:
             if path in seen:
                 raise InvalidInput(f"{where} lists {path} twice")
             seen.add(path)
-            files.append(ManifestFile(path=path, size=size, sha256=sha256.lower()))
+            check = next((kind for kind in CHECK_KINDS if kind == entry.get("check")), None)
+            files.append(ManifestFile(path=path, size=size, sha256=sha256.lower(), check=check))
         facts = data.get("facts") if isinstance(data.get("facts"), dict) else {}
         return cls(files=files, source=str(data.get("source") or "local"), facts=dict(facts or {}))
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from modelyard.errors import InvalidInput
+from modelyard.hub.identifiers import REPO_ID_RULE, InvalidModelReference, check_repo_id, check_revision
 
 HubName = Literal["huggingface", "modelscope"]
 
@@ -23,11 +23,6 @@ HUB_TITLES: dict[HubName, str] = {"huggingface": "Hugging Face", "modelscope": "
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 MODELSCOPE_DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 
-# Both hubs name repositories ORG/NAME with letters, digits and - _ . (Hugging Face allows 96 characters).
-_REPO_PART = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}"
-_REPO_ID = re.compile(rf"^{_REPO_PART}/{_REPO_PART}$")
-# A branch, tag or commit: no spaces, no "..", nothing a URL would need to escape beyond "/".
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$")
 _WEB_ADDRESSES = {
     "huggingface.co": "hf",
     "hf.co": "hf",
@@ -59,38 +54,41 @@ class ModelReference:
 
 
 def _suggest_scheme(text: str) -> str | None:
-    match = re.match(r"^https?://([^/]+)/(?:models/)?([^/]+/[^/?#]+)", text)
+    """``hf://ORG/NAME`` for a hub page's address (``https://huggingface.co/ORG/NAME/tree/main``)."""
+    match = re.match(r"^(?:https?://)?([^/]+)/(?:models/)?([^/@?#]+/[^/@?#]+)", text)
     if match and match.group(1).lower() in _WEB_ADDRESSES:
         return f"{_WEB_ADDRESSES[match.group(1).lower()]}://{match.group(2)}"
     return None
 
 
 def parse_model_reference(text: str) -> ModelReference:
-    """Parse ``hf://ORG/NAME[@REVISION]`` or ``ms://ORG/NAME[@REVISION]``, else raise ``InvalidInput``."""
+    """Parse ``hf://ORG/NAME[@REVISION]`` or ``ms://ORG/NAME[@REVISION]``; raise
+    ``InvalidModelReference`` (an ``InvalidInput``, 400) naming what is wrong and what to write.
+
+    Nothing here asks a hub: every id that passes is one ``huggingface_hub`` accepts too."""
     value = text.strip()
     scheme, separator, rest = value.partition("://")
     if not separator or scheme.lower() not in SCHEMES:
         suggestion = _suggest_scheme(value)
         if suggestion:
             hint = f"write it as {suggestion}"
-        elif re.match(rf"^{_REPO_PART}/{_REPO_PART}(@.*)?$", value):
+        elif re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@.*)?$", value):
             hint = f"say which hub: hf://{value} (Hugging Face) or ms://{value} (ModelScope)"
         else:
             hint = (
                 "write hf://ORG/NAME[@REVISION] or ms://ORG/NAME[@REVISION]; "
                 "a local directory is `models add PATH`"
             )
-        raise InvalidInput(f"{text!r} is not a model reference", hint=hint)
+        raise InvalidModelReference(f"{text!r} is not a model reference", hint=hint)
+    prefix = scheme.lower()
+    if "://" in rest or _suggest_scheme(rest):
+        suggestion = _suggest_scheme(rest.partition("://")[2] or rest)
+        raise InvalidModelReference(
+            f"{text!r} is not a model reference: after {prefix}:// comes a repository id, not an address",
+            hint=f"write it as {suggestion}" if suggestion else REPO_ID_RULE,
+        )
     repo_id, at, revision = rest.partition("@")
-    repo_id = repo_id.strip("/")
-    if not _REPO_ID.match(repo_id):
-        raise InvalidInput(
-            f"{repo_id!r} in {text!r} is not a repository id",
-            hint="a repository id is ORG/NAME of letters, digits and - _ . (e.g. Qwen/Qwen3-8B)",
-        )
-    if at and not _REVISION.match(revision):
-        raise InvalidInput(
-            f"revision {revision!r} in {text!r} is not a branch, tag or commit",
-            hint="write ORG/NAME@main, ORG/NAME@v1.0 or ORG/NAME@<commit sha>",
-        )
-    return ModelReference(hub=SCHEMES[scheme.lower()], repo_id=repo_id, revision=revision if at else None)
+    check_repo_id(repo_id, text, prefix)
+    if at:
+        check_revision(revision, text)
+    return ModelReference(hub=SCHEMES[prefix], repo_id=repo_id, revision=revision if at else None)

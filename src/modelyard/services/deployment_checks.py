@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.hub.verification import UNVERIFIED, shown_paths
 from modelyard.runtimes.base import Mount
 from modelyard.store.tables import ModelFile
 
@@ -44,6 +45,29 @@ def gpus_of_one_replica(
     if gpu_ids:
         return [gpu for gpu in inventory.gpus if gpu.index in gpu_ids]
     return inventory.gpus[:gpus_per_replica] if gpus_per_replica else []
+
+
+def unverified_model_findings(model: ModelFile) -> list[Finding]:
+    """A warning when the model has files no hash was checked for (``hub/verification.py``): the
+    deployment goes ahead, and says so."""
+    from modelyard.doctor.findings import Finding, Severity
+
+    if model.state != UNVERIFIED:
+        return []
+    verification = (model.details or {}).get("verification") or {}
+    files = [str(path) for path in verification.get("unverified_files") or []]
+    return [
+        Finding(
+            "model.unverified-files",
+            Severity.WARNING,
+            f"model {model.name!r} is unverified: {len(files)} of its files were checked only by "
+            f"size, the hub gave no hash for them ({shown_paths(files)}); a damaged or altered byte "
+            "in them would not have been seen",
+            fix="pull it again from a hub that lists SHA-256 for every file (the official hub rather "
+            "than a mirror), or compare these files with hashes the publisher gives",
+            details={"unverified_files": files},
+        )
+    ]
 
 
 def _host_findings(
@@ -133,6 +157,7 @@ def run_preflight(
 
         workers, problems = worker_model_check(model.path)
         findings += worker_model_findings(model.path, workers, problems)
+    findings += unverified_model_findings(model)
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:
         first = errors[0]

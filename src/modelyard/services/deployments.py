@@ -43,7 +43,7 @@ from modelyard.services.deployment_secrets import (
     shown_env,
 )
 from modelyard.services.instances import instance_to_json
-from modelyard.services.model_files import file_problems, get_model
+from modelyard.services.model_files import DEPLOYABLE_MODEL_STATES, file_problems, get_model
 from modelyard.services.names import check_name, commit_new
 from modelyard.store.secret_box import SecretBox
 from modelyard.store.tables import Deployment, ModelFile, utc_now
@@ -145,7 +145,7 @@ def _usable_model(session: Session, name: str) -> ModelFile:
             "it cannot be deployed until every file is downloaded and verified",
             hint=f"wait for it: modelyard models show {name}; modelyard tasks list",
         )
-    if model.state != "valid":
+    if model.state not in DEPLOYABLE_MODEL_STATES:
         reasons = "; ".join(model.reasons) or model.state
         raise InvalidModelDirectory(
             f"model {name!r} is {model.state}: {reasons}",

@@ -16,9 +16,13 @@ from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hub.manifest import FileProblem, Manifest, check_files
+from modelyard.hub.verification import UNVERIFIED
 from modelyard.modeldir import ModelDirectoryReport, inspect_model_directory
 from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import Deployment, ModelFile, ModelTask
+
+# Models a deployment may use: ``unverified`` ones (a file the hub gave no hash for) with a warning.
+DEPLOYABLE_MODEL_STATES = ("valid", UNVERIFIED)
 
 
 def inspect_directory(path: Path) -> ModelDirectoryReport:
@@ -43,6 +47,8 @@ def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> di
         "repo_id": record.repo_id,
         "revision": record.revision,
         "downloaded_bytes": record.downloaded_bytes,
+        # How the files were checked against their hub (pulled and imported models), else None.
+        "verification": (record.details or {}).get("verification"),
         "details": record.details,
         "created_at": record.created_at.isoformat(),
     }

@@ -29,7 +29,7 @@ from modelyard.hub.download import PARTIAL_FOLDER, bytes_on_disk
 from modelyard.hub.files import RemoteFile, RepoListing, select_files
 from modelyard.hub.manifest import Manifest, directory_files
 from modelyard.hub.reference import ModelReference, parse_model_reference
-from modelyard.services.model_files import get_model, stored_manifest
+from modelyard.services.model_files import DEPLOYABLE_MODEL_STATES, get_model, stored_manifest
 from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import ModelFile, ModelTask
 
@@ -238,9 +238,10 @@ def create_import_task(
 def create_export_task(session: Session, name: str, archive: str, options: DownloadOptions) -> ModelTask:
     """Check the model (valid, files in place), the archive path and the disk; queue the export."""
     model = get_model(session, name)
-    if model.state != "valid":
+    if model.state not in DEPLOYABLE_MODEL_STATES:
         raise Conflict(
-            f"model {name!r} is {model.state}: only a complete, valid model can be exported",
+            f"model {name!r} is {model.state}: only a complete, servable model can be exported "
+            "(an unverified one stays unverified where its bundle is imported)",
             hint="see `modelyard models show " + name + "`",
         )
     archive_path = _absolute(archive, "archive")

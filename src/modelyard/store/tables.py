@@ -103,9 +103,12 @@ class ModelFile(Base):
     """Model weights on disk, registered by path (``source="local"``) or, later, fetched from a hub.
 
     ``state`` is one of ``valid``, ``invalid`` (``reasons`` says why) or, for hub downloads,
-    ``downloading`` with ``downloaded_bytes`` / ``size_bytes`` as progress, and ``incomplete``
-    when the download failed or was cancelled (``reasons`` names the files). A pulled or imported
-    model keeps its manifest (every file, size, SHA-256) in ``details["manifest"]``.
+    ``downloading`` with ``downloaded_bytes`` / ``size_bytes`` as progress, ``incomplete``
+    when the download failed or was cancelled (``reasons`` names the files), and ``unverified``:
+    servable, but a file the hub gave no hash for was checked by its size only (``reasons`` names
+    the files; a deployment warns). A pulled or imported model keeps its manifest (every file,
+    size, SHA-256 and how it was checked against the hub) in ``details["manifest"]`` and the
+    counts in ``details["verification"]``.
     """
 
     __tablename__ = "model_files"

@@ -12,6 +12,13 @@ its bytes (``times``; None: every request):
 - ``throttle(path, bytes_per_second)``: send it no faster than that (for demos of the progress
   display; tests wait on events, never on a slow hub).
 
+One fault changes what the hub says of a file rather than how it sends it, for every request:
+
+- ``hide_hash(path)``: the hub gives no hash for the file. On the Hugging Face double, a mirror's
+  listing with only the size (no ``lfs``, no ``blobId``) and no ``ETag`` / ``X-Linked-Etag`` on
+  ``resolve/`` or the CDN; on the ModelScope double, a listing entry without ``Sha256`` (and a
+  download without ``ETag``).
+
 Usage::
 
     hold = hub.faults.hold_after("model-00002-of-00002.safetensors", 100_000)
@@ -55,6 +62,21 @@ class Fault:
 class Faults:
     _faults: list[Fault] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _hashless: set[str] = field(default_factory=set)
+
+    def hide_hash(self, path: str) -> None:
+        """From now on the hub gives no hash for ``path``: its listing and headers carry none."""
+        with self._lock:
+            self._hashless.add(path)
+
+    def reveal_hash(self, path: str) -> None:
+        """Undo ``hide_hash`` (for a double shared by several tests)."""
+        with self._lock:
+            self._hashless.discard(path)
+
+    def hides_hash(self, path: str) -> bool:
+        with self._lock:
+            return path in self._hashless
 
     def _add(self, fault: Fault) -> Fault:
         with self._lock:

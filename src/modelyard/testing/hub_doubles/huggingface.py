@@ -87,7 +87,9 @@ class _HubHandler(DoubleRequestHandler):
         siblings: list[dict[str, Any]] = []
         for file in repository.files.values():
             sibling: dict[str, Any] = {"rfilename": file.path}
-            if blobs:
+            if blobs and self.hub.faults.hides_hash(file.path):
+                sibling["size"] = file.size  # a mirror's listing: the size, no hash
+            elif blobs:
                 sibling.update(size=file.size, blobId=file.git_blob_id)
                 if file.lfs:
                     sibling["lfs"] = {
@@ -126,19 +128,23 @@ class _HubHandler(DoubleRequestHandler):
         if served is None:
             self.send_json(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"})
             return
+        hashless = self.hub.faults.hides_hash(served.path)
         if served.lfs:
-            self.send_empty(
-                302,
-                {
-                    "Location": f"{self.hub.cdn_url}/lfs/{served.sha256}?repo={repository.repo_id}",
-                    "X-Linked-Etag": f'"{served.sha256}"',
-                    "X-Linked-Size": str(served.size),
-                    "X-Repo-Commit": repository.commit,
-                    "ETag": f'"{served.git_blob_id}"',
-                },
-            )
+            headers = {
+                "Location": f"{self.hub.cdn_url}/lfs/{served.sha256}?repo={repository.repo_id}",
+                "X-Linked-Etag": f'"{served.sha256}"',
+                "X-Linked-Size": str(served.size),
+                "X-Repo-Commit": repository.commit,
+                "ETag": f'"{served.git_blob_id}"',
+            }
+            if hashless:
+                del headers["X-Linked-Etag"], headers["ETag"]
+            self.send_empty(302, headers)
             return
-        self.serve_file(served, {"ETag": f'"{served.git_blob_id}"', "X-Repo-Commit": repository.commit})
+        headers = {"X-Repo-Commit": repository.commit}
+        if not hashless:
+            headers["ETag"] = f'"{served.git_blob_id}"'
+        self.serve_file(served, headers)
 
 
 class _CdnHandler(DoubleRequestHandler):
@@ -158,7 +164,9 @@ class _CdnHandler(DoubleRequestHandler):
         if served is None:
             self.send_json(404, b'{"error": "no such object"}')
             return
-        self.serve_file(served, {"ETag": f'"{served.sha256}"'})
+        self.serve_file(
+            served, {} if owner.faults.hides_hash(served.path) else {"ETag": f'"{served.sha256}"'}
+        )
 
 
 class HuggingFaceHubDouble:

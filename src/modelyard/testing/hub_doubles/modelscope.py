@@ -45,7 +45,7 @@ class _ModelScopeHandler(DoubleRequestHandler):
         if rest.endswith("/repo/files"):
             repository = self._repository(owner, rest.removesuffix("/repo/files"), query)
             if repository is not None:
-                self._files(repository)
+                self._files(owner, repository)
         elif rest.endswith("/repo"):
             repository = self._repository(owner, rest.removesuffix("/repo"), query)
             if repository is None:
@@ -54,7 +54,8 @@ class _ModelScopeHandler(DoubleRequestHandler):
             if served is None:
                 self._answer(404, f"file {query.get('FilePath')!r} not found")
                 return
-            self.serve_file(served, {"ETag": f'"{served.sha256}"'})
+            hashless = owner.faults.hides_hash(served.path)
+            self.serve_file(served, {} if hashless else {"ETag": f'"{served.sha256}"'})
         else:
             self._answer(404, "not found")
 
@@ -81,28 +82,29 @@ class _ModelScopeHandler(DoubleRequestHandler):
             return None
         return repository
 
-    def _files(self, repository: RepositoryDouble) -> None:
+    def _files(self, owner: ModelScopeDouble, repository: RepositoryDouble) -> None:
         entries: list[dict[str, Any]] = []
         folders = sorted({path.rsplit("/", 1)[0] for path in repository.files if "/" in path})
         for folder in folders:
             entries.append({"Name": folder.rsplit("/", 1)[-1], "Path": folder, "Type": "tree", "Size": 0})
         for file in repository.files.values():
-            entries.append(
-                {
-                    "CommitMessage": "upload",
-                    "CommittedDate": COMMITTED_AT,
-                    "CommitterName": "modelyard-test-double",
-                    "InCheck": False,
-                    "IsLFS": file.lfs,
-                    "Mode": "33188",
-                    "Name": file.path.rsplit("/", 1)[-1],
-                    "Path": file.path,
-                    "Revision": repository.commit,
-                    "Sha256": file.sha256,
-                    "Size": file.size,
-                    "Type": "blob",
-                }
-            )
+            entry: dict[str, Any] = {
+                "CommitMessage": "upload",
+                "CommittedDate": COMMITTED_AT,
+                "CommitterName": "modelyard-test-double",
+                "InCheck": False,
+                "IsLFS": file.lfs,
+                "Mode": "33188",
+                "Name": file.path.rsplit("/", 1)[-1],
+                "Path": file.path,
+                "Revision": repository.commit,
+                "Sha256": file.sha256,
+                "Size": file.size,
+                "Type": "blob",
+            }
+            if owner.faults.hides_hash(file.path):
+                del entry["Sha256"]
+            entries.append(entry)
         self._answer(200, "success", {"Files": entries})
 
 

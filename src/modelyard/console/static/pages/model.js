@@ -5,7 +5,9 @@ const name = main().dataset.name;
 
 async function load() {
   const model = await api(`/models/${pathName(name)}`);
-  const shown = { ...model, size_bytes: formatBytes(model.size_bytes), parameter_count: formatCount(model.parameter_count) };
+  // How the files were checked against their hub, in words ("7 files checked by SHA-256, ... 1 not checked: ...").
+  const verification = model.verification ? model.verification.summary : null;
+  const shown = { ...model, verification, size_bytes: formatBytes(model.size_bytes), parameter_count: formatCount(model.parameter_count) };
   const details = shown.details ?? {};
   delete shown.details;
   replace(
