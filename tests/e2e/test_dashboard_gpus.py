@@ -22,7 +22,16 @@ from playwright.sync_api import Browser, Locator, Page, expect
 import modelyard
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
 
-from .conftest import NARROW, WIDE, Console, ConsoleServer, double_backend_yaml, new_console, serve_console
+from .conftest import (
+    NARROW,
+    WIDE,
+    Console,
+    ConsoleServer,
+    double_backend_yaml,
+    new_console,
+    serve_console,
+    wait_until,
+)
 from .pages import horizontal_overflow_px, screenshot, unlabelled_fields
 
 NVML_DOUBLE_FOLDER = Path(modelyard.__file__).resolve().parent / "testing" / "nvml_double"
@@ -189,8 +198,19 @@ def test_the_traffic_chart_says_when_there_is_no_traffic(gpu_console: Console, b
 
 
 def test_a_replica_placed_by_memory_reads_as_worker_gpus_and_memory(
-    gpu_console: Console, gpu_server: ConsoleServer, double_backend_on: str, tiny_model_dir: Path
+    gpu_console: Console,
+    gpu_server: ConsoleServer,
+    double_backend_on: str,
+    tiny_model_dir: Path,
+    nvml_file: Path,
 ) -> None:
+    # Both GPUs with room for 20 GiB (a test above fills the H200), as the server reads them.
+    write_gpus(nvml_file, [h200(37, 20_480), L40S])
+    wait_until(
+        lambda: gpu_server.api.get("/api/v1/gpus").json()["gpus"][0]["memory_used_bytes"] == 20_480 * MIB,
+        LIVE_TIMEOUT_MS / 1000,
+        "the server to read the H200 with 20 GiB used",
+    )
     added = gpu_server.api.post("/api/v1/models", json={"name": "tiny", "path": str(tiny_model_dir)})
     assert added.status_code in (201, 409), added.text
     response = gpu_server.api.post(

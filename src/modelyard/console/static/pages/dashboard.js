@@ -99,12 +99,12 @@ function clock(date) {
   return date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
 }
 
-/** A rate as a person reads it: 0.42, 3.5, 128, 12.3 k. */
+/** A rate as a person reads it: 0.42, 7.5, 128, 12.3 k. */
 function rate(value) {
   if (value >= 1000) return `${(value / 1000).toFixed(1)} k`;
   if (value >= 100) return value.toFixed(0);
-  if (value >= 10) return value.toFixed(1);
-  return value.toFixed(2).replace(/\.?0+$/, "") || "0";
+  if (value >= 1) return value.toFixed(1);
+  return value.toFixed(2);
 }
 
 /** Output tokens/s per bucket as bars over a time axis, ``widthPx`` wide (the card's width). */

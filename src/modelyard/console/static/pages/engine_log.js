@@ -50,7 +50,13 @@ export class EngineLog {
 
   async update() {
     const instance = this.selectedInstance();
-    if (!instance) return;
+    if (!instance) {
+      if ("placeholder" in this.element.dataset) {
+        delete this.element.dataset.placeholder;
+        this.element.textContent = "No instance: scale the deployment up to start one.";
+      }
+      return;
+    }
     // The starts change only when the instance starts again: ask then, not at every poll.
     const key = `${instance.id}/${instance.start_count}/${instance.log_path ?? ""}`;
     if (key !== this.startsKey) {
@@ -111,7 +117,10 @@ export class EngineLog {
   async stream() {
     const instance = this.selectedInstance();
     if (!instance?.log_path) {
-      if (!this.element.textContent) this.element.textContent = "No log yet: the engine has not been started.";
+      if (!this.element.textContent || "placeholder" in this.element.dataset) {
+        delete this.element.dataset.placeholder;
+        this.element.textContent = "No log yet: the engine has not been started.";
+      }
       return;
     }
     const start = this.startSelect.value || "current";
@@ -125,6 +134,7 @@ export class EngineLog {
     const abort = new AbortController();
     this.abort = abort;
     this.element.textContent = "";
+    delete this.element.dataset.placeholder;
     this.element.dataset.instance = String(instance.id);
     this.element.dataset.start = start;
     this.element.dataset.loaded = "false";
