@@ -52,6 +52,8 @@ class InvalidYaml(InvalidInput):
     # Where the problem is (1-based), when known: editors mark that line.
     line: int | None = None
     column: int | None = None
+    # The message without "<what> line L, column C: ", for lists that show the position beside it.
+    message_without_position: str | None = None
     # Set where every problem of a document is known: {"problems": [...]} (REST error ``details``).
     details: dict[str, object] | None = None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,16 @@ from playwright.sync_api import Browser, Locator, Page, expect
 import modelyard
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
 
-from .conftest import NARROW, WIDE, Console, ConsoleServer, new_console, serve_console
+from .conftest import (
+    NARROW,
+    WIDE,
+    Console,
+    ConsoleServer,
+    double_backend_yaml,
+    new_console,
+    serve_console,
+    wait_until,
+)
 from .pages import horizontal_overflow_px, screenshot, unlabelled_fields
 
 NVML_DOUBLE_FOLDER = Path(modelyard.__file__).resolve().parent / "testing" / "nvml_double"
@@ -78,6 +88,15 @@ def gpu_server(
     environment = {"PYTHONPATH": python_path, "MODELYARD_NVML_DOUBLE": str(nvml_file)}
     with serve_console(tmp_path_factory.mktemp("console-gpus"), hub, environment, docker=False) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def double_backend_on(gpu_server: ConsoleServer) -> str:
+    """The engine double (vLLM's flags), as an engine for GPUs, imported on the GPU server."""
+    yaml_text = double_backend_yaml().replace("custom_framework: cpu", "custom_framework: cuda")
+    response = gpu_server.api.post("/api/v1/backends/import", content=yaml_text)
+    assert response.status_code == 201, response.text
+    return str(response.json()[0]["name"])
 
 
 @pytest.fixture
@@ -164,3 +183,61 @@ def test_deploy_form_offers_the_gpus_by_index_and_name(
     page.get_by_label("Replicas", exact=True).fill("2")
     expect(verdict.get_by_role("alert")).to_contain_text("cannot serve 2 replicas")
     assert gpu_server.api.get("/api/v1/deployments").json() == []
+
+
+def test_the_traffic_chart_says_when_there_is_no_traffic(gpu_console: Console, browser: Browser) -> None:
+    """This server has had no gateway request: the chart says so, with no made-up peak."""
+    page = gpu_console.open("/")
+    chart = page.locator("#traffic-chart")
+    expect(chart).to_contain_text("No traffic in this range")
+    expect(chart).not_to_contain_text("peak")
+    expect(chart.locator("rect.bar")).to_have_count(0)
+    assert len(chart.locator(".axis-time text").all_text_contents()) >= 2, "the time axis is drawn"
+    chart.scroll_into_view_if_needed()
+    screenshot(page, "dashboard-no-traffic")
+
+
+def test_a_replica_placed_by_memory_reads_as_worker_gpus_and_memory(
+    gpu_console: Console,
+    gpu_server: ConsoleServer,
+    double_backend_on: str,
+    tiny_model_dir: Path,
+    nvml_file: Path,
+) -> None:
+    # Both GPUs with room for 20 GiB (a test above fills the H200), as the server reads them.
+    write_gpus(nvml_file, [h200(37, 20_480), L40S])
+    wait_until(
+        lambda: gpu_server.api.get("/api/v1/gpus").json()["gpus"][0]["memory_used_bytes"] == 20_480 * MIB,
+        LIVE_TIMEOUT_MS / 1000,
+        "the server to read the H200 with 20 GiB used",
+    )
+    added = gpu_server.api.post("/api/v1/models", json={"name": "tiny", "path": str(tiny_model_dir)})
+    assert added.status_code in (201, 409), added.text
+    response = gpu_server.api.post(
+        "/api/v1/deployments",
+        json={
+            "model": "tiny",
+            "name": "by-memory",
+            "backend": double_backend_on,
+            "gpus_per_replica": 1,
+            "gpu_memory": "20GiB",
+            "skip_verification": True,
+        },
+    )
+    assert response.status_code == 201, response.text
+    try:
+        gpu_server.wait_running("by-memory")
+        page = gpu_console.open("/deployments/by-memory")
+        expect(page.locator('#summary [data-field="placement_rule"]')).to_have_text(
+            "any ready worker; 20.0 GiB booked per GPU"
+        )
+        card = page.locator(".card.instance").first
+        expect(card.locator('[data-field="placement"]')).to_have_text(
+            re.compile(r"^worker \S+ \(127\.0\.0\.1\), GPU [01]$")
+        )
+        expect(card.locator('[data-field="memory_booked"]')).to_have_text("20.0 GiB per GPU")
+        expect(card).to_contain_text("--gpu-memory-utilization 0.")
+        assert "{" not in card.inner_text(), "no JSON on the card"
+        screenshot(page, "deployment-gpus", top=page.locator("#instances-heading"))
+    finally:
+        gpu_server.api.delete("/api/v1/deployments/by-memory")

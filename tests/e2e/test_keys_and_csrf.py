@@ -3,12 +3,15 @@ with the console's session but without its CSRF token is refused."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
 from playwright.sync_api import expect
 
 from .conftest import Console
+from .pages import screenshot
 
 
 def test_a_key_created_in_the_browser_works_until_revoked(console: Console, double_deployment: str) -> None:
@@ -72,3 +75,18 @@ def test_wrong_password_is_refused_and_sign_out_ends_the_session(anonymous_conso
     expect(page).to_have_url(f"{anonymous_console.server.url}/login")
     page.goto(f"{anonymous_console.server.url}/keys")
     expect(page).to_have_url(f"{anonymous_console.server.url}/login?next=/keys")
+
+
+def test_a_revoked_keys_time_is_in_a_labelled_column(console: Console) -> None:
+    created = console.server.api.post("/api/v1/keys", json={"name": "revoked-soon"})
+    assert created.status_code == 201, created.text
+    assert console.server.api.delete("/api/v1/keys/revoked-soon").status_code in (200, 204)
+    page = console.open("/keys")
+    table = page.locator("#keys table")
+    headers = [text.strip() for text in table.locator("thead th").all_inner_texts()]
+    assert all(headers), f"every column has a header: {headers}"
+    row = table.locator("tbody tr", has_text="revoked-soon")
+    cells = dict(zip(headers, [text.strip() for text in row.locator("td").all_inner_texts()], strict=True))
+    assert re.fullmatch(r"revoked \d.*\d.*", cells["state"]), cells
+    assert cells["action"] == "–", cells
+    screenshot(page, "keys-revoked")

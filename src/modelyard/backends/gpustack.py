@@ -382,4 +382,12 @@ def _by_line(problems: list[InvalidYaml]) -> list[InvalidYaml]:
 
 
 def problem_to_json(error: InvalidYaml) -> dict[str, Any]:
-    return {"line": error.line, "column": error.column, "message": error.message, "hint": error.hint}
+    """One problem for an editor: its position, and its message without that position (the
+    editor shows "line L, column C" from the fields; the message would say it again)."""
+    message = error.message_without_position if error.line is not None else None
+    return {
+        "line": error.line,
+        "column": error.column,
+        "message": message or error.message,
+        "hint": error.hint,
+    }

@@ -36,6 +36,17 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NODE_KIND = {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", yaml.ScalarNode: "a single value"}
 
 
+def positioned_error(
+    what: str, line: int, column: int | None, message: str, *, hint: str | None = None
+) -> InvalidYaml:
+    """``InvalidYaml('<what> line L, column C: <message>')`` carrying ``line``, ``column`` and the
+    message without its position (1-based; ``column`` None where only the line is known)."""
+    place = f"line {line}" + (f", column {column}" if column is not None else "")
+    error = InvalidYaml(f"{what} {place}: {message}", hint=hint)
+    error.line, error.column, error.message_without_position = line, column, message
+    return error
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "nothing"
@@ -70,8 +81,10 @@ class _BoundedLoader(yaml.SafeLoader):
         super().fetch_flow_collection_start(TokenClass)  # type: ignore[no-untyped-call]
 
     def _too_deep(self, mark: yaml.Mark) -> None:
-        raise InvalidYaml(
-            f"{self._what} line {mark.line + 1}, column {mark.column + 1}: "
+        raise positioned_error(
+            self._what,
+            mark.line + 1,
+            mark.column + 1,
             f"nested deeper than {MAXIMUM_YAML_DEPTH} levels",
             hint="a backend YAML needs a few levels; check the indentation and brackets",
         )
@@ -102,9 +115,11 @@ def _check_expansion(root: yaml.Node, what: str) -> None:
             in_progress.discard(key)
             size = 1 + sum(sizes[id(child)] for child in _children(node))
             if size > MAXIMUM_EXPANDED_NODES:
-                raise InvalidYaml(
-                    f"{what} line {node.start_mark.line + 1}: its aliases expand to more than "
-                    f"{MAXIMUM_EXPANDED_NODES} values",
+                raise positioned_error(
+                    what,
+                    node.start_mark.line + 1,
+                    None,
+                    f"its aliases expand to more than {MAXIMUM_EXPANDED_NODES} values",
                     hint="write the values out, or refer to an anchor fewer times",
                 )
             sizes[key] = size
@@ -112,8 +127,11 @@ def _check_expansion(root: yaml.Node, what: str) -> None:
         if key in sizes:
             continue
         if key in in_progress:
-            raise InvalidYaml(
-                f"{what} line {node.start_mark.line + 1}: an alias refers to the value that contains it",
+            raise positioned_error(
+                what,
+                node.start_mark.line + 1,
+                None,
+                "an alias refers to the value that contains it",
                 hint="an anchor cannot be used inside its own value",
             )
         in_progress.add(key)
@@ -184,31 +202,30 @@ class YamlDocument:
             duplicate = _duplicate_key(root, SafeConstructor())
             if duplicate:
                 first, second = duplicate
-                duplicate_error = InvalidYaml(
-                    f"{what} line {second.start_mark.line + 1}, column {second.start_mark.column + 1}: "
+                raise positioned_error(
+                    what,
+                    second.start_mark.line + 1,
+                    second.start_mark.column + 1,
                     f"key {second.value!r} is given twice (first on line {first.start_mark.line + 1})",
                     hint="keep one of them",
                 )
-                duplicate_error.line = second.start_mark.line + 1
-                duplicate_error.column = second.start_mark.column + 1
-                raise duplicate_error
             data = loader.construct_document(root)
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
-            place = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = " ".join(part for part in (error.context, error.problem) if part)
-            syntax_error = InvalidYaml(f"{what}{place}: not valid YAML: {problem}")
-            if mark:
-                syntax_error.line, syntax_error.column = mark.line + 1, mark.column + 1
-            raise syntax_error from error
+            if mark is None:
+                raise InvalidYaml(f"{what}: not valid YAML: {problem}") from error
+            raise positioned_error(
+                what, mark.line + 1, mark.column + 1, f"not valid YAML: {problem}"
+            ) from error
         except yaml.YAMLError as error:
             raise InvalidYaml(f"{what}: not valid YAML: {error}") from error
         finally:
             loader.dispose()
         if not isinstance(root, yaml.MappingNode):
             kind = _NODE_KIND.get(type(root), "something else")
-            raise InvalidYaml(
-                f"{what} line {root.start_mark.line + 1}: expected a mapping of keys, got {kind}"
+            raise positioned_error(
+                what, root.start_mark.line + 1, None, f"expected a mapping of keys, got {kind}"
             )
         return cls(data=data, root=root, what=what)
 
@@ -246,10 +263,9 @@ class YamlDocument:
         The error also carries ``line`` and ``column`` (1-based), for editors that mark the line."""
         mark, walked = self.locate(path)
         where = " > ".join(walked)
-        prefix = f"{self.what} line {mark.line + 1}, column {mark.column + 1}: "
-        error = InvalidYaml(prefix + (f"{where}: " if where else "") + message, hint=hint)
-        error.line, error.column = mark.line + 1, mark.column + 1
-        return error
+        return positioned_error(
+            self.what, mark.line + 1, mark.column + 1, (f"{where}: " if where else "") + message, hint=hint
+        )
 
     def key_text(self, path: Sequence[Any]) -> str:
         """The key at ``path`` exactly as written in the file (``1.10`` stays ``1.10``)."""

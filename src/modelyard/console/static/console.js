@@ -223,3 +223,33 @@ export async function copyText(text, button) {
 export function main() {
   return document.getElementById("main");
 }
+
+/** Keep a same-origin frame (a benchmark report) as large as its content, so that none of it is
+ * cut or scrolls inside the frame: as tall as its content, and at least as wide (a wider report
+ * makes the frame's .report-wrap scroll sideways instead). Measured when it loads and whenever
+ * its content resizes (plotly draws its charts after the load). Returns a function that stops. */
+export function fitFrame(frame) {
+  let observer = null;
+  const fit = () => {
+    const root = frame.contentDocument?.documentElement;
+    if (!root) return;
+    // Borders are outside the content box: the frame's box is its content plus them.
+    const height = root.scrollHeight;
+    if (Math.abs(frame.clientHeight - height) > 1) frame.style.height = `${height + frame.offsetHeight - frame.clientHeight}px`;
+    const width = root.scrollWidth;
+    if (width > frame.clientWidth + 1) frame.style.minWidth = `${width + frame.offsetWidth - frame.clientWidth}px`;
+  };
+  const onLoad = () => {
+    observer?.disconnect();
+    fit();
+    const body = frame.contentDocument?.body;
+    if (!body) return;
+    observer = new ResizeObserver(fit);
+    observer.observe(body);
+  };
+  frame.addEventListener("load", onLoad);
+  return () => {
+    frame.removeEventListener("load", onLoad);
+    observer?.disconnect();
+  };
+}

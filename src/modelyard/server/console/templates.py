@@ -11,11 +11,14 @@ from starlette.responses import Response
 
 import modelyard.console
 from modelyard import __version__
+from modelyard.services.password_policy import MINIMUM_PASSWORD_LENGTH
 
 CONSOLE_DIRECTORY = Path(modelyard.console.__file__).parent
 STATIC_DIRECTORY = CONSOLE_DIRECTORY / "static"
 
 templates = Jinja2Templates(directory=CONSOLE_DIRECTORY / "templates")
+# Facts the server owns that pages state (the account form's length rule): never a second copy.
+templates.env.globals["minimum_password_length"] = MINIMUM_PASSWORD_LENGTH
 
 # Console pages run only our own scripts and styles, from this server; frames only from it too.
 CONTENT_SECURITY_POLICY = (

@@ -36,8 +36,9 @@ textarea.addEventListener("input", () => {
 function problemsOf(error) {
   const listed = error?.details?.problems;
   if (Array.isArray(listed) && listed.length) return listed;
-  const match = /line (\d+)(?:, column (\d+))?/.exec(error.message ?? "");
-  return [{ line: match ? Number(match[1]) : null, column: match?.[2] ? Number(match[2]) : null, message: error.message, hint: error.hint }];
+  // One error whose message already names its place: mark the line, do not say the place twice.
+  const match = /line (\d+)/.exec(error.message ?? "");
+  return [{ line: match ? Number(match[1]) : null, column: null, message: error.message, hint: error.hint, placeInMessage: true }];
 }
 
 function showProblems(problems) {
@@ -54,7 +55,7 @@ function showProblems(problems) {
         { class: "findings", id: "yaml-problems" },
         problems.map((problem) =>
           h("li", { class: "error", dataset: { line: problem.line ?? "" } },
-            problem.line ? h("strong", {}, `line ${problem.line}${problem.column ? `, column ${problem.column}` : ""}: `) : null,
+            problem.line && !problem.placeInMessage ? h("strong", {}, `line ${problem.line}${problem.column ? `, column ${problem.column}` : ""}: `) : null,
             problem.message, problem.hint ? h("div", { class: "fix" }, "Fix: ", problem.hint) : null),
         ),
       ),

@@ -1,10 +1,11 @@
 // One benchmark run: its progress while it runs, then its report (the HTML report of `modelyard
 // bench report`, with its plotly charts) below the headline figures.
-import { api, errorBox, facts, formatTime, h, main, poll, replace, table } from "../console.js";
+import { api, errorBox, facts, fitFrame, formatTime, h, main, poll, replace, table } from "../console.js";
 
 const runId = main().dataset.runId;
 const report = document.getElementById("report");
 const output = document.getElementById("output");
+fitFrame(report);
 let stop = null;
 
 function progressView(run) {

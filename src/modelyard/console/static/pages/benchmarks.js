@@ -1,9 +1,10 @@
 // Benchmarks: start a run against a deployment, list past runs, compare two side by side.
-import { api, badge, errorBox, formatTime, h, poll, replace, table } from "../console.js";
+import { api, badge, errorBox, fitFrame, formatTime, h, poll, replace, table } from "../console.js";
 
 const form = document.getElementById("bench-form");
 const result = document.getElementById("bench-result");
 const compareFrame = document.getElementById("compare-frame");
+fitFrame(compareFrame);
 
 function numberOrNull(id) {
   const text = document.getElementById(id).value.trim();
@@ -39,6 +40,7 @@ document.getElementById("compare-form").addEventListener("submit", (event) => {
     return;
   }
   compareFrame.hidden = false;
+  compareFrame.closest(".report-wrap").hidden = false;
   compareFrame.src = `/api/v1/benchmarks/compare?runs=${encodeURIComponent(a)},${encodeURIComponent(b)}`;
 });
 

@@ -79,35 +79,103 @@ async function refreshDeployments() {
   );
 }
 
-function barChart(buckets) {
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  const width = 600;
-  const height = 120;
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  const peak = Math.max(1, ...buckets.map((b) => b.tokens_per_second));
-  const step = width / Math.max(1, buckets.length);
-  buckets.forEach((bucket, index) => {
-    const bar = document.createElementNS(ns, "rect");
-    const barHeight = ((height - 14) * bucket.tokens_per_second) / peak;
-    bar.setAttribute("x", String(index * step + 1));
-    bar.setAttribute("y", String(height - 12 - barHeight));
-    bar.setAttribute("width", String(Math.max(1, step - 2)));
-    bar.setAttribute("height", String(barHeight));
-    bar.setAttribute("class", "bar");
-    const title = document.createElementNS(ns, "title");
-    title.textContent = `${new Date(bucket.start).toLocaleTimeString()}: ${bucket.tokens_per_second.toFixed(1)} tokens/s, ${bucket.requests} requests`;
-    bar.append(title);
-    svg.append(bar);
-  });
-  const label = document.createElementNS(ns, "text");
-  label.setAttribute("x", "2");
-  label.setAttribute("y", String(height - 1));
-  label.textContent = `peak ${peak.toFixed(1)} tokens/s; one bar per ${BUCKET_SECONDS} s`;
-  svg.append(label);
-  return svg;
+const SVG = "http://www.w3.org/2000/svg";
+// The chart's height in pixels; its width is the card's, drawn 1:1 (nothing is stretched).
+const CHART_HEIGHT_PX = 160;
+const AXIS_LEFT_PX = 44;
+const AXIS_BOTTOM_PX = 20;
+const TOP_PX = 8;
+// A time label every this many minutes (at round times: 10:05, 10:10, ...).
+const TIME_LABEL_MINUTES = 5;
+
+function svgElement(tag, attributes, text) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, String(value));
+  if (text !== undefined) element.textContent = text;
+  return element;
 }
+
+function clock(date) {
+  return date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+/** A rate as a person reads it: 0.42, 7.5, 128, 12.3 k. */
+function rate(value) {
+  if (value >= 1000) return `${(value / 1000).toFixed(1)} k`;
+  if (value >= 100) return value.toFixed(0);
+  if (value >= 1) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+/** Output tokens/s per bucket as bars over a time axis, ``widthPx`` wide (the card's width). */
+function barChart(buckets, widthPx) {
+  const width = Math.max(200, Math.round(widthPx));
+  const height = CHART_HEIGHT_PX;
+  const svg = svgElement("svg", { viewBox: `0 0 ${width} ${height}`, width, height, "aria-hidden": "true" });
+  const plotWidth = width - AXIS_LEFT_PX - 4;
+  const plotHeight = height - AXIS_BOTTOM_PX - TOP_PX;
+  const baseline = TOP_PX + plotHeight;
+  const peakBucket = buckets.reduce((best, bucket) => (!best || bucket.tokens_per_second > best.tokens_per_second ? bucket : best), null);
+  const peak = peakBucket?.tokens_per_second ?? 0;
+  const step = plotWidth / Math.max(1, buckets.length);
+  svg.append(svgElement("line", { class: "axis-line", x1: AXIS_LEFT_PX, x2: width - 4, y1: baseline, y2: baseline }));
+  svg.append(svgElement("text", { x: AXIS_LEFT_PX - 6, y: baseline + 4, "text-anchor": "end" }, "0"));
+  if (peak > 0) {
+    svg.append(svgElement("line", { class: "grid-line", x1: AXIS_LEFT_PX, x2: width - 4, y1: TOP_PX, y2: TOP_PX }));
+    svg.append(svgElement("text", { class: "peak", x: AXIS_LEFT_PX - 6, y: TOP_PX + 4, "text-anchor": "end" }, rate(peak)));
+    buckets.forEach((bucket, index) => {
+      const barHeight = (plotHeight * bucket.tokens_per_second) / peak;
+      const bar = svgElement("rect", { class: "bar", x: AXIS_LEFT_PX + index * step + 1, y: baseline - barHeight, width: Math.max(1, step - 2), height: barHeight });
+      bar.append(svgElement("title", {}, `${clock(new Date(bucket.start))}: ${bucket.tokens_per_second.toFixed(1)} output tokens/s, ${bucket.requests} requests`));
+      svg.append(bar);
+    });
+  } else {
+    const requests = buckets.reduce((sum, bucket) => sum + bucket.requests, 0);
+    svg.append(svgElement("text", { class: "empty", x: AXIS_LEFT_PX + plotWidth / 2, y: TOP_PX + plotHeight / 2, "text-anchor": "middle" },
+      requests ? `No output tokens in this range (${requests} requests)` : "No traffic in this range"));
+  }
+  // The time axis: a tick and a clock label at each round 5 minutes (10:05, 10:10, ...) of the
+  // range, fewer where they would be closer than ~60 px.
+  const axis = svgElement("g", { class: "axis-time" });
+  if (buckets.length) {
+    const first = Date.parse(buckets[0].start);
+    const spanMs = buckets.length * BUCKET_SECONDS * 1000;
+    const everyMs = TIME_LABEL_MINUTES * 60_000;
+    const pxPerMs = plotWidth / spanMs;
+    const stepMs = everyMs * Math.max(1, Math.ceil(60 / (everyMs * pxPerMs)));
+    for (let at = Math.ceil(first / stepMs) * stepMs; at <= first + spanMs; at += stepMs) {
+      const x = AXIS_LEFT_PX + (at - first) * pxPerMs;
+      axis.append(svgElement("line", { class: "axis-line", x1: x, x2: x, y1: baseline, y2: baseline + 4 }));
+      const anchor = x < AXIS_LEFT_PX + 20 ? "start" : x > width - 24 ? "end" : "middle";
+      axis.append(svgElement("text", { x, y: height - 4, "text-anchor": anchor }, clock(new Date(at))));
+    }
+  }
+  svg.append(axis);
+  return { svg, peak, peakAt: peakBucket && peak > 0 ? new Date(peakBucket.start) : null };
+}
+
+let lastBuckets = null;
+
+function drawTraffic() {
+  if (!lastBuckets) return;
+  const container = document.getElementById("traffic-chart");
+  const style = getComputedStyle(container);
+  const inner = container.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const { svg, peak, peakAt } = barChart(lastBuckets, inner);
+  const caption = peak > 0
+    ? `Output tokens/s through the gateway, one bar per ${BUCKET_SECONDS} s; peak ${rate(peak)} output tokens/s at ${clock(peakAt)}.`
+    : `Output tokens/s through the gateway, one bar per ${BUCKET_SECONDS} s.`;
+  container.setAttribute("aria-label", caption);
+  replace(container, svg, h("figcaption", {}, caption));
+}
+
+// Drawn again when the card's width changes (a rotated phone, a resized window), not its height.
+let drawnWidth = 0;
+new ResizeObserver(([entry]) => {
+  if (Math.abs(entry.contentRect.width - drawnWidth) < 1) return;
+  drawnWidth = entry.contentRect.width;
+  drawTraffic();
+}).observe(document.getElementById("traffic-chart"));
 
 async function refreshTraffic() {
   const timeline = await api(`/usage/timeline?minutes=${WINDOW_MINUTES}&bucket_seconds=${BUCKET_SECONDS}`);
@@ -122,7 +190,8 @@ async function refreshTraffic() {
     stat(String(timeline.completion_tokens), `output tokens, last ${WINDOW_MINUTES} min`),
     stat(String(timeline.errors), `errors, last ${WINDOW_MINUTES} min`),
   );
-  replace(document.getElementById("traffic-chart"), barChart(timeline.buckets));
+  lastBuckets = timeline.buckets;
+  drawTraffic();
 }
 
 async function refreshSystem() {

@@ -1,8 +1,9 @@
 // One deployment: its instances (instance_card.js), its events, the controls (scale, stop, start,
 // delete, re-run verification, its result shown as it comes back) and the engine log of any start
 // (engine_log.js), its limits for every key together (deployment_limits.js).
-import { ApiError, api, badge, errorBox, facts, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+import { ApiError, api, badge, errorBox, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
 import { DeploymentLimits } from "./deployment_limits.js";
+import { settingsList } from "./deployment_settings.js";
 import { EngineLog } from "./engine_log.js";
 import { instanceCard } from "./instance_card.js";
 
@@ -44,15 +45,13 @@ function verificationOutcome(deployment) {
 }
 
 function showSummary(deployment) {
-  const summary = { ...deployment };
-  for (const key of ["instances", "name", "state", "warnings", "limits"]) delete summary[key];
-  for (const key of Object.keys(summary)) if (key.endsWith("_at")) summary[key] = formatTime(summary[key]);
   const warnings = deployment.warnings;
-  const list = facts(summary, { labels: { env: "environment" } });
-  list.classList.add("columns");
-  replace(document.getElementById("summary"), h("div", { class: "card" }, list),
+  replace(document.getElementById("summary"), h("div", { class: "card" }, settingsList(deployment)),
     warnings?.length ? h("section", { class: "warn" }, h("strong", {}, "Doctor's warnings at deploy time"), h("ul", {}, warnings.map((w) => h("li", {}, w.message, w.fix ? ` Fix: ${w.fix}` : "")))) : null);
 }
+
+// The sections that say "Loading…" until the first answer, and say why when it fails.
+const LOADING = ["instances", "summary", "events"];
 
 async function refresh() {
   let deployment;
@@ -60,13 +59,19 @@ async function refresh() {
     deployment = await api(path);
   } catch (error) {
     if (error instanceof ApiError && error.status === 404) {
+      for (const id of LOADING) replace(document.getElementById(id));
       replace(document.getElementById("summary"), errorBox({ message: `Deployment ${name} no longer exists.`, hint: "see the deployments list" }));
       document.getElementById("state").textContent = "gone";
+      main().removeAttribute("aria-busy");
       log.stop();
       return;
     }
+    if (main().hasAttribute("aria-busy")) {
+      replace(document.getElementById("instances"), errorBox({ message: `Could not read deployment ${name}: ${error.message}`, hint: "the page tries again every 2 s" }));
+    }
     throw error;
   }
+  main().removeAttribute("aria-busy");
   const state = document.getElementById("state");
   state.textContent = deployment.state;
   state.className = `badge ${deployment.state}`;

@@ -3,13 +3,14 @@
 // as the engine see it, its verification and diagnosis, its command. Fields the page does not know
 // yet are listed at the end, so that nothing the REST API gives is hidden.
 import { badge, facts, formatSeconds, formatTime, h, show } from "../console.js";
+import { instancePlacement } from "./deployment_settings.js";
 
 // Every field placed in a section below; the rest go to "Other fields".
 const PLACED = new Set([
   "id", "uid", "replica_index", "state", "reason", "runtime", "engine", "engine_id", "host", "port",
   "engine_port", "mounts", "gpu_ids", "pid", "start_count", "restart_count", "next_start_at",
   "started_at", "ready_at", "uptime_seconds", "diagnosis", "verification", "verified_at", "log_path",
-  "command",
+  "command", "placement",
 ]);
 
 function definitions(rows) {
@@ -36,6 +37,11 @@ function engineSection(instance) {
       instance.next_start_at ? ["next start", formatTime(instance.next_start_at)] : null,
     ]),
   );
+}
+
+function placementSection(instance) {
+  const rows = instancePlacement(instance);
+  return rows ? section("Placement", definitions(rows)) : null;
 }
 
 function networkSection(instance) {
@@ -101,7 +107,7 @@ export function instanceCard(instance, modelPath, { verifying = false } = {}) {
     h("h3", {}, `Replica ${instance.replica_index} `, badge(instance.state), h("span", { class: "muted small" }, ` instance ${instance.id} · ${instance.uid ?? ""}`)),
     h("p", { class: "reason" }, show(instance.reason)),
     instance.diagnosis ? h("div", { class: "error", role: "note" }, h("strong", {}, "Diagnosis: "), instance.diagnosis) : null,
-    h("div", { class: "parts" }, engineSection(instance), networkSection(instance), modelSection(instance, modelPath), verificationSection(instance, verifying)),
+    h("div", { class: "parts" }, engineSection(instance), placementSection(instance), networkSection(instance), modelSection(instance, modelPath), verificationSection(instance, verifying)),
     otherSection(instance),
     h("details", { class: "command" }, h("summary", {}, "Command and log file"),
       definitions([

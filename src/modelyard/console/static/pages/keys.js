@@ -54,14 +54,14 @@ async function refresh() {
     [
       ["name", (k) => k.name],
       ["prefix", (k) => h("code", {}, k.prefix)],
-      ["state", (k) => badge(k.active ? "active" : "revoked")],
+      ["state", (k) => (k.active ? badge("active") : [badge("revoked"), " ", h("span", { class: "small" }, formatTime(k.revoked_at))])],
       ["deployments", (k) => (k.allowed_deployments ? k.allowed_deployments.join(", ") : "every deployment")],
       ["limits", (k) => limitsText(k.limits)],
       ["use", (k) => useText(k)],
       ["created", (k) => formatTime(k.created_at)],
       ["last used", (k) => formatTime(k.last_used_at)],
-      ["", (k) => {
-        if (!k.active) return formatTime(k.revoked_at);
+      ["action", (k) => {
+        if (!k.active) return h("span", { class: "muted" }, "–");
         const button = h("button", { type: "button", class: "danger", "aria-label": `Revoke key ${k.name}` }, "Revoke");
         button.addEventListener("click", async () => {
           if (!confirm(`Revoke key ${k.name}? Clients using it are refused from now on.`)) return;

@@ -50,12 +50,27 @@ function templateKwargsAllowed() {
   return !deployment || !NO_TEMPLATE_KWARGS.has(deployment.backend);
 }
 
+// The user's choice, kept while the box is disabled (a disabled box shows what is really sent).
+let thinkingChoice = thinking.checked;
+thinking.addEventListener("change", () => { thinkingChoice = thinking.checked; });
+
 function updateThinkingNote() {
   const allowed = templateKwargsAllowed();
-  thinking.disabled = !allowed;
-  const note = document.getElementById("thinking-note") ?? h("p", { id: "thinking-note", class: "muted" });
-  note.textContent = allowed ? "" : "This engine (transformers serve) refuses chat_template_kwargs: the model's chat template decides whether it thinks.";
-  thinking.closest("label").after(note);
+  const note = document.getElementById("thinking-note");
+  if (allowed) {
+    thinking.disabled = false;
+    thinking.indeterminate = false;
+    thinking.checked = thinkingChoice;
+    note.textContent = "";
+    thinking.removeAttribute("aria-describedby");
+    return;
+  }
+  // Nothing is sent: the box is neither on nor off, and says why it cannot be changed.
+  thinking.disabled = true;
+  thinking.checked = false;
+  thinking.indeterminate = true;
+  note.textContent = `Not sent: this engine (${selectedDeployment().backend}) refuses chat_template_kwargs, so the model's chat template decides whether it thinks.`;
+  thinking.setAttribute("aria-describedby", "thinking-note");
 }
 
 function requestBody(userText) {
