@@ -12,10 +12,11 @@ from the server's log format)::
 
     127.0.0.1:50312 - "POST /v1/chat/completions HTTP/1.1" 200 1532 41.2ms 3f9a0c61d2e40000000001
 
-client address, method, path (the query string is left out: it may carry a token), HTTP
-version, status (``-`` when the client left before any answer), body bytes sent, the time
-from the request's arrival to the answer's last byte, and the answer's ``x-request-id`` (``-``
-for answers without one). Never a body, never a header's value.
+client address (``host:port``; the host alone for requests a worker relayed), method, path (the
+query string is left out: it may carry a token), HTTP version, status (``-`` when the client
+left before any answer), body bytes sent, the time from the request's head being read to the
+answer's last byte, and the answer's ``x-request-id`` (``-`` for answers without one). Never a
+body, never a header's value.
 
 Usage::
 
@@ -75,7 +76,8 @@ class MeteredSend:
 
 def access_line(scope: Scope, meter: MeteredSend, duration_s: float) -> str:
     client = scope.get("client")
-    address = f"{client[0]}:{client[1]}" if client else "-"
+    # A relayed request's address has no port (X-Forwarded-For): the host alone.
+    address = (f"{client[0]}:{client[1]}" if client[1] else str(client[0])) if client else "-"
     status = str(meter.status) if meter.status is not None else "-"
     return (
         f'{address} - "{scope["method"]} {scope["path"]} HTTP/{scope.get("http_version", "1.1")}" '
