@@ -36,6 +36,7 @@ from modelyard.server.context import ServerContext
 from modelyard.server.door.http_protocol import bounded_http_protocol
 from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway import GatewayApp, GatewayRuntime, GatewaySettings, start_gateway
+from modelyard.server.gateway.client_out import DirectWriting
 from modelyard.server.gateway.usage import UsageRecorder
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
 from modelyard.settings import Settings
@@ -81,6 +82,8 @@ class GatewayHarness:
     # bounds and disconnect callbacks; the gateway writes answers itself, client_out.py); "h11"
     # serves every answer through ASGI send() and tells of a disconnect through receive().
     http: str = "server"
+    # The direct writer's check (client_out.py); None: the installed uvicorn's.
+    direct_writing: DirectWriting | None = None
     loop: asyncio.AbstractEventLoop | None = None
     runtime: GatewayRuntime | None = None
     _server: uvicorn.Server | None = None
@@ -206,7 +209,7 @@ class GatewayHarness:
                 await gateway.close()
 
         inner = FastAPI(lifespan=lifespan)
-        app = GatewayApp(lambda: self.runtime, fallback=inner)
+        app = GatewayApp(lambda: self.runtime, fallback=inner, direct_writing=self.direct_writing)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))

@@ -1,23 +1,31 @@
 """The bytes a client gets on its connection, whichever way the gateway writes them.
 
 Under uvicorn's httptools server (the gateway's own) answers are written straight onto the
-connection (``client_out.py``); under any other server, through ASGI ``send()``. Both must give
-a client the same HTTP/1.1: framing an HTTP parser accepts, keep-alive across answers of every
-kind, ``Connection: close`` honoured, every event of a long stream to a slow reader. The client
-here is h11 over a plain socket, so a framing mistake fails the test instead of being forgiven.
+connection (``client_out.py``); under any other server, or when the check of uvicorn's private
+names failed at start (here: a stand-in cycle class without an attribute the writer needs),
+through ASGI ``send()``. Every way must give a client the same HTTP/1.1: framing an HTTP
+parser accepts, keep-alive across answers of every kind, ``Connection: close`` honoured, every
+event of a long stream to a slow reader. The client here is h11 over a plain socket, so a
+framing mistake fails the test instead of being forgiven.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import h11
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from modelyard.server.context import ServerContext
+from modelyard.server.gateway.client_out import TESTED_UVICORN, DirectWriting
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 
@@ -47,12 +55,57 @@ def asgi_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHa
     database.close()
 
 
-@pytest.fixture(params=["direct", "asgi"])
+class CycleWithoutMessageEvent(RequestResponseCycle):
+    """A stand-in for a uvicorn whose cycle no longer has ``message_event``."""
+
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        del self.message_event
+
+
+@pytest.fixture(scope="module")
+def fallback_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHarness]:
+    """The gateway on the server's own protocol, whose check of uvicorn's names failed."""
+    data_dir = tmp_path_factory.mktemp("fallback-gateway")
+    database = Database.open("sqlite:///" + str(data_dir / "modelyard.db"))
+    harness = GatewayHarness(
+        database=database,
+        context=ServerContext(settings=Settings(data_dir=data_dir, deploy_demo=False), database=database),
+        direct_writing=DirectWriting(CycleWithoutMessageEvent),
+    )
+    harness.start()
+    yield harness
+    harness.stop()
+    database.close()
+
+
+@pytest.fixture(params=["direct", "asgi", "fallback"])
 def served(request: pytest.FixtureRequest, gateway: GatewayHarness) -> GatewayHarness:
     if request.param == "direct":
         return gateway
-    harness: GatewayHarness = request.getfixturevalue("asgi_gateway")
+    harness: GatewayHarness = request.getfixturevalue(f"{request.param}_gateway")
     return harness
+
+
+def test_the_installed_uvicorn_has_every_private_name_the_direct_writer_needs() -> None:
+    writing = DirectWriting()
+    assert writing.problem is None and writing.enabled
+    installed = Version(importlib.metadata.version("uvicorn"))
+    assert installed in SpecifierSet(TESTED_UVICORN), (
+        f"uvicorn {installed} is outside the window client_out.py was read against ({TESTED_UVICORN}): "
+        "read its httptools_impl.py, then move TESTED_UVICORN and pyproject.toml's pin"
+    )
+
+
+def test_a_uvicorn_whose_cycle_lost_an_attribute_gets_plain_asgi_and_one_warning_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="modelyard.server.gateway.client_out"):
+        writing = DirectWriting(CycleWithoutMessageEvent)
+    assert not writing.enabled
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert "CycleWithoutMessageEvent has no message_event" in warning
+    assert "ASGI send()" in warning and TESTED_UVICORN in warning
 
 
 class RawClient:

@@ -146,3 +146,50 @@ def test_the_data_directory_and_its_files_are_the_servers_alone(target: HostileT
         if not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) & 0o077
     ]
     assert readable == []
+
+
+def test_an_engine_that_reads_its_key_from_the_environment_never_has_it_on_its_command_line(
+    target: HostileTarget, tiny_model_dir: Path
+) -> None:
+    """Any local user can read /proc/PID/cmdline; the environment only the engine's own user."""
+    key = f"canary-engine-key-{uuid.uuid4().hex}"
+    extension = "    modelyard:\n      api_key_variable: VLLM_API_KEY\n"
+    backend = _double_backend_yaml("env-key-double") + extension
+    with target.client(admin=True) as client:
+        assert client.post("/api/v1/backends/import", content=backend).status_code == 201
+        model = client.post("/api/v1/models", json={"name": "env-key-model", "path": str(tiny_model_dir)})
+        assert model.status_code == 201, model.text
+        created = client.post(
+            "/api/v1/deployments",
+            json={
+                "model": "env-key-model",
+                "name": "env-key",
+                "backend": "env-key-double",
+                "backend_parameters": ["--api-key", key],
+                "skip_verification": True,
+            },
+        )
+        assert created.status_code == 201, created.text
+        engine = _engine_process(target, "env-key")
+        deadline = time.monotonic() + WAIT_SECONDS
+        instance: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            instance = client.get("/api/v1/deployments/env-key").json()["instances"][0]
+            if instance["state"] == "running":
+                break
+            time.sleep(0.1)
+        assert instance["state"] == "running", instance
+        command_line = Path(f"/proc/{engine.pid}/cmdline").read_bytes()
+        environment = Path(f"/proc/{engine.pid}/environ").read_bytes().split(b"\0")
+        engine_url = f"http://127.0.0.1:{instance['port']}/v1/chat/completions"
+        chat = {"model": "env-key", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        without_key = httpx.post(engine_url, json=chat, timeout=30, trust_env=False)
+        headers = {"Authorization": f"Bearer {key}"}
+        with_key = httpx.post(engine_url, json=chat, headers=headers, timeout=30, trust_env=False)
+        client.delete("/api/v1/deployments/env-key")
+    assert key.encode() not in command_line
+    assert b"--api-key" not in command_line
+    assert f"VLLM_API_KEY={key}".encode() in environment
+    # The engine still asks for it.
+    assert without_key.status_code == 401
+    assert with_key.status_code == 200

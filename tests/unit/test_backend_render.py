@@ -218,3 +218,39 @@ def test_check_before_storing_refuses_an_unknown_placeholder_in_an_entrypoint() 
         InvalidInput, match=r"entrypoint of version 1 uses the unknown placeholder \{\{launcher\}\}"
     ):
         check_launch(version, backend_parameters=[], env={})
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        ["--api-key", "sk-engine", "--max-model-len", "8192"],
+        ["--api-key=sk-engine", "--max-model-len", "8192"],
+    ],
+)
+def test_vllm_gets_its_own_api_key_by_environment_never_on_its_command_line(
+    catalog: BackendCatalog, programs_folder: Path, parameters: list[str]
+) -> None:
+    launch = render(
+        catalog.resolve_version("vllm", "0.33.0"), parameters=parameters, search_path=str(programs_folder)
+    )
+    assert not any("sk-engine" in argument for argument in launch.argv)
+    assert "--api-key" not in " ".join(launch.argv)
+    assert launch.argv[-2:] == ["--max-model-len", "8192"]
+    assert launch.env["VLLM_API_KEY"] == "sk-engine"
+
+
+def test_several_vllm_api_keys_stay_on_the_command_line_the_variable_holds_one(
+    catalog: BackendCatalog, programs_folder: Path
+) -> None:
+    launch = render(
+        catalog.resolve_version("vllm", "0.33.0"),
+        parameters=["--api-key", "sk-one", "sk-two"],
+        search_path=str(programs_folder),
+    )
+    assert launch.argv[-3:] == ["--api-key", "sk-one", "sk-two"]
+    assert "VLLM_API_KEY" not in launch.env
+
+
+def test_sglang_has_no_api_key_variable_so_its_key_stays_a_flag(catalog: BackendCatalog) -> None:
+    launch = render(catalog.resolve_version("sglang", None), parameters=["--api-key", "sk-engine"])
+    assert launch.argv[-2:] == ["--api-key", "sk-engine"]

@@ -66,6 +66,7 @@ VERSION_EXTENSION_KEYS = (
     "description",
     "api_paths",
     "multi_node",
+    "api_key_variable",
 )
 
 
@@ -170,6 +171,7 @@ def _extension_defaults(command_text: str, health_check_path: str | None) -> dic
         "description": "",
         "api_paths": list(DEFAULT_API_PATHS),
         "multi_node": None,
+        "api_key_variable": None,
     }
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelyard.backends.arguments import check_env_name
+from modelyard.backends.key_variable import api_key_into_environment
 from modelyard.backends.launch_limits import check_launchable
 from modelyard.backends.spec import BackendVersion
 from modelyard.errors import EngineStartFailed, InvalidInput
@@ -186,6 +187,10 @@ def _prepare(
             hint="deploy it with no GPUs",
         )
     merged_env = _merged_env(version, env, gpu_ids)
+    # The engine's own key by environment where it reads one: any local user can read an argv.
+    backend_parameters, merged_env = api_key_into_environment(
+        version.api_key_variable, backend_parameters, merged_env
+    )
     values = {
         **{name: value for name, value in merged_env.items() if name != GPU_VARIABLE},
         "model_path": model_path,

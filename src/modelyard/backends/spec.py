@@ -84,6 +84,10 @@ class BackendVersion(BaseModel):
     stop_signal_target: Literal["group", "launcher"] = "group"
     # Seconds to wait after SIGTERM before SIGKILL of what is left of the process group.
     stop_grace_seconds: float = Field(default=30.0, ge=0)
+    # The environment variable the engine reads its own API key from (vLLM: VLLM_API_KEY). A
+    # deployment's `--api-key VALUE` is passed there instead of on the command line, which any
+    # local user can read (backends/key_variable.py). None: the flag stays where it is.
+    api_key_variable: str | None = None
     description: str = ""
     # Arguments the renderer appends when the instance has no GPU (e.g. ["--device", "cpu"]),
     # unless the deployment's own parameters already give that flag.

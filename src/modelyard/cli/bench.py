@@ -283,10 +283,12 @@ def run_command(
 )
 def reference_server_command(ctx: typer.Context) -> None:
     """The reference server (engine double); takes the flags of python -m modelyard.bench.reference_server."""
+    import os
+
     from modelyard.bench.reference import parse_reference_argv
     from modelyard.bench.reference.server import run_reference_program
 
-    raise typer.Exit(run_reference_program(parse_reference_argv(list(ctx.args))))
+    raise typer.Exit(run_reference_program(parse_reference_argv(list(ctx.args), os.environ)))
 
 
 @bench_app.command("selftest")

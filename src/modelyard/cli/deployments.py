@@ -11,6 +11,7 @@ from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.markup import escape
 from modelyard.cli.output import Column, format_duration, print_fields, print_json, print_table
+from modelyard.cli.terminal_text import TerminalText
 from modelyard.cli.waiting import (
     POLL_SECONDS,
     wait_until_running,
@@ -388,7 +389,8 @@ def logs(
     start: int | None = typer.Option(None, "--start", min=1, help="The log of start N (1: the first)."),
     tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
 ) -> None:
-    """An engine's log (the current start's, or an earlier one's with --start or --previous)."""
+    """An engine's log (the current start's, or an earlier one's with --start or --previous);
+    its control characters shown, never obeyed (ESC as ^[, a progress bar's \\r as a new line)."""
     params: dict[str, Any] = {"follow": follow, "previous": previous}
     if instance is not None:
         params["instance"] = instance
@@ -397,16 +399,21 @@ def logs(
     if tail is not None:
         params["tail"] = tail
     output = typer.get_binary_stream("stdout")
+    # The engine's escape sequences are shown, never obeyed (terminal_text.py); colours only
+    # to a terminal that takes them.
+    text = TerminalText(keep_colours=stdout.is_terminal and not stdout.no_color)
     seen = bytearray()
     try:
         for chunk in ApiClient.from_context(ctx).stream(_path(name, "/logs"), params):
-            output.write(chunk)
+            output.write(text.feed(chunk).encode())
             output.flush()
             if not follow:
                 seen.extend(chunk)
                 del seen[:-LOG_DIAGNOSIS_BYTES]
     except KeyboardInterrupt:
+        output.write(text.end().encode())
         raise typer.Exit(0) from None
+    output.write(text.end().encode())
     if not follow:
         _print_log_diagnosis(seen.decode(errors="replace"))
 

@@ -142,7 +142,10 @@ def serve(
     ),
     no_demo: bool = typer.Option(False, "--no-demo", help="Do not prepare and deploy the demo model."),
     access_log: bool = typer.Option(
-        False, "--access-log", help="Log every HTTP request (never their bodies)."
+        False,
+        "--access-log",
+        help="A line per HTTP answer: client, method, path, status, bytes, duration, request id "
+        "(never a body or a header's value); from the gateway workers for /v1.",
     ),
     docker_network: str = typer.Option(
         "host",

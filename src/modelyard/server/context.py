@@ -114,6 +114,8 @@ class GatewayWorkerPlan:
 
     sockets: list[socket.socket]
     api_socket_path: str
+    # `serve --access-log`: the workers log their /v1 answers (server/access_log.py).
+    access_log: bool = False
 
 
 class _NoController:

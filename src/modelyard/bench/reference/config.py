@@ -8,7 +8,8 @@ Two command-line forms are accepted:
     python -m modelyard.bench.reference_server transformers serve /models/qwen --port 8000
 
 After an engine word the engine's own flags that matter here are read (host, port, served model name,
-API key, maximum model length) and every other flag is ignored, with one log line naming them, so the
+API key, maximum model length; playing vLLM, its key from ``VLLM_API_KEY`` when no ``--api-key``
+is given, as vLLM does) and every other flag is ignored, with one log line naming them, so the
 platform can launch this server wherever it would launch the real engine. The reference flags
 (``--ttft-ms`` ...) are accepted in both forms.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -165,8 +167,13 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
 _DEFAULT_PORTS: dict[str, int] = {"vllm": 8000, "sglang": 30000, "transformers": 8000}
 
 
-def parse_reference_argv(argv: list[str]) -> ReferenceConfig:
-    """Turn a command line (either form, see the module docstring) into a ``ReferenceConfig``."""
+# Where vLLM reads its API key when no --api-key is given (vllm/envs.py).
+VLLM_API_KEY_VARIABLE = "VLLM_API_KEY"
+
+
+def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None = None) -> ReferenceConfig:
+    """Turn a command line (either form, see the module docstring) into a ``ReferenceConfig``;
+    ``environment``: the process's (where vLLM's double finds ``VLLM_API_KEY``)."""
     rest = list(argv)
     engine: str | None = rest.pop(0) if rest and rest[0] in FLAVORS else None
     if engine in ("vllm", "transformers") and rest[:1] == ["serve"]:
@@ -178,6 +185,9 @@ def parse_reference_argv(argv: list[str]) -> ReferenceConfig:
     else:
         arguments, ignored = parser.parse_known_args(rest)
     model_path = getattr(arguments, "model_positional", None) or arguments.model_path or "reference-model"
+    api_key = arguments.api_key
+    if api_key is None and arguments.flavor == "vllm" and environment is not None:
+        api_key = environment.get(VLLM_API_KEY_VARIABLE) or None
     port = arguments.port
     if port is None:
         port = _DEFAULT_PORTS[arguments.flavor] if engine is not None else 0
@@ -200,7 +210,7 @@ def parse_reference_argv(argv: list[str]) -> ReferenceConfig:
         startup_delay_s=arguments.startup_delay_s,
         kv_cache_tokens=arguments.kv_cache_tokens,
         max_model_len=arguments.max_model_len or 32_768,
-        api_key=arguments.api_key,
+        api_key=api_key,
         port_file=arguments.port_file,
         workers=arguments.workers,
         nnodes=arguments.nnodes,

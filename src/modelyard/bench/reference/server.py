@@ -436,7 +436,7 @@ def run_headless_rank(config: ReferenceConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m modelyard.bench.reference_server ...`` (see ``config.parse_reference_argv``)."""
-    config = parse_reference_argv(list(sys.argv[1:] if argv is None else argv))
+    config = parse_reference_argv(list(sys.argv[1:] if argv is None else argv), os.environ)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if not serves_http(config):
         return run_headless_rank(config)

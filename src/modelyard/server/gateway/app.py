@@ -11,7 +11,7 @@ one; it is sent to the engine, and every log line about the request names it.
 
 Usage::
 
-    app = GatewayApp(lambda: runtime, fallback=fastapi_app)
+    app = GatewayApp(lambda: runtime, fallback=fastapi_app)   # direct_writing: client_out.py
     uvicorn.Server(uvicorn.Config(app, ...)).run()
 """
 
@@ -41,6 +41,7 @@ from modelyard.server.gateway.access import (
     ready_endpoints,
     visible_deployments,
 )
+from modelyard.server.gateway.client_out import DirectWriting
 from modelyard.server.gateway.errors import MethodNotAllowed, ModelNotFound, UnknownRoute, gateway_error_parts
 from modelyard.server.gateway.form_fields import read_form_fields
 from modelyard.server.gateway.keys import KeyFacts
@@ -108,9 +109,12 @@ class GatewayApp:
         runtime: Callable[[], GatewayRuntime | None],
         fallback: ASGIApp,
         limits: RequestLimits | None = None,
+        direct_writing: DirectWriting | None = None,
     ) -> None:
         self._runtime = runtime
         self._fallback = fallback
+        # Whether answers may be written straight onto uvicorn's connection (checked once).
+        self._writing = direct_writing or DirectWriting.for_installed_uvicorn()
         # A body over max_gateway_body_bytes is refused (413) before the key is even looked at.
         self._guarded_v1 = BodyLimitMiddleware(self._serve_v1, limits or RequestLimits())
 
@@ -218,7 +222,7 @@ class GatewayApp:
         )
         await watched(
             receive,
-            lambda watch: exchange(runtime, request, send, watch, extra),
+            lambda watch: exchange(runtime, request, send, watch, extra, self._writing),
             loop,
             disconnect_callbacks_of(scope),
         )

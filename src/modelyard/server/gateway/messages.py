@@ -69,6 +69,8 @@ class WorkerHello(Message):
     limits: dict[str, int] = field(default_factory=dict)
     # Where the worker journals its usage rows (its own segments, by pid).
     journal_directory: str = ""
+    # `serve --access-log`: the worker logs a line per /v1 answer (server/access_log.py).
+    access_log: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.types import Send
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.server.gateway.client_out import DirectWriting
 from modelyard.server.gateway.engine_client import EngineDropped, EngineResponse, EngineUnreachable
 from modelyard.server.gateway.errors import EngineUnreachable as EngineUnreachableError
 from modelyard.server.gateway.errors import error_json_bytes
@@ -192,8 +193,10 @@ async def exchange(
     send: Send,
     watch: ClientWatch,
     extra_headers: list[tuple[bytes, bytes]],
+    writing: DirectWriting,
 ) -> None:
-    """Send the request to a replica and relay its answer; record it whatever happens."""
+    """Send the request to a replica and relay its answer; record it whatever happens
+    (``writing``: whether answers may go straight onto the connection, ``client_out.py``)."""
     counts = runtime.counts
     model = request.model
     counts.request_started(model)
@@ -223,7 +226,9 @@ async def exchange(
             logger.warning("request %s: %s", request.request_id, error)
             outcome = RelayOutcome(error.http_status, None, engine_done=False, code=error.code)
             body = error_json_bytes(str(error), status=error.http_status, code=error.code)
-            await send_whole(send, watch, error.http_status, body, b"application/json", extra_headers)
+            await send_whole(
+                send, watch, error.http_status, body, b"application/json", extra_headers, writing
+            )
             return
         upstream, endpoint = sent
         model_rewrite = ModelNameRewrite.between(endpoint.served_model_name, model)
@@ -234,7 +239,7 @@ async def exchange(
         if request.openai_stream and upstream.status == 200 and event_stream:
             relay = SseRelay(model_rewrite=model_rewrite, client_wants_usage=request.client_wants_usage())
             outcome = await relay_openai_stream(
-                upstream, relay, send, watch, description, request.timing, extra_headers
+                upstream, relay, send, watch, description, request.timing, extra_headers, writing
             )
         elif (
             request.route.answer == "passthrough"
@@ -254,6 +259,7 @@ async def exchange(
                 description,
                 normalise=normalise,
                 extra_headers=extra_headers,
+                writing=writing,
             )
     finally:
         if sent is not None:

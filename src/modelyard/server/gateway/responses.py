@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from modelyard.server.door.http_protocol import DISCONNECT_EXTENSION
 from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
-from modelyard.server.gateway.client_out import DirectClientOut
+from modelyard.server.gateway.client_out import DirectClientOut, DirectWriting
 from modelyard.server.gateway.engine_client import EngineBroke, EngineResponse
 from modelyard.server.gateway.errors import error_json_bytes
 from modelyard.server.gateway.model_names import ModelNameRewrite
@@ -188,12 +188,13 @@ async def send_whole(
     body: bytes,
     content_type: bytes,
     extra_headers: list[tuple[bytes, bytes]],
+    writing: DirectWriting,
     usage: TokenUsage | None = None,
 ) -> None:
     if watch is not None:
         watch.finishing(status, usage)
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    direct = DirectClientOut.of(send)
+    direct = writing.writer(send)
     if direct is not None:
         direct.send_whole(status, _with(headers, extra_headers), body)
         return
@@ -273,11 +274,12 @@ async def relay_openai_stream(
     description: str,
     timing: ClientTiming,
     extra_headers: list[tuple[bytes, bytes]],
+    writing: DirectWriting,
 ) -> RelayOutcome:
     """Send every event as it arrives; always end with ``data: [DONE]``."""
     stream = _OpenAiStream(relay, watch, description, timing)
     headers = _with(_SSE_HEADERS, extra_headers)
-    direct = DirectClientOut.of(send)
+    direct = writing.writer(send)
     if direct is not None:
         return await _pipe_openai_stream(upstream, stream, direct, headers)
     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -399,6 +401,7 @@ async def relay_body(
     *,
     normalise: bool,
     extra_headers: list[tuple[bytes, bytes]],
+    writing: DirectWriting,
 ) -> RelayOutcome:
     """Send a whole answer (``normalise``: model name and reasoning in OpenAI's shape) or the error."""
     try:
@@ -411,7 +414,7 @@ async def relay_body(
             f"the engine serving {description} closed the connection before its answer was complete ({error})"
         )
         body = error_json_bytes(message, status=ENGINE_BROKE_OFF, code="engine_unreachable")
-        await send_whole(send, watch, ENGINE_BROKE_OFF, body, b"application/json", extra_headers)
+        await send_whole(send, watch, ENGINE_BROKE_OFF, body, b"application/json", extra_headers, writing)
         return RelayOutcome(ENGINE_BROKE_OFF, None, engine_done=False, code="engine_unreachable")
     status = upstream.status
     content_type = upstream.header(b"content-type") or b"application/json"
@@ -426,5 +429,5 @@ async def relay_body(
     elif normalise:
         body = normalise_error_body(body, status)
         content_type = b"application/json"
-    await send_whole(send, watch, status, body, content_type, extra_headers, usage)
+    await send_whole(send, watch, status, body, content_type, extra_headers, writing, usage)
     return RelayOutcome(status, usage, engine_done=True)

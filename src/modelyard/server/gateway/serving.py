@@ -27,8 +27,10 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from modelyard.errors import InvalidInput
+from modelyard.server.access_log import AccessLog, enable_access_log
 from modelyard.server.context import GatewayWorkerPlan, ServerContext
 from modelyard.server.gateway.app import GatewayApp
 from modelyard.server.gateway.startup import in_process_runtime
@@ -71,14 +73,19 @@ def run_server(
     """Serve until interrupted (SIGINT / SIGTERM); returns after a graceful shutdown.
 
     ``listener`` is the public port's socket, bound already (with ``SO_REUSEPORT`` when there are
-    gateway workers: it becomes worker 0's).
+    gateway workers: it becomes worker 0's). ``access_log``: a line per answer, from the process
+    that answered (``server/access_log.py``; uvicorn's own access log stays off).
     """
+    if access_log:
+        enable_access_log()
     if gateway_workers <= 0:
-        front = GatewayApp(lambda: in_process_runtime(context), fallback=app, limits=context.limits)
+        front: ASGIApp = GatewayApp(lambda: in_process_runtime(context), fallback=app, limits=context.limits)
+        if access_log:
+            front = AccessLog(front)
         config = uvicorn.Config(
             front,
             log_level="warning",
-            access_log=access_log,
+            access_log=False,
             timeout_graceful_shutdown=5,
             http=http_protocol,
         )
@@ -87,16 +94,18 @@ def run_server(
     extra = bind_more_sockets(listener, gateway_workers - 1)
     private_directory = Path(tempfile.mkdtemp(prefix="modelyard-"))  # mode 0700
     api_socket_path = str(private_directory / "api.sock")
-    context.gateway_workers = GatewayWorkerPlan(sockets=[listener, *extra], api_socket_path=api_socket_path)
+    context.gateway_workers = GatewayWorkerPlan(
+        sockets=[listener, *extra], api_socket_path=api_socket_path, access_log=access_log
+    )
     try:
         # Only the workers (this user) can reach this socket, so their X-Forwarded-For is trusted.
         config = uvicorn.Config(
-            app,
+            AccessLog(app) if access_log else app,
             uds=api_socket_path,
             proxy_headers=True,
             forwarded_allow_ips="*",
             log_level="warning",
-            access_log=access_log,
+            access_log=False,
             timeout_graceful_shutdown=5,
             http=http_protocol,
         )

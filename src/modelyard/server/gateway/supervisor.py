@@ -301,6 +301,7 @@ class WorkerSupervisor:
             api_socket_path=self._plan.api_socket_path,
             limits=dataclasses.asdict(context.limits),
             journal_directory=str(journal_directory(context.settings)),
+            access_log=self._plan.access_log,
         )
 
     async def _serve_channel(self, worker: _Worker, channel: Channel) -> None:

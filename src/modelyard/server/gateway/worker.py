@@ -29,8 +29,10 @@ from pathlib import Path
 
 import uvicorn
 import uvloop
+from starlette.types import ASGIApp
 
 from modelyard.control.endpoints import Endpoint, EndpointRegistry, RegistrySnapshot
+from modelyard.server.access_log import AccessLog, enable_access_log
 from modelyard.server.door.body_limit import BodyLimitMiddleware
 from modelyard.server.door.http_protocol import bounded_http_protocol
 from modelyard.server.door.limits import RequestLimits
@@ -128,13 +130,17 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
     relay = MainRelay(hello.api_socket_path)
     # The door's bounds hold here as in the main process: heads in the parser, bodies per route
     # (before a body is relayed), JSON nesting on /v1.
-    app = GatewayApp(lambda: runtime, fallback=BodyLimitMiddleware(relay, limits), limits=limits)
+    app: ASGIApp = GatewayApp(lambda: runtime, fallback=BodyLimitMiddleware(relay, limits), limits=limits)
+    if hello.access_log:
+        # A line per /v1 answer; the main process logs what is relayed to it (access_log.py).
+        enable_access_log()
+        app = AccessLog(app, prefix="/v1/")
     config = uvicorn.Config(
         app,
         lifespan="off",
         http=bounded_http_protocol(limits),
         log_level=logging.getLogger().getEffectiveLevel(),
-        access_log=False,
+        access_log=False,  # uvicorn's: the gateway writes /v1 answers itself (access_log.py)
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
         # As uvicorn does by default: X-Forwarded-For is taken from a proxy on this host (nginx in
