@@ -69,6 +69,10 @@ class WorkerHello(Message):
     limits: dict[str, int] = field(default_factory=dict)
     # Where the worker journals its usage rows (its own segments, by pid).
     journal_directory: str = ""
+    # The API-key throttle's table of every worker (server/throttle_table.py): its shared-memory
+    # segment and the lock file each worker opens itself.
+    key_throttle_name: str = ""
+    key_throttle_lock_path: str = ""
 
 
 @dataclass(frozen=True)
