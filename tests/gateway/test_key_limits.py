@@ -60,10 +60,15 @@ def test_tokens_per_minute_reserve_max_tokens_at_admission(
     deployment = unique_name("tpm")
     gateway.publish(deployment, [engines.get("vllm", served_model_names=["vllm-model"])])
     key = gateway.create_key(tokens_per_minute=500)
-    refused = _post(gateway, key, _chat(deployment, max_tokens=1000))
     answered = _post(gateway, key, _chat(deployment, max_tokens=100))
-    assert "tokens per minute: limit 500" in _limit_error(refused, "tokens")
+    refused = _post(gateway, key, _chat(deployment, max_tokens=400))
+    too_large = _post(gateway, key, _chat(deployment, max_tokens=1000))
     assert answered.status_code == 200, answered.text
+    assert "tokens per minute: limit 500" in _limit_error(refused, "tokens")
+    # Waiting never lets this one in: told so, without Retry-After.
+    assert too_large.status_code == 429 and "retry-after" not in too_large.headers
+    message = too_large.json()["error"]["message"]
+    assert "more than the limit of 500 tokens per minute" in message and "lower max_tokens" in message
 
 
 def test_concurrent_requests_are_limited(gateway: GatewayHarness, engines: ReferenceServers) -> None:
@@ -124,3 +129,37 @@ def test_a_daily_token_quota_counts_what_was_used_before_the_server_started(
         86_400 - (datetime.now(UTC) - datetime.now(UTC).replace(hour=0, minute=0, second=0)).seconds
     )
     assert abs(int(refused.headers["Retry-After"]) - seconds_to_midnight) <= 5
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_retry_at_retry_after_is_admitted_and_one_before_is_told_what_is_left(
+    gateway: GatewayHarness, engines: ReferenceServers
+) -> None:
+    """The limiter reads a clock of ours: 3 requests 57 s into a minute against a limit of 3."""
+    deployment = unique_name("retry-after")
+    gateway.publish(deployment, [engines.get("vllm", served_model_names=["vllm-model"])])
+    key = gateway.create_key(requests_per_minute=3)
+    assert gateway.runtime is not None
+    limiter = gateway.runtime.limiter
+    clock = _Clock(60.0 * 29_000_000 + 57)
+    limiter.clock, real_clock = clock, limiter.clock
+    try:
+        assert [_post(gateway, key, _chat(deployment)).status_code for _ in range(3)] == [200] * 3
+        refused = _post(gateway, key, _chat(deployment))
+        retry_after_s = int(refused.headers["Retry-After"])
+        # 3 x (60 - y)/60 + 1 <= 3 from y = 20 s into the next minute: 3 + 20 s.
+        assert retry_after_s == 23
+        clock.now += 3.5  # where the old Retry-After pointed, which then said 60
+        early = _post(gateway, key, _chat(deployment))
+        assert early.status_code == 429 and early.headers["Retry-After"] == "20"
+        clock.now += retry_after_s - 3.5
+        assert _post(gateway, key, _chat(deployment)).status_code == 200
+    finally:
+        limiter.clock = real_clock

@@ -9,6 +9,7 @@ it would from nginx in front of modelyard. No traffic goes anywhere but loopback
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -88,3 +89,36 @@ def test_random_api_keys_from_one_address_get_openai_shaped_429(target: HostileT
     error = response.json()["error"]
     assert error["type"] == "rate_limit_error"
     assert "too many failed API key attempts" in error["message"]
+
+
+def _login_checks(target: HostileTarget) -> float:
+    """Password checks the login throttle let run (``/metrics``), from other hosts."""
+    token = (target.data_dir / "metrics-token").read_text().strip()
+    with target.client() as client:
+        text = client.get("/metrics", headers={"Authorization": f"Bearer {token}"}).text
+    prefix = 'modelyard_auth_throttle_attempts_total{outcome="admitted",throttle="login"}'
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert lines, "no login throttle counts in /metrics"
+    return float(lines[0].rsplit(" ", 1)[1])
+
+
+def test_parallel_wrong_passwords_run_only_the_allowance_of_password_checks(target: HostileTarget) -> None:
+    async def guess(attempt: int) -> int:
+        async with httpx.AsyncClient(base_url=target.url, timeout=60) as client:  # its own connection
+            response = await client.get(
+                "/api/v1/system", auth=("admin", f"parallel-{attempt}"), headers=_from("203.0.113.11")
+            )
+            return response.status_code
+
+    async def every() -> list[int]:
+        return list(await asyncio.gather(*(guess(attempt) for attempt in range(150))))
+
+    checks_before = _login_checks(target)
+    started = time.monotonic()
+    statuses = asyncio.run(every())
+    elapsed_s = time.monotonic() - started
+    checks = _login_checks(target) - checks_before
+    assert set(statuses) == {401, 429}
+    # Each 401 is one scrypt run; before the counted-first throttle: 30 of 150.
+    assert checks == statuses.count(401)
+    assert checks <= 5 + 1 + math.floor(math.log2(1 + elapsed_s)), (checks, elapsed_s)

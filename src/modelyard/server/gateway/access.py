@@ -72,29 +72,45 @@ async def authenticate(
 ) -> KeyFacts:
     """The facts of the request's key; ``InvalidApiKey`` when there is none or it is not valid.
 
-    Wrong keys are counted per client address: past a few, 429 without a lookup (``throttle.py``;
-    each gateway process counts its own).
+    Wrong keys are counted per client address, in one table for every gateway worker
+    (``server/throttle.py``): a key the cache does not know is counted before its database read,
+    in the same step as the check that the address may still try, and given back when it turns
+    out good; past a few, 429 without a read. A request that joins a read already under way for
+    its key pays nothing unless the key is wrong; a known good key only checks that its address
+    is not waiting.
     """
     key = bearer_key(headers)
     throttle = runtime.key_throttle
-    throttle.check(client_address)
-    cached = runtime.key_cache.cached(key)
-    try:
-        facts = await runtime.key_cache.resolve(key) if cached is MISSING else cached
-    except SQLAlchemyError as error:
-        logger.exception("request %s: could not check an API key against the database", request_id)
-        raise KeyCheckUnavailable(
-            "the API key could not be checked: the database did not answer",
-            hint="see the server log",
-        ) from error
+    cache = runtime.key_cache
+    facts = cache.cached(key)
+    if facts is not MISSING and facts is not None and not facts.revoked:
+        throttle.check(client_address)  # the hot path: no lock while no address waits
+        return facts
+    charged = facts is MISSING and not cache.reading(key)
+    if charged:
+        throttle.charge(client_address)
+    elif facts is MISSING:
+        throttle.check(client_address)
+    if facts is MISSING:
+        try:
+            facts = await cache.resolve(key)
+        except SQLAlchemyError as error:
+            if charged:
+                throttle.refund(client_address)
+            logger.exception("request %s: could not check an API key against the database", request_id)
+            raise KeyCheckUnavailable(
+                "the API key could not be checked: the database did not answer",
+                hint="see the server log",
+            ) from error
+    if facts is not None and not facts.revoked:
+        if charged:
+            throttle.refund(client_address)
+        return facts
+    if not charged:
+        throttle.charge(client_address)  # 429 instead of 401 past the allowance
     if facts is None:
-        throttle.failed(client_address)
         raise InvalidApiKey(f"API key {display_prefix(key)}... is not valid", hint=_KEY_HINT)
-    if facts.revoked:
-        throttle.failed(client_address)
-        raise InvalidApiKey(f"API key {facts.name!r} was revoked", hint="ask an admin for a new key")
-    throttle.succeeded(client_address)
-    return facts
+    raise InvalidApiKey(f"API key {facts.name!r} was revoked", hint="ask an admin for a new key")
 
 
 def visible_deployments(runtime: GatewayRuntime, facts: KeyFacts) -> list[str]:

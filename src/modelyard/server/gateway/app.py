@@ -299,11 +299,9 @@ async def _send_limit_exceeded(send: Send, error: LimitExceeded, extra: list[tup
     body = orjson.dumps(
         {"error": {"message": message, "type": error.limit_type, "param": None, "code": error.code}}
     )
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(error.retry_after_seconds).encode()),
-    ]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if not error.never:  # a request larger than the limit is told so, not when to retry
+        headers.append((b"retry-after", str(error.retry_after_seconds).encode()))
     await send({"type": "http.response.start", "status": 429, "headers": headers + extra})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 

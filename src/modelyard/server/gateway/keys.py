@@ -126,6 +126,10 @@ class KeyCache:
             self._last_used[facts.id] = time.time()
         return facts
 
+    def reading(self, key: str) -> bool:
+        """Whether a database read for ``key`` is under way (``resolve`` would join it)."""
+        return hash_key(key) in self._lookups
+
     async def resolve(self, key: str) -> KeyFacts | None:
         """The facts of ``key`` (``revoked`` may be True), or None for a key that does not exist."""
         key_hash = hash_key(key)

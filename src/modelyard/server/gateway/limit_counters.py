@@ -16,7 +16,8 @@ requests (or requests in flight) are admitted for a limit of ``limit``.
 Usage::
 
     counters = SlidingCounters.for_keys(shared)    # shared: this process's SharedCounters
-    requests, tokens, into_s = counters.window(key_id, time.time())
+    window = counters.window(key_id, time.time())
+    window.requests, window.tokens      # over the sliding minute
     counters.add(key_id, time.time(), requests=1, tokens=300)
 """
 
@@ -29,6 +30,33 @@ from modelyard.server.gateway.shared_counters import CounterTable, SharedCounter
 
 WINDOW_S = 60.0
 _STAMP, _REQUESTS, _TOKENS = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One id's counts in the current minute and the one before, at ``into_s`` seconds into the
+    current minute (summed over the workers)."""
+
+    current_requests: float
+    current_tokens: float
+    previous_requests: float
+    previous_tokens: float
+    into_s: float
+
+    @property
+    def _weight(self) -> float:
+        """How much of the previous minute is still inside the last 60 s."""
+        return 1.0 - self.into_s / WINDOW_S
+
+    @property
+    def requests(self) -> float:
+        """Requests over the sliding minute."""
+        return self.current_requests + self.previous_requests * self._weight
+
+    @property
+    def tokens(self) -> float:
+        """Tokens over the sliding minute."""
+        return self.current_tokens + self.previous_tokens * self._weight
 
 
 @dataclass
@@ -51,23 +79,19 @@ class SlidingCounters:
         """The first column of ``identifier``'s bucket for ``minute``."""
         return (identifier % self.slots) * WINDOW_CELLS + (minute % 2) * 3
 
-    def window(self, identifier: int, now: float) -> tuple[float, float, float]:
-        """(requests, tokens) over the sliding minute at ``now``, and seconds into the current minute."""
+    def window(self, identifier: int, now: float) -> Window:
+        """The counts of the current minute and the previous one at ``now``, summed over workers."""
         minute = int(now // WINDOW_S)
-        into = now - minute * WINDOW_S
-        weight = 1.0 - into / WINDOW_S
         table = self.windows_table
-        requests = tokens = 0.0
-        for wanted, factor in ((minute, 1.0), (minute - 1, weight)):
+        sums: list[float] = []
+        for wanted in (minute, minute - 1):
             column = self._bucket(identifier, wanted)
             stamps = table.by_row(column + _STAMP)
             counted = table.by_row(column + _REQUESTS)
             used = table.by_row(column + _TOKENS)
-            for row, stamp in enumerate(stamps):
-                if stamp == wanted + 1:  # stamps are minute + 1, so 0 is "never written"
-                    requests += counted[row] * factor
-                    tokens += used[row] * factor
-        return requests, tokens, into
+            fresh = [row for row, stamp in enumerate(stamps) if stamp == wanted + 1]  # 0: never written
+            sums += [float(sum(counted[row] for row in fresh)), float(sum(used[row] for row in fresh))]
+        return Window(sums[0], sums[1], sums[2], sums[3], into_s=now - minute * WINDOW_S)
 
     def add(self, identifier: int, now: float, *, requests: int, tokens: int) -> None:
         """Count ``requests`` and ``tokens`` in this worker's bucket of the current minute."""
@@ -94,9 +118,9 @@ class SlidingCounters:
 def current_use(counters: SlidingCounters, identifier: int, now: float) -> dict[str, int]:
     """What the console and ``GET /api/v1/keys`` show: the sliding minute's requests and tokens,
     and the requests running, summed over the gateway workers."""
-    requests, tokens, _into = counters.window(identifier, now)
+    window = counters.window(identifier, now)
     return {
-        "requests_last_minute": round(requests),
-        "tokens_last_minute": round(tokens),
+        "requests_last_minute": round(window.requests),
+        "tokens_last_minute": round(window.tokens),
         "running": counters.in_flight(identifier),
     }

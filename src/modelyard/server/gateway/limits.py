@@ -16,6 +16,13 @@ Each request is admitted before it is forwarded, or refused with OpenAI's ``429`
   from ``usage_records`` the first time the key is seen in a period (so it holds across server
   restarts), plus what was used since.
 
+``Retry-After`` is the time until a retry would be admitted by every limit that holds for the
+request, were nothing else counted meanwhile, in whole seconds rounded up (RFC 9110): for a
+per-minute limit, when enough of the previous minute (or, past its end, of this one) has slid
+out of the window (``seconds_until_room``); for a quota, its renewal; for requests at once, 1 s
+(one of them may end at any moment). A request that alone is more than a limit (``max_tokens``
+above the tokens per minute or the quota) is refused without ``Retry-After``: waiting never helps.
+
 A deployment's limits (``DeploymentLimits``, from the endpoint registry) hold for every key
 together; a request must pass both its key's and its deployment's.
 
@@ -51,11 +58,15 @@ from typing import Any, Literal, Protocol
 
 from modelyard.control.endpoints import DeploymentLimits
 from modelyard.errors import TooManyRequests
+from modelyard.server.gateway.limit_counters import Window
 from modelyard.services.keys import quota_period_start
 
 QuotaPeriod = Literal["day", "month"]
 WINDOW_S = 60.0
 PROMPT_BYTES_PER_TOKEN = 4
+# Counts are weighted floats: a window within this of its limit is at the limit (a retry at the
+# Retry-After computed from the same counts is admitted, whatever the rounding).
+_SLACK = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +93,25 @@ class KeyLimits:
 
 
 class LimitExceeded(TooManyRequests):
-    """OpenAI's rate-limit error: ``type`` says which kind of limit, ``code`` is fixed."""
+    """OpenAI's rate-limit error: ``type`` says which kind of limit, ``code`` is fixed.
+
+    ``retry_after_seconds``: when a retry would be admitted, were nothing else counted meanwhile;
+    ``never``: the request alone is more than the limit (sent without ``Retry-After``)."""
 
     code = "rate_limit_exceeded"
 
-    def __init__(self, message: str, *, limit_type: str, retry_after_seconds: int, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit_type: str,
+        retry_after_seconds: int,
+        hint: str | None = None,
+        never: bool = False,
+    ):
         super().__init__(message, retry_after_seconds=retry_after_seconds, hint=hint)
         self.limit_type = limit_type
+        self.never = never
 
 
 def period_start(period: QuotaPeriod, now: datetime) -> datetime:
@@ -110,8 +133,8 @@ def _next_period_start(period: QuotaPeriod, now: datetime) -> datetime:
 class LimitCounters(Protocol):
     """The counts limits are checked against, per key or deployment id (``limit_counters.py``)."""
 
-    def window(self, identifier: int, now: float) -> tuple[float, float, float]:
-        """(requests, tokens) over the sliding minute at ``now``, and seconds into the current minute."""
+    def window(self, identifier: int, now: float) -> Window:
+        """The current and the previous minute's counts at ``now``."""
 
     def add(self, identifier: int, now: float, *, requests: int, tokens: int) -> None: ...
 
@@ -157,33 +180,94 @@ class _Rates:
 
 
 def _check_rates(counters: LimitCounters, identifier: int, rates: _Rates, reserve: int, now: float) -> None:
+    """``LimitExceeded`` unless one more request reserving ``reserve`` tokens fits every limit of
+    ``rates``; its ``Retry-After`` is when it would fit all of them (the longest of their waits)."""
+    refusals: list[LimitExceeded] = []
     if rates.max_concurrent_requests is not None:
         running = counters.in_flight(identifier)
         if running >= rates.max_concurrent_requests:
-            raise LimitExceeded(
-                f"concurrent requests limit{rates.of} reached: {running} of "
-                f"{rates.max_concurrent_requests} requests of {rates.owner} are running",
-                limit_type="requests",
-                retry_after_seconds=1,
-                hint=f"wait for an answer before the next request, or {rates.hint}",
+            refusals.append(
+                LimitExceeded(
+                    f"concurrent requests limit{rates.of} reached: {running} of "
+                    f"{rates.max_concurrent_requests} requests of {rates.owner} are running",
+                    limit_type="requests",
+                    # Unknown: as soon as one of them ends.
+                    retry_after_seconds=1,
+                    hint=f"wait for an answer before the next request, or {rates.hint}",
+                )
             )
-    requests, tokens, into = counters.window(identifier, now)
-    if rates.requests_per_minute is not None and requests + 1 > rates.requests_per_minute:
-        raise LimitExceeded(
-            f"rate limit{rates.of} reached for requests per minute: limit {rates.requests_per_minute}, "
-            f"used {math.ceil(requests)}",
-            limit_type="requests",
-            retry_after_seconds=_wait_s(into),
-            hint=f"wait, or {rates.hint}",
+    window = counters.window(identifier, now)
+    if rates.requests_per_minute is not None and window.requests + 1 > rates.requests_per_minute + _SLACK:
+        wait_s = seconds_until_room(
+            window.current_requests, window.previous_requests, window.into_s, rates.requests_per_minute - 1
         )
-    if rates.tokens_per_minute is not None and tokens + reserve > rates.tokens_per_minute:
-        raise LimitExceeded(
-            f"rate limit{rates.of} reached for tokens per minute: limit {rates.tokens_per_minute}, used "
-            f"{math.ceil(tokens)}, requested {reserve} (max_tokens plus the prompt)",
-            limit_type="tokens",
-            retry_after_seconds=_wait_s(into),
-            hint=f"lower max_tokens, wait, or {rates.hint}",
+        refusals.append(
+            LimitExceeded(
+                f"rate limit{rates.of} reached for requests per minute: limit {rates.requests_per_minute}, "
+                f"used {math.ceil(window.requests - _SLACK)}",
+                limit_type="requests",
+                retry_after_seconds=_whole_seconds(wait_s),
+                hint=f"wait, or {rates.hint}",
+                never=wait_s is None,
+            )
         )
+    if rates.tokens_per_minute is not None and window.tokens + reserve > rates.tokens_per_minute + _SLACK:
+        wait_s = seconds_until_room(
+            window.current_tokens, window.previous_tokens, window.into_s, rates.tokens_per_minute - reserve
+        )
+        if wait_s is None:
+            message = (
+                f"this request may use {reserve} tokens (max_tokens plus the prompt), more than the "
+                f"limit{rates.of} of {rates.tokens_per_minute} tokens per minute"
+            )
+        else:
+            message = (
+                f"rate limit{rates.of} reached for tokens per minute: limit {rates.tokens_per_minute}, used "
+                f"{math.ceil(window.tokens - _SLACK)}, requested {reserve} (max_tokens plus the prompt)"
+            )
+        refusals.append(
+            LimitExceeded(
+                message,
+                limit_type="tokens",
+                retry_after_seconds=_whole_seconds(wait_s),
+                hint=f"lower max_tokens, wait, or {rates.hint}"
+                if wait_s is not None
+                else f"lower max_tokens or send a shorter prompt, or {rates.hint}",
+                never=wait_s is None,
+            )
+        )
+    if refusals:
+        raise longest(refusals)
+
+
+def longest(refusals: list[LimitExceeded]) -> LimitExceeded:
+    """The refusal to send when several limits refuse: one that can never pass, else the one
+    whose wait is longest (by then every other limit has room too)."""
+    return max(refusals, key=lambda refusal: (refusal.never, refusal.retry_after_seconds))
+
+
+def seconds_until_room(current: float, previous: float, into_s: float, allowed: float) -> float | None:
+    """Seconds from now until the sliding minute holds at most ``allowed`` (requests or tokens),
+    with nothing more counted meanwhile; None when it never will (``allowed`` below zero).
+
+    At ``x`` seconds into the current minute the window holds ``current + previous * (1 - x/60)``;
+    after the minute ends, ``current * (1 - y/60)`` at ``y`` seconds into the next; then nothing.
+    """
+    if allowed < 0:
+        return None
+    if current + previous * (1.0 - into_s / WINDOW_S) <= allowed + _SLACK:
+        return 0.0
+    if current <= allowed:
+        # Within this minute, as the previous minute slides out (previous > 0 here).
+        into_then_s = WINDOW_S * (1.0 - (allowed - current) / previous)
+        return max(0.0, into_then_s - into_s)
+    # In the next minute, as this minute slides out (current > allowed >= 0 here).
+    return (WINDOW_S - into_s) + WINDOW_S * (1.0 - allowed / current)
+
+
+def _whole_seconds(wait_s: float | None) -> int:
+    """Retry-After: whole seconds, rounded up (RFC 9110), at least 1."""
+    return 1 if wait_s is None else max(1, math.ceil(wait_s - _SLACK))
 
 
 def _count(counters: LimitCounters, identifier: int, rates: _Rates, reserve: int, now: float) -> bool:
@@ -245,10 +329,25 @@ class Limiter:
             owner="this key",
             hint="ask an admin for a higher limit",
         )
+        # Every limit is checked, so that Retry-After is when all of them would admit the retry.
+        refusals: list[LimitExceeded] = []
+        checks: list[Callable[[], object]] = []
         if limits.any:
-            _check_rates(self.key_counters, key_id, key_rates, reserve, now)
+            checks.append(lambda: _check_rates(self.key_counters, key_id, key_rates, reserve, now))
         if deployment is not None and deployment_rates is not None:
-            _check_rates(self.deployment_counters, deployment.deployment_id, deployment_rates, reserve, now)
+            deployment_id = deployment.deployment_id
+            checks.append(
+                lambda: _check_rates(self.deployment_counters, deployment_id, deployment_rates, reserve, now)
+            )
+        if limits.token_quota is not None and limits.quota_period is not None:
+            checks.append(lambda: self._check_quota(key_id, limits, reserve, now, count=False))
+        for check in checks:
+            try:
+                check()
+            except LimitExceeded as refusal:
+                refusals.append(refusal)
+        if refusals:
+            raise longest(refusals)
         start = None
         if limits.token_quota is not None and limits.quota_period is not None:
             start = self._check_quota(key_id, limits, reserve, now)
@@ -266,20 +365,36 @@ class Limiter:
             )
         return admission
 
-    def _check_quota(self, key_id: int, limits: KeyLimits, reserve: int, now: float) -> datetime:
+    def _check_quota(
+        self, key_id: int, limits: KeyLimits, reserve: int, now: float, *, count: bool = True
+    ) -> datetime:
+        """``LimitExceeded`` unless the request fits the key's quota; reserves it when ``count``."""
         assert limits.token_quota is not None and limits.quota_period is not None
         moment = datetime.fromtimestamp(now, UTC)
         start = period_start(limits.quota_period, moment)
+        if reserve > limits.token_quota:
+            raise LimitExceeded(
+                f"this request may use {reserve} tokens (max_tokens plus the prompt), more than the "
+                f"key's whole quota of {limits.token_quota} tokens per {limits.quota_period}",
+                limit_type="tokens",
+                retry_after_seconds=1,
+                hint="lower max_tokens or send a shorter prompt, or ask an admin for a larger quota",
+                never=True,
+            )
         used = self.quota_estimate(key_id, start)
         if used + reserve > limits.token_quota:
             renewal = _next_period_start(limits.quota_period, moment)
+            # At the renewal the quota is whole again; requests running now may end having used
+            # less than they reserved, which only makes room sooner.
             raise LimitExceeded(
                 f"token quota reached: {used} of {limits.token_quota} tokens this {limits.quota_period} "
                 f"(this request may use {reserve}); it renews at {renewal.isoformat()}",
                 limit_type="tokens",
-                retry_after_seconds=max(1, math.ceil(renewal.timestamp() - now)),
+                retry_after_seconds=_whole_seconds(renewal.timestamp() - now),
                 hint="ask an admin for a larger quota",
             )
+        if not count:
+            return start
         with self._lock:
             key = (key_id, start)
             self._quota[key] = self._quota.get(key, 0) + reserve
@@ -376,8 +491,3 @@ def _deployment_rates(deployment: DeploymentLimits | None, name: str) -> _Rates 
         hint=f"ask an admin to raise the limits of deployment {name!r} "
         "(`modelyard deploy --rpm/--tpm/--max-concurrent`, or PATCH its limits)",
     )
-
-
-def _wait_s(seconds_into_minute: float) -> int:
-    """Until the current minute ends and the window has slid past most of what filled it."""
-    return max(1, math.ceil(WINDOW_S - seconds_into_minute))

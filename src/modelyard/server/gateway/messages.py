@@ -71,6 +71,10 @@ class WorkerHello(Message):
     journal_directory: str = ""
     # `serve --access-log`: the worker logs a line per /v1 answer (server/access_log.py).
     access_log: bool = False
+    # The API-key throttle's table of every worker (server/throttle_table.py): its shared-memory
+    # segment and the lock file each worker opens itself.
+    key_throttle_name: str = ""
+    key_throttle_lock_path: str = ""
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ class GatewayRuntime:
     process_label: str = "main"
     # What one request may weigh (server/door/): the JSON nesting is checked here.
     limits: RequestLimits = field(default_factory=RequestLimits)
-    # Wrong API keys per client address (server/throttle.py); one per process.
+    # Wrong API keys per client address (server/throttle.py); in a worker, on the table that
+    # every worker shares.
     key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))
     # The counters every worker sees (shared_counters.py); private with --gateway-workers 0.
     shared: SharedCounters = field(default_factory=SharedCounters.private)

@@ -11,7 +11,9 @@ of the public port, both inherited by ``python -m modelyard.server.gateway.worke
   ``QuotaUsage`` (``quota_ledger.py``);
 - ``ReplicaRefused`` pokes the controller; ``MetricsSnapshot`` is kept for ``/metrics``;
 - a worker that exits is restarted on the same socket after a short back-off, once its row of
-  the shared counters is cleared (its requests in flight are gone).
+  the shared counters is cleared (its requests in flight are gone);
+- wrong API keys are counted in one shared table for every worker (``server/throttle_table.py``),
+  made here and handed to each worker in its ``WorkerHello``.
 
 Implements the context's ``GatewayHandle`` and ``KeyCacheHandle``.
 """
@@ -25,6 +27,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -50,6 +53,8 @@ from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage import UsageRow, replay_journal
 from modelyard.server.gateway.worker_usage import WorkerUsageWriter
 from modelyard.server.metrics.gateway_counts import GatewayCounts, merge_snapshots
+from modelyard.server.throttle import FailureThrottle
+from modelyard.server.throttle_table import ThrottleTable
 from modelyard.settings import default_gateway_workers as settings_default_gateway_workers
 
 logger = logging.getLogger(__name__)
@@ -80,6 +85,11 @@ class WorkerSupervisor:
         self._settings = settings
         self._workers = [_Worker(index, sock) for index, sock in enumerate(plan.sockets)]
         self._counters = SharedCounters.create(len(self._workers))
+        # Wrong API keys per address, counted in one table by every worker (server/throttle.py);
+        # the main process's key throttle is the same table, read by /metrics.
+        lock_path = Path(plan.api_socket_path).with_name("key-throttle.lock")
+        self._key_throttle_table = ThrottleTable.create(lock_path)
+        context.key_throttle = FailureThrottle(what="API key", table=self._key_throttle_table)
         self._ledger = QuotaLedger(context.database)
         self._usage = WorkerUsageWriter(
             context.database, acknowledge=self._usage_committed, after_insert=self._usage_inserted
@@ -134,6 +144,7 @@ class WorkerSupervisor:
         # Whatever the workers journaled and the database did not get goes in now (or at the next start).
         await asyncio.to_thread(self._replay_exited, None)
         self._counters.close(unlink=True)
+        self._key_throttle_table.close(unlink=True)
 
     # -- what the server calls ----------------------------------------------------------------------
 
@@ -302,6 +313,8 @@ class WorkerSupervisor:
             limits=dataclasses.asdict(context.limits),
             journal_directory=str(journal_directory(context.settings)),
             access_log=self._plan.access_log,
+            key_throttle_name=self._key_throttle_table.name,
+            key_throttle_lock_path=str(self._key_throttle_table.lock_path),
         )
 
     async def _serve_channel(self, worker: _Worker, channel: Channel) -> None:

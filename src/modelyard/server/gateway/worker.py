@@ -61,6 +61,8 @@ from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage_journal import UsageJournal
 from modelyard.server.gateway.worker_usage import WorkerUsage
 from modelyard.server.metrics.gateway_counts import GatewayCounts
+from modelyard.server.throttle import FailureThrottle
+from modelyard.server.throttle_table import ThrottleTable
 from modelyard.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -103,6 +105,7 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
     limits = RequestLimits(**hello.limits)
     database = Database.open(hello.database_url, migrate=False)
     counters = SharedCounters.attach(hello.shared_counters_name, workers=hello.workers, row=index)
+    key_throttle_table = ThrottleTable.attach(hello.key_throttle_name, Path(hello.key_throttle_lock_path))
     registry = EndpointRegistry()
     registry.load(RegistrySnapshot.from_json(hello.endpoints))
     usage = WorkerUsage(channel, UsageJournal.open(Path(hello.journal_directory)))
@@ -122,6 +125,7 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
         on_refused=on_refused,
         process_label=f"gateway worker {index}",
         limits=limits,
+        key_throttle=FailureThrottle(what="API key", table=key_throttle_table),
     )
     # The quotas count this worker's rows until the main process acknowledges them (limits.py).
     runtime.limiter.last_usage_sequence = lambda: usage.journal.last_sequence
@@ -193,6 +197,7 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
         await relay.close()
         await runtime.close()
         counters.close()
+        key_throttle_table.close()
         database.close()
         channel.close()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from modelyard.server.context import ServerContext, server_context
@@ -84,6 +84,22 @@ def worker_gpus(context: ServerContext) -> list[WorkerGpus]:
     ]
 
 
+def throttle_family(context: ServerContext) -> Metric:
+    """Credential checks from other hosts that the throttles let run or refused (server/throttle.py);
+    the API-key throttle's counts are those of every gateway worker together."""
+    family = CounterMetricFamily(
+        f"{PREFIX}_auth_throttle_attempts",
+        "Credential checks from other hosts (loopback is never throttled): admitted to their check "
+        "(a scrypt run or an API key read), or refused with 429 while the address waits.",
+        labels=["throttle", "outcome"],
+    )
+    for name, throttle in (("login", context.login_throttle), ("api_key", context.key_throttle)):
+        admitted, refused = throttle.counts()
+        family.add_metric([name, "admitted"], admitted)
+        family.add_metric([name, "refused"], refused)
+    return family
+
+
 def _unauthorized(message: str) -> Response:
     body = f'{{"error": {{"message": "{message}", "code": "invalid_scrape_token"}}}}'
     return Response(
@@ -112,6 +128,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
     worker_count.add_metric([], len(workers) if context.gateway_workers is not None else 0)
     families = [
         worker_count,
+        throttle_family(context),
         *gateway_families(counts, workers),
         *controller_families(instances),
         *gpu_families(worker_gpus(context)),
