@@ -9,18 +9,29 @@ server's resting RSS):
   sent meanwhile against its latency at rest;
 - the 554-byte YAML alias bomb of the issue (9 levels of 9 aliases) to the backend import;
 - a wrong password for ``admin`` against a login as a user that does not exist (their ratio
-  should be near 1: the time does not tell which users exist).
+  should be near 1: the time does not tell which users exist);
+- JSON nested ``[[[...`` deep: 1 MiB to ``/api/v1/keys`` without credentials (one and four at
+  once), 1 MiB and 8 MiB to ``/v1/chat/completions`` with a key: time to the 400 and the longest
+  wait of another client's requests meanwhile (the event loop's stall), against its wait at rest;
+  and a legal 8 MiB body of 270,000 small messages (its parse holds the loop);
+- 500 connections sending their request head a byte a second: how many the server still holds
+  3 s and 25 s after they opened (the header timeout is 20 s by default; at most 128 connections
+  of a process are given that long, the others one second).
 
     python benchmarks/hostile_inputs.py [--json FILE]
 
-Takes about a minute; never run as a test.
+Takes about two minutes; never run as a test. Run it with ``PYTHONPATH`` pointing at another
+checkout's ``src`` to measure that version (the server is started with the same interpreter
+and environment).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -62,6 +73,14 @@ def start(folder: Path) -> tuple[subprocess.Popen[bytes], str, str]:
         except httpx.TransportError:
             time.sleep(0.1)
     return process, url, (folder / "data" / "admin-password").read_text().strip()
+
+
+def create_key(url: str, password: str) -> str:
+    with httpx.Client(base_url=url, timeout=60, auth=("admin", password)) as admin:
+        response = admin.post("/api/v1/keys", json={"name": "hostile-benchmark"})
+        response.raise_for_status()
+        key: str = response.json()["key"]
+        return key
 
 
 def rss_mib(process: subprocess.Popen[bytes]) -> float:
@@ -115,6 +134,90 @@ def bomb(levels: int) -> str:
         lines.append(f"k{level}: &a{level} [" + ",".join([f"*a{level - 1}"] * 9) + "]")
     lines.append("version_configs: {'1.0': {run_command: 'serve {{model_path}}'}}")
     return "\n".join(lines) + "\n"
+
+
+def stall_during(probe: Any, hostile: Any) -> dict[str, Any]:
+    """Run ``hostile()`` while another client calls ``probe()`` over and over; the longest wait."""
+    waits: list[float] = []
+    done = threading.Event()
+
+    def meanwhile() -> None:
+        while not done.is_set():
+            waits.append(timed(probe)[0])
+
+    other = threading.Thread(target=meanwhile)
+    other.start()
+    elapsed, statuses = timed(hostile)
+    done.set()
+    other.join()
+    return {"statuses": statuses, "ms": round(elapsed, 1), "other_client_max_ms": round(max(waits), 1)}
+
+
+def deep_bodies(url: str, path: str, size_bytes: int, count: int, key: str | None) -> list[int]:
+    half = size_bytes // 2
+    body = b"[" * half + b"]" * half
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    statuses: list[int] = []
+
+    def send() -> None:
+        with httpx.Client(timeout=300) as client:
+            statuses.append(client.post(url + path, content=body, headers=headers).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses
+
+
+def wide_body(url: str, size_bytes: int, key: str) -> list[int]:
+    message = b'{"role":"user","content":"x"},'
+    messages = message * (size_bytes // len(message)) + message[:-1]
+    body = b'{"model":"no-such-model","messages":[' + messages + b"]}"
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    with httpx.Client(timeout=300) as client:
+        return [client.post(url + "/v1/chat/completions", content=body, headers=headers).status_code]
+
+
+def slow_heads(port: int, count: int) -> dict[str, int]:
+    """Open ``count`` connections that send their head a byte a second; how many stay open."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+    done = threading.Event()
+
+    def still_open() -> list[socket.socket]:
+        # Readable: the server answered (408) or closed; it writes nothing else to these.
+        poller = select.poll()
+        for connection in connections:
+            poller.register(connection, select.POLLIN)
+        readable = {descriptor for descriptor, _ in poller.poll(0)}
+        return [connection for connection in connections if connection.fileno() not in readable]
+
+    def dribble() -> None:
+        head = b"GET /api/v1/system HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
+        for byte in head:
+            for connection in still_open():
+                with contextlib.suppress(OSError):
+                    connection.send(bytes([byte]))
+            if done.wait(1.0):
+                return
+
+    sender = threading.Thread(target=dribble)
+    started = time.monotonic()
+    sender.start()
+    held: dict[str, int] = {}
+    try:
+        for after_s in (3, 25):
+            time.sleep(max(0.0, started + after_s - time.monotonic()))
+            held[f"held_after_{after_s}_s"] = len(still_open())
+    finally:
+        done.set()
+        sender.join()
+        for connection in connections:
+            connection.close()
+    return held
 
 
 def main() -> None:
@@ -184,6 +287,36 @@ def main() -> None:
             "unknown_user": round(statistics.median(unknown), 1),
             "unknown_over_wrong": round(statistics.median(unknown) / statistics.median(wrong), 2),
         }
+
+        key = create_key(url, password)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            rest_models_ms = statistics.median(
+                timed(lambda: client.get("/v1/models", headers={"Authorization": f"Bearer {key}"}))[0]
+                for _ in range(20)
+            )
+        figures["baseline_models_ms"] = round(rest_models_ms, 2)
+
+        def probe_system() -> None:
+            with httpx.Client(base_url=url, timeout=300) as client:
+                client.get("/api/v1/system")
+
+        def probe_models() -> None:
+            with httpx.Client(base_url=url, timeout=300) as client:
+                client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+
+        for count in (1, 4):
+            figures[f"deep_1mib_keys_x{count}"] = stall_during(
+                probe_system, lambda count=count: deep_bodies(url, "/api/v1/keys", MIB, count, None)
+            )
+        for size_mib in (1, 8):
+            figures[f"deep_{size_mib}mib_chat_with_key"] = stall_during(
+                probe_models,
+                lambda size_mib=size_mib: deep_bodies(url, "/v1/chat/completions", size_mib * MIB, 1, key),
+            )
+        # A legal body of many small values: what parsing it holds the loop (the model does not
+        # exist: answered 404 once the body is parsed).
+        figures["wide_8mib_chat_with_key"] = stall_during(probe_models, lambda: wide_body(url, 8 * MIB, key))
+        figures["slow_heads_500"] = slow_heads(port, 500)
     finally:
         process.terminate()
         process.wait(timeout=60)

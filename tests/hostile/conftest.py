@@ -66,12 +66,17 @@ class HostileTarget:
         return key
 
 
-def start_server(data_dir: Path, log_path: Path, environment: dict[str, str] | None = None) -> HostileTarget:
+def start_server(
+    data_dir: Path,
+    log_path: Path,
+    environment: dict[str, str] | None = None,
+    arguments: tuple[str, ...] = (),
+) -> HostileTarget:
     port = free_port()
     log_file = open(log_path, "wb")  # noqa: SIM115 - kept open for the child's lifetime
     command = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo"]
     process = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir), "--port", str(port)],
+        [*command, "--data-dir", str(data_dir), "--port", str(port), *arguments],
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env={**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1", **(environment or {})},

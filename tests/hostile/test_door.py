@@ -134,3 +134,64 @@ def test_json_nested_1000_deep_on_the_gateway_is_an_openai_shaped_400(target: Ho
     assert error["code"] == "invalid_json"
     assert error["type"] == "invalid_request_error"
     assert "deeper than 64 levels" in str(error["message"])
+
+
+def _send_body_until_answered(target: HostileTarget, head: bytes, body: bytes) -> bytes:
+    """Send ``head`` and as much of ``body`` as the server takes before it answers; its answer."""
+    with socket.create_connection(("127.0.0.1", target.port), timeout=60) as connection:
+        connection.sendall(head)
+        view = memoryview(body)
+        try:
+            while view:
+                readable, _, _ = select.select([connection], [], [], 0)
+                if readable:
+                    break
+                view = view[connection.send(view[: 64 * 1024]) :]
+        except OSError:
+            pass
+        return _read_response(connection)
+
+
+def _read_response(connection: socket.socket) -> bytes:
+    """One whole response (its head and its ``Content-Length`` of body) from ``connection``."""
+    answer = b""
+    while b"\r\n\r\n" not in answer and (chunk := connection.recv(65536)):
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next((int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:")), 0)
+    while len(body) < length and (chunk := connection.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_deep_body_is_refused_before_it_is_all_sent_and_others_are_served(target: HostileTarget) -> None:
+    # 1 MiB declared, half of it sent: the nesting is refused from what came, unauthenticated.
+    body = b'{"name": ' + b"[" * (512 * 1024)
+    head = b"POST /api/v1/keys HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: %d\r\n\r\n" % MIB
+    answers: list[int] = []
+
+    def meanwhile() -> None:
+        with target.client() as client:
+            answers.append(client.get("/api/v1/system").status_code)
+
+    other = threading.Thread(target=meanwhile)
+    other.start()
+    answer = _send_body_until_answered(target, head, body)
+    other.join(timeout=60)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b'"code": "json_too_deep"' in answer
+    assert b"deeper than 64 levels" in answer and b"MODELYARD_MAX_JSON_DEPTH" in answer
+    assert answers == [401]
+
+
+def test_a_deep_8_mib_gateway_body_is_refused_before_it_is_all_sent(target: HostileTarget) -> None:
+    key = target.create_key("hostile-deep-stream")
+    body = b'{"model": "x", "messages": ' + b"[" * (4 * MIB)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Authorization: Bearer " + key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % (8 * MIB)
+    answer = _send_body_until_answered(target, head, body)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b'"code":"invalid_json"' in answer.replace(b" ", b"")
+    assert b"deeper than 64 levels" in answer

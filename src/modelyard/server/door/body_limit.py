@@ -7,7 +7,8 @@
 - A body without a length (chunked) is counted as the route reads it; past the limit the route
   is told the client left and the client gets the 413 (uvicorn drops the rest of the body).
 - On REST routes (JSON, at most ``max_api_body_bytes``) the body is read here and its nesting
-  checked (``json_depth.py``) before the route parses it.
+  checked as it arrives (``json_depth.py``), before the route parses it: a body that nests too
+  deep is answered ``400`` as soon as it does (uvicorn drops the rest of it, unexamined).
 
 Usage::
 
@@ -20,7 +21,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelyard.server.door.json_depth import json_nesting_exceeds
+from modelyard.server.door.json_depth import JsonDepthScanner, feed_sliced
 from modelyard.server.door.limits import BodyRule, RequestLimits, describe_bytes
 from modelyard.server.door.refusal import refusal_body
 
@@ -48,6 +49,17 @@ async def _send_error(send: Send, status: int, body: bytes, *, close: bool) -> N
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def too_deep_body(limit: int) -> bytes:
+    """The REST API's refusal of a JSON body that nests deeper than ``limit``."""
+    return refusal_body(
+        400,
+        f"the JSON body nests deeper than {limit} levels",
+        "json_too_deep",
+        hint="flatten the request; the limit is set by "
+        + RequestLimits.environment_variable("max_json_depth"),
+    )
 
 
 def _too_large_body(rule: BodyRule, size: str) -> bytes:
@@ -84,9 +96,11 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
 
     async def _checked_json(self, scope: Scope, receive: Receive, send: Send, rule: BodyRule) -> None:
-        """Read the (small) body here, check its size and nesting, then hand it to the route."""
+        """Read the (small) body here, checking its size and nesting as it arrives, then hand it
+        to the route. A body too deep is refused as soon as it is (the rest is not read)."""
         chunks: list[bytes] = []
         size = 0
+        depth = JsonDepthScanner(self.limits.max_json_depth)
         while True:
             message = await receive()
             if message["type"] != "http.request":
@@ -96,21 +110,14 @@ class BodyLimitMiddleware:
             if size > rule.limit_bytes:
                 await _send_error(send, PAYLOAD_TOO_LARGE, _too_large_body(rule, "larger"), close=False)
                 return
+            if await feed_sliced(depth, chunk):
+                # Refused before the end of the body: uvicorn drops the rest of it unexamined.
+                await _send_error(send, 400, too_deep_body(depth.limit), close=False)
+                return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        depth = self.limits.max_json_depth
-        if json_nesting_exceeds(body, depth):
-            refusal = refusal_body(
-                400,
-                f"the JSON body nests deeper than {depth} levels",
-                "json_too_deep",
-                hint="flatten the request; the limit is set by "
-                + RequestLimits.environment_variable("max_json_depth"),
-            )
-            await _send_error(send, 400, refusal, close=False)
-            return
         delivered = False
 
         async def replay() -> Message:

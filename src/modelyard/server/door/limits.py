@@ -36,6 +36,14 @@ class RequestLimits:
     max_other_body_bytes: int = 64 * KIB
     # How deep JSON may nest (objects and arrays): the REST API's bodies and the gateway's.
     max_json_depth: int = 64
+    # How long a client may take to send a request's head (request line and headers), counted
+    # from the connection's opening or, on a kept-alive connection, from the end of the previous
+    # request (nginx's client_header_timeout is 60 s, Node's headersTimeout 60 s; uvicorn has
+    # none: its timeout_keep_alive stops counting at the first byte).
+    header_timeout_s: int = 20
+    # How many connections of one process may be reading their head at once; a connection
+    # opened past this must send its head within CROWDED_HEADER_TIMEOUT_S.
+    max_slow_connections: int = 128
 
     @staticmethod
     def environment_variable(field_name: str) -> str:
@@ -58,7 +66,7 @@ class RequestLimits:
             if value <= 0:
                 raise InvalidInput(
                     f"{variable}={text!r} is not a positive whole number",
-                    hint=f"set it to a number of {'levels' if 'depth' in item.name else 'bytes or headers'}"
+                    hint=f"set it to a number of {_unit_of(item.name)}"
                     f", or unset it for the default ({getattr(cls, item.name)})",
                 )
             values[item.name] = value
@@ -74,6 +82,17 @@ class RequestLimits:
         if path.startswith("/api/"):
             return BodyRule(self.max_api_body_bytes, "max_api_body_bytes", check_json=True)
         return BodyRule(self.max_other_body_bytes, "max_other_body_bytes", check_json=False)
+
+
+# A connection opened while max_slow_connections others are reading their head has this long.
+CROWDED_HEADER_TIMEOUT_S = 1.0
+
+
+def _unit_of(field_name: str) -> str:
+    for ending, unit in (("_bytes", "bytes"), ("_count", "headers"), ("_depth", "levels"), ("_s", "seconds")):
+        if field_name.endswith(ending):
+            return unit
+    return "connections"
 
 
 @dataclass(frozen=True, slots=True)

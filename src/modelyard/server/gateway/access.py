@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.types import Receive
 
 from modelyard.control.endpoints import Endpoint
-from modelyard.server.door.json_depth import json_nesting_exceeds
+from modelyard.server.door.json_depth import JsonDepthScanner, feed_sliced
 from modelyard.server.door.limits import RequestLimits
 from modelyard.server.gateway.errors import (
     EndpointNotServed,
@@ -118,14 +119,27 @@ def visible_deployments(runtime: GatewayRuntime, facts: KeyFacts) -> list[str]:
     return [name for name in runtime.registry.known_deployments() if facts.may_use(name)]
 
 
-def parse_json_body(body: bytes, max_json_depth: int = RequestLimits.max_json_depth) -> dict[str, Any]:
-    """The JSON object of a request body (nesting checked first, in linear time: server/door/)."""
-    if json_nesting_exceeds(body, max_json_depth):
-        raise InvalidJsonBody(
-            f"the request body nests deeper than {max_json_depth} levels",
-            hint="flatten the request; the limit is set by "
-            + RequestLimits.environment_variable("max_json_depth"),
-        )
+async def read_json_body(receive: Receive, max_json_depth: int = RequestLimits.max_json_depth) -> bytes:
+    """A JSON body, its nesting checked as it arrives (server/door/json_depth.py): one that nests
+    deeper than ``max_json_depth`` is refused as soon as it does, before the rest is read."""
+    depth = JsonDepthScanner(max_json_depth)
+    pieces: list[bytes] = []
+    while True:
+        message = await receive()
+        piece: bytes = message.get("body", b"")
+        if await feed_sliced(depth, piece):
+            raise InvalidJsonBody(
+                f"the request body nests deeper than {max_json_depth} levels",
+                hint="flatten the request; the limit is set by "
+                + RequestLimits.environment_variable("max_json_depth"),
+            )
+        pieces.append(piece)
+        if not message.get("more_body", False):
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """The JSON object of a request body (read by ``read_json_body``, its nesting checked)."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -38,6 +38,7 @@ from modelyard.server.gateway.access import (
     header,
     model_of,
     parse_json_body,
+    read_json_body,
     ready_endpoints,
     visible_deployments,
 )
@@ -172,13 +173,14 @@ class GatewayApp:
         try:
             facts = await authenticate(runtime, headers, client_host(scope), request_id)
             key_name = facts.name
-            body = await read_body(receive)
             content_type = header(headers, b"content-type") or b"application/json"
             if route.body == "json":
-                payload = parse_json_body(body, runtime.limits.max_json_depth)
+                body = await read_json_body(receive, runtime.limits.max_json_depth)
+                payload = parse_json_body(body)
                 form = None
                 model = model_of(payload.get("model"))
             else:
+                body = await read_body(receive)
                 payload = None
                 form = read_form_fields(body, content_type)
                 model = model_of(form.values.get("model"))
