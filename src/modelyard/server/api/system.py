@@ -12,9 +12,9 @@ from sqlalchemy.orm import selectinload
 from modelyard import __version__
 from modelyard.demo.prepare import DEMO_DEPLOYMENT_NAME
 from modelyard.demo.status import deployed_json
+from modelyard.server.context import ServerContext, server_context
 from modelyard.services.deployments import deployment_summary_state
 from modelyard.store.tables import Deployment
-from modelyard.server.context import ServerContext, server_context
 
 router = APIRouter(tags=["system"])
 
