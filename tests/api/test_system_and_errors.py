@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from sqlalchemy import select
+
+from modelyard.demo.prepare import DEMO_DEPLOYMENT_NAME
+from modelyard.demo.register import register_demo
+from modelyard.hardware.gpus import GpuInventory
+from modelyard.store.tables import Deployment, Instance
+
 from .conftest import ApiHarness, assert_error
 
 
@@ -65,3 +74,25 @@ def test_preflight_refusal_carries_the_findings(api: ApiHarness) -> None:
     error = response.json()["error"]
     assert error["code"] == "preflight_failed"
     assert error["details"] == {"findings": [finding]}
+
+
+def test_system_reports_the_demo_as_its_deployment_really_is(api: ApiHarness, tiny_model_dir: Path) -> None:
+    register_demo(api.database, tiny_model_dir, GpuInventory(unavailable_reason="no GPUs (double)"))
+    api.context.demo.state = "deployed"  # handed to the controller, as serve does
+    reason = "verification failed, kept out of rotation: verify.chat-answer: the answer is empty"
+    with api.database.session() as session:
+        deployment = session.scalar(select(Deployment).where(Deployment.name == DEMO_DEPLOYMENT_NAME))
+        assert deployment is not None
+        session.add(Instance(deployment_id=deployment.id, replica_index=0, state="error", reason=reason))
+        session.commit()
+    demo = api.client.get("/api/v1/system").json()["demo"]
+    assert demo["state"] == "error"
+    assert demo["message"] == f"replica 0 error: {reason}"
+    with api.database.session() as session:
+        instance = session.scalar(select(Instance))
+        assert instance is not None
+        instance.state, instance.reason = "running", "ready in 3.0 s"
+        session.commit()
+    assert api.client.get("/api/v1/system").json()["demo"]["state"] == "running"
+    assert api.client.delete(f"/api/v1/deployments/{DEMO_DEPLOYMENT_NAME}").status_code < 300
+    assert api.client.get("/api/v1/system").json()["demo"]["state"] == "removed"

@@ -7,7 +7,10 @@ model directory with a ChatML chat template; transformers loads it as the engine
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -328,3 +331,65 @@ def test_prompts_command_saves_a_set_that_replays(tokenizer_dir: Path, tmp_path:
         LocalTokenizer.from_directory(tokenizer_dir),
     )
     assert saved == rebuilt
+
+
+# What the GPU field kit's image said: its transformers refuses the kit's newer huggingface_hub.
+_BROKEN_TRANSFORMERS = (
+    'raise ImportError("huggingface-hub>=0.34.0,<1.0 is required for a normal functioning of this '
+    'module, but found huggingface-hub==1.2.0.")\n'
+)
+_FALLBACK_SCRIPT = """
+import json, sys
+from pathlib import Path
+from modelyard.bench.datasets import LocalTokenizer
+from modelyard.bench.datasets.synthetic import random_prompts
+
+counter = LocalTokenizer.from_directory(Path(sys.argv[1]))
+prompts = random_prompts(counter, num_prompts=30, input_tokens=120, output_tokens=8, seed=5)
+print(json.dumps({
+    "compilations": counter.template_compilations,
+    "description": counter.description,
+    "prompts": [p.messages for p in prompts],
+    "achieved": [p.achieved_input_tokens for p in prompts],
+}))
+"""
+
+
+def test_without_transformers_the_chat_template_is_compiled_once_and_the_fallback_is_said(
+    tokenizer_dir: Path, tmp_path: Path, hf_tokenizer: object
+) -> None:
+    shadow = tmp_path / "shadow"
+    (shadow / "transformers").mkdir(parents=True)
+    (shadow / "transformers" / "__init__.py").write_text(_BROKEN_TRANSFORMERS)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", _FALLBACK_SCRIPT, str(tokenizer_dir)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    seen = json.loads(child.stdout)
+    assert seen["compilations"] == 1  # for 30 prompts, each counted many times while it is built
+    said = [line for line in child.stderr.splitlines() if "fallback: tokenizers + the chat template" in line]
+    assert len(said) == 1 and "transformers cannot be imported (huggingface-hub>=0.34.0" in said[0]
+    assert "(fallback:" in seen["description"]
+    # And the fallback counts as the engine's tokenizer does.
+    for messages, achieved in zip(seen["prompts"], seen["achieved"], strict=True):
+        ids = hf_tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+            messages, tokenize=True, add_generation_prompt=True, return_dict=False
+        )
+        assert len(ids) == achieved == 120
+
+
+def test_the_run_says_what_counted_the_prompt_tokens(tokenizer_dir: Path) -> None:
+    from modelyard.bench.records import RunConfig
+    from modelyard.bench.runner import prepare_prompts
+
+    config = RunConfig(base_url="http://127.0.0.1:9", model="m", tokenizer_path=str(tokenizer_dir))
+    assert len(prepare_prompts(config, 3, api_key=None)) == 3
+    assert config.prompt_tokens_counted_by == f"local tokenizer {tokenizer_dir} (transformers)"

@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -141,7 +141,11 @@ class InstantControllerDouble:
         instance.started_at = datetime.now(UTC)
         if FAIL_VARIABLE in deployment.env:
             instance.diagnosis = "the engine double was told to fail"
-            self._move(session, deployment, instance, "error", "engine exited with status 1")
+            # As the controller does (control/failures.py): a restart after its back-off.
+            instance.next_start_at = datetime.now(UTC) + timedelta(seconds=60)
+            self._move(
+                session, deployment, instance, "error", "engine exited with status 1; restart 1 in 60 s"
+            )
         else:
             instance.handle = {"runtime": "process", "id": f"{instance.port}:0", "label": "engine double"}
             self._move(session, deployment, instance, "running", "ready: health and a tiny chat answered")

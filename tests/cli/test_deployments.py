@@ -43,6 +43,8 @@ def test_deploy_reports_an_engine_failure_and_exits_1(with_model: LiveServer) ->
     assert result.exit_code == 1
     assert "engine exited with status 1" in result.stderr
     assert "modelyard logs tiny" in result.stderr
+    # What really happens next, from the instance's record (not "retries with back-off" for all).
+    assert re.search(r"the controller restarts it in (59|60) s", result.stderr), result.stderr
 
 
 def test_deploy_of_unknown_backend_version_is_one_line(with_model: LiveServer) -> None:
@@ -55,7 +57,16 @@ def test_deploy_of_unknown_backend_version_is_one_line(with_model: LiveServer) -
 def test_deploy_asking_for_gpus_on_a_cpu_host_is_refused(with_model: LiveServer) -> None:
     result = with_model.cli("deploy", "tiny", "--gpus", "2")
     assert result.exit_code == 1
-    assert "needs 2 GPU" in result.stderr
+    assert "needs 2 GPU(s), and there is no GPU here" in result.stderr
+    assert "--backend transformers --gpus 0" in result.stderr
+
+
+def test_a_gpu_backend_on_a_host_without_gpus_says_there_is_no_gpu(with_model: LiveServer) -> None:
+    result = with_model.cli("deploy", "tiny", "--backend", "vllm")
+    assert result.exit_code == 1
+    assert "this backend needs a GPU, and there is none here (no GPUs (controller double))" in result.stderr
+    assert "pass --gpus 1" not in result.stderr  # which would fail next
+    assert "modelyard worker join" in result.stderr and "--backend transformers --gpus 0" in result.stderr
 
 
 def test_ps_scale_stop_start_rm(with_model: LiveServer) -> None:

@@ -6,6 +6,8 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
+
 from .conftest import LiveServer
 
 
@@ -128,3 +130,18 @@ def test_usage_lists_tokens_by_key(live_server: LiveServer) -> None:
     assert "ci" in result.stdout and "chat" in result.stdout and "12" in result.stdout
     rows = json.loads(live_server.cli("usage", "--json").stdout)["rows"]
     assert rows[0]["prompt_tokens"] == 12
+
+
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/", "/api/v1"])
+def test_the_openai_base_url_the_server_prints_is_accepted_as_the_server_url(
+    live_server: LiveServer, suffix: str
+) -> None:
+    result = live_server.runner.invoke(
+        __import__("modelyard.cli.main", fromlist=["app"]).app,
+        ["keys", "list"],
+        env={"MODELYARD_URL": live_server.url + suffix, "MODELYARD_DATA_DIR": str(live_server.data_dir)},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "no route" not in result.stderr
+    note = f"note: using {live_server.url} as the server URL ({suffix.rstrip('/')} dropped"
+    assert result.stderr.count(note) == 1

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
-from modelyard.doctor.verify import VerificationResult, verify_instance
+from modelyard.doctor.verify import VerificationBudget, VerificationResult, verify_instance
 from tiny_engine import TinyEngine
 
 MODEL = "qwen-test"
@@ -44,7 +44,7 @@ async def _verify(base_url: str, **overrides: Any) -> dict[str, VerificationResu
         "metrics_path": "/metrics",
         "model_supports_tools": False,
         "model_supports_thinking": True,
-        "timeout_seconds": 10.0,
+        "budget": VerificationBudget(floor_seconds=10.0, ceiling_seconds=60.0),
     }
     arguments.update(overrides)
     async with httpx.AsyncClient() as client:
@@ -60,6 +60,7 @@ async def test_vllm_flavor_passes_every_applicable_check(reference: Callable[...
     server = reference(flavor="vllm", reasoning_tokens=4)
     results = await _verify(server.base_url)
     assert _statuses(results) == {
+        "verify.speed": "passed",
         "verify.models-listed": "passed",
         "verify.chat-answer": "passed",
         "verify.reasoning-separated": "passed",
@@ -353,3 +354,39 @@ async def test_a_500_from_an_engine_that_lists_what_it_serves_fails() -> None:
     listing = (await _verify_engine_double(engine, served_model_name="qwen"))["verify.models-listed"]
     assert listing.status == "failed"
     assert "HTTP 500" in listing.message
+
+
+def test_the_budget_follows_the_measured_speed_within_its_floor_and_ceiling() -> None:
+    budget = VerificationBudget(factor=4.0, floor_seconds=30.0, ceiling_seconds=600.0)
+    assert budget.timeout_seconds(32) == 30.0  # not measured yet: the floor
+    assert budget.measured(0.9).timeout_seconds(32) == pytest.approx(115.2)  # 4 x 32 x 0.9 s
+    assert budget.measured(0.01).timeout_seconds(32) == 30.0
+    assert budget.measured(10.0).timeout_seconds(32) == 600.0
+    assert VerificationBudget(fixed_seconds=5.0).measured(10.0).timeout_seconds(32) == 5.0
+
+
+async def test_a_slow_engine_is_judged_by_its_own_speed(reference: Callable[..., ReferenceServer]) -> None:
+    # 50 ms a token: the 32-token chat takes 1.6 s, past a fixed 0.5 s limit.
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    server.config.itl_ms = 50.0
+    fixed = await _verify(server.base_url, timeout_seconds=0.5)
+    assert fixed["verify.chat-answer"].status == "failed"
+    assert fixed["verify.speed"].status == "skipped"
+    measured = await _verify(
+        server.base_url, budget=VerificationBudget(factor=4.0, floor_seconds=0.5, ceiling_seconds=60.0)
+    )
+    assert measured["verify.chat-answer"].passed, measured["verify.chat-answer"].message
+    speed = measured["verify.speed"]
+    assert speed.passed and "8 token(s) in" in speed.message and "the 32-token chat:" in speed.message
+
+
+async def test_a_missing_answer_is_retryable_and_a_wrong_one_is_not(
+    reference: Callable[..., ReferenceServer],
+) -> None:
+    server = reference(flavor="vllm", reasoning_tokens=4)
+    server.config.ttft_ms = 3_000.0
+    results = await _verify(server.base_url, timeout_seconds=0.2, metrics_path="/no-such-metrics")
+    timed_out = results["verify.chat-answer"]
+    assert "no answer in time: none within 0.2 s" in timed_out.message and timed_out.details["retryable"]
+    assert results["verify.metrics"].status == "failed"
+    assert "retryable" not in results["verify.metrics"].details

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -378,3 +378,110 @@ async def test_a_verification_asked_for_one_start_is_not_run_again_after_a_resta
     # The deployment skips the suite: the new start is in rotation, with no request left pending.
     assert restarted.start_count == 2 and restarted.verification_requested_at is None
     assert restarted.verification == [] and "ready" in restarted.reason
+
+
+async def _restart_controller(harness: Harness, options: ControllerOptions) -> None:
+    """Stop the controller and its engines; a new one with ``options`` starts them again."""
+    await harness.controller.shutdown(stop_engines=True)
+    harness.controller = Controller(
+        settings=harness.settings,
+        database=harness.database,
+        endpoints=harness.endpoints,
+        runtimes=RuntimeSet(),
+        options=options,
+    )
+    await harness.controller.start()
+
+
+async def test_a_verification_failed_by_a_busy_engine_is_retried_and_the_instance_enters_rotation(
+    harness: Harness,
+) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    # The engine double answers its first 3 generation requests (the tiny chat, verify.speed,
+    # verify.chat-answer) 2 s late: a CPU shared with something else while it starts.
+    harness.set_deployment(
+        skip_verification=False,
+        backend_parameters=["--slow-requests", "3", "--slow-request-extra-ms", "2000"],
+    )
+    retry_seconds = 1.0
+    await _restart_controller(
+        harness,
+        replace(
+            FAST,
+            verification_floor_seconds=0.5,
+            verification_ceiling_seconds=1.0,
+            verification_retry_initial_seconds=retry_seconds,
+        ),
+    )
+    await harness.wait_for(
+        lambda: harness.running_count() == 1 and "attempt 2" in harness.instances()[0].reason,
+        "running after the second verification",
+    )
+    [instance] = harness.instances()
+    assert instance.started_at is not None
+    assert "verification passed on attempt 2" in instance.reason
+    assert [endpoint.instance_id for endpoint in harness.endpoints.endpoints_for("chat")] == [instance.id]
+    events = [event for event in harness.events() if event.at >= instance.started_at]
+    [failed] = [event for event in events if "verification attempt 1 failed" in event.reason]
+    assert failed.to_state == "starting"  # out of rotation, not an error: it is coming
+    assert "verify.speed: no answer in time" in failed.reason
+    assert f"the suite runs again in {retry_seconds:.0f} s" in failed.reason
+    [again] = [event for event in events if event.reason.startswith("verifying again (attempt 2)")]
+    # It said "in 1 s" no earlier than it scheduled the run, and the run waited until then.
+    scheduled = instance.verification_requested_at
+    assert scheduled is not None and (scheduled - failed.at).total_seconds() <= retry_seconds
+    assert again.at >= scheduled
+
+
+async def test_a_wrong_answer_is_not_retried_and_says_what_to_do(harness: Harness) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    _set_metrics_path(harness, "/no-such-metrics")
+    await _restart_verified(harness)
+    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
+    [failed] = harness.instances()
+    assert "it is not retried" in failed.reason and "`modelyard verify chat`" in failed.reason
+    assert failed.verification_requested_at is None
+
+
+def _engine_threads(pid: int | None) -> str | None:
+    assert pid is not None
+    return psutil.Process(pid).environ().get("OMP_NUM_THREADS")
+
+
+async def test_cpu_engines_share_the_cores_by_their_thread_variable(harness: Harness) -> None:
+    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
+    with harness.database.session() as session:
+        backend = session.scalar(select(CustomBackend).where(CustomBackend.name == "vllm-double"))
+        assert backend is not None
+        spec = json.loads(json.dumps(backend.spec))
+        spec["versions"]["1.0"]["cpu_threads_env"] = ["OMP_NUM_THREADS"]
+        backend.spec = spec
+        session.commit()
+    # A server whose own environment leaves the variable unset, on 5 cores (1 kept for it).
+    await harness.controller.shutdown(stop_engines=True)
+    harness.controller = Controller(
+        settings=harness.settings,
+        database=harness.database,
+        endpoints=harness.endpoints,
+        runtimes=RuntimeSet(),
+        options=replace(FAST, cpu_cores=5),
+        environment={},
+    )
+    await harness.controller.start()
+    await harness.wait_for(lambda: harness.running_count() == 1, "restarted with its threads")
+    [first] = harness.instances()
+    assert _engine_threads(first.pid) == "4"
+    harness.set_deployment(replicas=2)
+    await harness.wait_for(lambda: harness.running_count() == 2, "two replicas")
+    second = harness.instances()[1]
+    assert _engine_threads(second.pid) == "2"  # 4 cores for engines, 2 engines
+    events = [event.reason for event in harness.events() if event.instance_id == second.id]
+    assert any(
+        "OMP_NUM_THREADS=2: 5 usable core(s) less 1 kept for the server" in reason for reason in events
+    )
+    # A value the deployment sets wins.
+    harness.set_deployment(desired_state="stopped", replicas=1, env={"OMP_NUM_THREADS": "3"})
+    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
+    harness.set_deployment(desired_state="running")
+    await harness.wait_for(lambda: harness.running_count() == 1, "running with its own value")
+    assert _engine_threads(harness.instances()[0].pid) == "3"

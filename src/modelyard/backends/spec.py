@@ -16,6 +16,8 @@ process and to know when it is ready:
   others get a 404 naming the engine);
 - ``served_model_name``: which template value the engine answers to in ``"model"``;
 - ``cpu_parameters``: arguments added when an instance gets no GPU (``--device cpu``);
+- ``cpu_threads_env``: variables set to the engine's share of the host's cores when an instance
+  gets no GPU (``OMP_NUM_THREADS`` for torch), unless the deployment or the server sets them;
 - ``install_hint``: how to install the program when it is missing.
 
 Placeholders may also name a variable of the merged environment (``{{MY_VAR}}``), as in GPUStack.
@@ -92,6 +94,9 @@ class BackendVersion(BaseModel):
     # Arguments the renderer appends when the instance has no GPU (e.g. ["--device", "cpu"]),
     # unless the deployment's own parameters already give that flag.
     cpu_parameters: list[str] = Field(default_factory=list)
+    # Variables set to the engine's share of the host's usable cores when the instance has no
+    # GPU (``control/cpu_threads.py``), unless the deployment's env or the server's sets them.
+    cpu_threads_env: list[str] = Field(default_factory=list)
     # What to tell a user whose machine lacks ``executable`` (e.g. "pip install vllm==0.25.0").
     install_hint: str = ""
     # The engine's own multi-node flags (None: a replica runs on one node only).
@@ -143,6 +148,17 @@ class BackendVersion(BaseModel):
                     f"env name {name!r} is not valid: use letters, digits and '_', not starting with a digit"
                 )
         return env
+
+    @field_validator("cpu_threads_env")
+    @classmethod
+    def _thread_variables_are_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not ENV_NAME_PATTERN.match(name):
+                raise ValueError(
+                    f"cpu_threads_env name {name!r} is not valid: use letters, digits and '_', not "
+                    "starting with a digit (e.g. OMP_NUM_THREADS)"
+                )
+        return names
 
     @model_validator(mode="after")
     def _one_launch_method(self) -> BackendVersion:

@@ -192,6 +192,9 @@ class RunConfig:
     """A point is invalid when the p99 send lag exceeds this: the client fell behind."""
     slo: SloTargets = field(default_factory=SloTargets)
     tokenizer_path: str | None = None
+    prompt_tokens_counted_by: str | None = None
+    """What counted the prompts' tokens: "local tokenizer DIR (transformers)", its fallback
+    (tokenizers + jinja2, and why), the engine's /tokenize, or None (not counted)."""
     api_key_given: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
     start_at_unix_s: float | None = None

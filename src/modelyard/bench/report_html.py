@@ -497,6 +497,7 @@ def meta_table_html(run: LoadedRun) -> str:
         ("endpoint", f"{result.engine.base_url} ({config.endpoint})"),
         ("engine", f"{result.engine.engine or 'unknown'} {result.engine.engine_version or ''}"),
         ("dataset", f"{config.dataset} ({config.input_tokens} in / {config.output_tokens} out)"),
+        ("prompt tokens counted by", config.prompt_tokens_counted_by or "nothing (lengths as requested)"),
         ("seed", config.seed),
         ("load", f"{config.load_kind} {', '.join(f'{v:g}' for v in config.load_values)}"),
         ("repeats", config.repeats),

@@ -150,6 +150,7 @@ def prepare_prompts(config: RunConfig, count: int, *, api_key: str | None) -> li
         model=config.model,
         api_key=api_key,
     )
+    config.prompt_tokens_counted_by = counter.description if counter is not None else None
     if counter is None and spec.name == "random":
         logger.warning(
             "no tokenizer to build exact-length prompts (pass --tokenizer MODEL_DIR); "

@@ -36,6 +36,28 @@ ENV_PASSWORD = "MODELYARD_PASSWORD"
 ADMIN_USERNAME = "admin"
 API_PREFIX = "/api/v1"
 REQUEST_TIMEOUT_SECONDS = 60.0
+# What a server URL may end with when it was copied from what the server prints: the OpenAI base
+# URL ("/v1") or the API's ("/api/v1"). The longest first.
+_COPIED_SUFFIXES = (API_PREFIX, "/v1")
+_said_stripped: set[str] = set()
+
+
+def server_root(url: str) -> str:
+    """The server's root URL: a trailing ``/v1`` or ``/api/v1`` is dropped, and said once on stderr
+    (``MODELYARD_URL=http://host:8080/v1``, the OpenAI base URL ``serve`` prints, is accepted)."""
+    root = url.rstrip("/")
+    for suffix in _COPIED_SUFFIXES:
+        if root.endswith(suffix):
+            root = root[: -len(suffix)]
+            if url not in _said_stripped:
+                _said_stripped.add(url)
+                stderr.print(
+                    f"note: using {escape(root)} as the server URL ({escape(suffix)} dropped from "
+                    f"{escape(url)}: the CLI wants the server's root, as `modelyard serve` prints it)",
+                    highlight=False,
+                )
+            break
+    return root
 
 
 def read_cli_token(data_dir: Path) -> str | None:
@@ -73,7 +95,7 @@ class ApiClient:
     ) -> None:
         import httpx
 
-        self.base_url = base_url.rstrip("/")
+        self.base_url = server_root(base_url)
         self.password_source = password_source
         headers: dict[str, str] = {}
         auth: httpx.Auth | None = None

@@ -21,8 +21,15 @@ from modelyard.cli.output import Column, print_json, print_table
 from modelyard.cli.waiting import POLL_SECONDS
 
 DEFAULT_WAIT_SECONDS = 600.0
-# The instances the server asks the controller to verify again (request_verification).
-_VERIFIABLE = ("running", "error")
+# The instances the server asks the controller to verify again (request_verification): running,
+# kept out of rotation by a failed check, or starting and waiting for a retry of the suite.
+_VERIFIABLE = ("running", "error", "starting")
+
+
+def _verifiable(instance: dict[str, Any]) -> bool:
+    if instance.get("engine_id") is None or instance["state"] not in _VERIFIABLE:
+        return False
+    return instance["state"] != "starting" or instance.get("verified_at") is not None
 
 
 def _asked(deployment: dict[str, Any]) -> dict[int, str | None]:
@@ -30,7 +37,7 @@ def _asked(deployment: dict[str, Any]) -> dict[int, str | None]:
     return {
         instance["id"]: instance.get("verified_at")
         for instance in deployment["instances"]
-        if instance["state"] in _VERIFIABLE and instance.get("engine_id") is not None
+        if _verifiable(instance)
     }
 
 
@@ -110,9 +117,14 @@ def verify(
         _print_results(deployment, asked)
     if failed:
         reasons = "; ".join(f"instance {instance['id']}: {instance['reason']}" for instance in failed)
+        retried = all(instance["state"] == "starting" for instance in failed)
         fail(
             f"{name}: verification failed, kept out of rotation ({reasons})",
-            "fix what the failed check names (an engine flag: remove and deploy again), then verify again",
+            f"the engine answered too slowly: the controller runs the suite again as the reason says "
+            f"and puts it into rotation once it passes (`modelyard ps {name}` follows it)"
+            if retried
+            else "fix what the failed check names (an engine flag: remove and deploy again), then verify "
+            "again",
             code="verification_failed",
             details={"deployment": deployment},
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
@@ -25,6 +26,27 @@ def _path(name: str) -> str:
 def instance_line(instance: dict[str, Any]) -> str:
     reason = f": {instance['reason']}" if instance["reason"] else ""
     return f"replica {instance['replica_index']} (instance {instance['id']}) {instance['state']}{reason}"
+
+
+def _seconds_until(moment: str) -> float:
+    return (datetime.fromisoformat(moment) - datetime.now(UTC)).total_seconds()
+
+
+def what_happens_next(name: str, instance: dict[str, Any]) -> str:
+    """What the controller does next with an instance in error, as its record says."""
+    next_start = instance.get("next_start_at")
+    if next_start:
+        seconds = max(0.0, _seconds_until(next_start))
+        return (
+            f"the controller restarts it in {seconds:.0f} s, with a longer wait after each failed start "
+            f"(`modelyard ps {name}` follows it, `modelyard stop {name}` stops it)"
+        )
+    if any(result.get("status") == "failed" for result in instance.get("verification") or []):
+        return (
+            f"it stays out of rotation and is not retried: fix the deployment, then `modelyard verify "
+            f"{name}` runs the verification again"
+        )
+    return f"`modelyard ps {name}` shows whether the controller restarts it"
 
 
 def _watch(
@@ -77,7 +99,7 @@ def _poll(
                         f"{name} replica {instance['replica_index']} failed: "
                         f"{instance['reason'] or 'no reason recorded'}",
                         f"see `modelyard logs {name} --instance {instance['id']}`; "
-                        "the controller retries with back-off",
+                        + what_happens_next(name, instance),
                     )
             if reached(deployment):
                 return deployment

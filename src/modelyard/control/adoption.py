@@ -114,6 +114,7 @@ async def _adopt_one(
         log_path=log_path,
         base_url=address.base_url,
         launch_token=instance.launch_token,
+        on_cpu=not instance.gpu_ids and runtime.kind != "ray",
         api_key=_engine_key(context, deployment),
     )
     context.engines[instance.id] = engine

@@ -2,10 +2,18 @@
 
 Ready means the health path answers 200 and one tiny chat request succeeds
 (``readiness.py``); then the doctor's verification suite runs, unless the deployment opts out or
-this start already passed it (a re-adopted engine keeps its result). A failed check keeps the
-instance out of rotation in ``error`` with no restart: the user fixes the deployment or asks for
-the suite again (``verification_requested_at``). The endpoint is published before the store says
-running, so that no request in between is told "no ready replica".
+this start already passed it (a re-adopted engine keeps its result). Its time limits follow the
+engine's measured speed (``verify.speed``). A failed suite keeps the instance out of rotation:
+
+- failed for want of an answer only (a time limit, a refused connection, HTTP 503: a busy engine),
+  the instance stays ``starting`` and the suite runs again after a back-off (10 s, 20 s, ... 300 s
+  by default; ``verification_requested_at`` holds when), until it passes and the instance enters
+  the rotation;
+- failed on what the engine answered (a missing parser, a wrong model name), it is ``error`` with
+  no restart: the user fixes the deployment or asks for the suite again (``modelyard verify``).
+
+The endpoint is published before the store says running, so that no request in between is told
+"no ready replica".
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 import httpx
 
@@ -31,9 +40,17 @@ from modelyard.control.rotation import publish_one, unpublish_one
 from modelyard.control.stall_watch import StallWatch
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
-from modelyard.control.verification import diagnose_engine_log, run_verification
+from modelyard.control.verification import (
+    diagnose_engine_log,
+    failed_summary,
+    run_verification,
+    worth_retrying,
+)
 
 logger = logging.getLogger(__name__)
+
+# Why the suite runs: a new start, a retry after a busy engine failed it, or a user's request.
+VerificationOccasion = Literal["start", "retry", "request"]
 
 
 async def verify(
@@ -47,6 +64,7 @@ async def verify(
             deployment_name=deployment.name,
             version=version,
             model_details=deployment.model_details,
+            options=context.options,
         )
 
     if not engine.api_key:
@@ -56,13 +74,6 @@ async def verify(
         timeout=context.client.timeout, trust_env=False, headers=authorization_headers(engine.api_key)
     ) as client:
         return await run(client)
-
-
-def failed_summary(results: list[dict[str, Any]]) -> str | None:
-    failed = [result for result in results if result.get("status") == "failed"]
-    if not failed:
-        return None
-    return "; ".join(f"{result['check_id']}: {result.get('message', '')}" for result in failed)
 
 
 async def _wait_for_health_watching_the_log(
@@ -125,34 +136,87 @@ async def bring_up(
     if problem is not None:
         await fail_running_engine(context, instance_id, problem)
         return
-    results: list[dict[str, Any]] = []
-    ran_verification = not deployment.skip_verification and not verified
-    if ran_verification:
-        results = await verify(context, deployment, engine, version)
-        summary = failed_summary(results)
-        if summary is not None:
-            await context.transition(
-                instance_id,
-                InstanceState.ERROR,
-                f"verification failed, kept out of rotation: {summary}",
-                verification=results,
-                verified_at=context.clock.now(),
-                next_start_at=None,
-            )
+    fields: dict[str, Any] = {}
+    passed = ""
+    if not deployment.skip_verification and not verified:
+        results = await _judge(context, deployment, instance_id, engine, version, occasion="start")
+        if results is None:
             return
-    elapsed = context.clock.monotonic() - started
-    context.failures.pop(instance_id, None)
-    publish_one(context, deployment, instance_id)
-    fields: dict[str, Any] = {"ready_at": context.clock.now()}
-    if ran_verification:
         fields.update(verification=results, verified_at=context.clock.now())
+        passed = f", {_passed_count(results)} verification check(s) passed"
+    elapsed = context.clock.monotonic() - started
+    _enter_rotation(context, deployment, instance_id)
     await context.transition(
         instance_id,
         InstanceState.RUNNING,
-        f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request succeeded)",
+        f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request succeeded{passed})",
+        ready_at=context.clock.now(),
         **fields,
     )
     context.poke()
+
+
+def _passed_count(results: list[dict[str, Any]]) -> int:
+    return sum(1 for result in results if result.get("status") == "passed")
+
+
+def _enter_rotation(context: ControlContext, deployment: DeploymentView, instance_id: int) -> None:
+    context.failures.pop(instance_id, None)
+    context.verification_failures.pop(instance_id, None)
+    publish_one(context, deployment, instance_id)
+
+
+def _retry_delay_seconds(context: ControlContext, attempts: int) -> float:
+    options = context.options
+    delay = options.verification_retry_initial_seconds * 2 ** (attempts - 1)
+    return float(min(delay, options.verification_retry_max_seconds))
+
+
+async def _judge(
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance_id: int,
+    engine: LiveEngine,
+    version: BackendVersion,
+    *,
+    occasion: VerificationOccasion,
+) -> list[dict[str, Any]] | None:
+    """Run the suite. Passed: its results (the caller puts the instance into rotation). Failed:
+    None, the instance out of rotation, ``starting`` with the next run scheduled when only
+    answers were missing, ``error`` when an answer was wrong."""
+    results = await verify(context, deployment, engine, version)
+    summary = failed_summary(results)
+    if summary is None:
+        return results
+    now = context.clock.now()
+    attempt = context.verification_failures.get(instance_id, 0) + 1
+    unpublish_one(context, deployment.name, instance_id)
+    if worth_retrying(results):
+        context.verification_failures[instance_id] = attempt
+        delay_seconds = _retry_delay_seconds(context, attempt)
+        await context.transition(
+            instance_id,
+            InstanceState.STARTING,
+            f"verification attempt {attempt} failed, out of rotation: {summary}; the engine answered too "
+            f"slowly or not at all, so the suite runs again in {delay_seconds:.0f} s",
+            verification=results,
+            verified_at=now,
+            verification_requested_at=now + timedelta(seconds=delay_seconds),
+            record_event=True,
+        )
+        return None
+    context.verification_failures.pop(instance_id, None)
+    again = " run again" if occasion == "request" else ""
+    await context.transition(
+        instance_id,
+        InstanceState.ERROR,
+        f"verification{again} failed, kept out of rotation: {summary}; it is not retried: fix the "
+        f"deployment, then `modelyard verify {deployment.name}` runs it again",
+        verification=results,
+        verified_at=now,
+        next_start_at=None,
+    )
+    return None
 
 
 async def reverify(
@@ -161,30 +225,33 @@ async def reverify(
     instance_id: int,
     engine: LiveEngine,
     version: BackendVersion,
+    *,
+    asked_by_user: bool,
 ) -> None:
-    """The verification suite again on a live engine (asked for by a user): back into rotation
-    when it passes, out of it when it fails."""
-    results = await verify(context, deployment, engine, version)
-    now = context.clock.now()
-    summary = failed_summary(results)
-    if summary is not None:
-        unpublish_one(context, deployment.name, instance_id)
+    """The verification suite again on a live engine, asked for by a user or scheduled after a
+    busy engine failed it: back into rotation when it passes, out of it when it fails."""
+    attempt = context.verification_failures.get(instance_id, 0) + 1
+    if not asked_by_user:
         await context.transition(
             instance_id,
-            InstanceState.ERROR,
-            f"verification run again and failed, kept out of rotation: {summary}",
-            verification=results,
-            verified_at=now,
-            next_start_at=None,
+            InstanceState.STARTING,
+            f"verifying again (attempt {attempt}); out of rotation until it passes",
+            record_event=True,
         )
-        return
-    publish_one(context, deployment, instance_id)
-    await context.transition(
-        instance_id,
-        InstanceState.RUNNING,
-        f"verification run again on request: {len(results)} check(s) passed",
-        verification=results,
-        verified_at=now,
-        record_event=True,
+    results = await _judge(
+        context, deployment, instance_id, engine, version, occasion="request" if asked_by_user else "retry"
     )
+    if results is None:
+        return
+    _enter_rotation(context, deployment, instance_id)
+    checks = _passed_count(results)
+    reason = (
+        f"verification run again on request: {checks} check(s) passed; in rotation"
+        if asked_by_user
+        else f"verification passed on attempt {attempt} ({checks} check(s)); in rotation"
+    )
+    fields: dict[str, Any] = {"verification": results, "verified_at": context.clock.now()}
+    if not asked_by_user:
+        fields["ready_at"] = context.clock.now()  # it takes traffic from now on
+    await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True, **fields)
     context.poke()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+import os
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +69,18 @@ class ControllerOptions:
     orphan_grace_seconds: float = 10.0
     # The address engines listen on; the gateway reaches them where the runtime says.
     worker_ip: str = "127.0.0.1"
+    # Each verification request may wait this many times what its tokens took in verify.speed,
+    # within [floor, ceiling] seconds (doctor.verify.VerificationBudget).
+    verification_factor: float = 4.0
+    verification_floor_seconds: float = 30.0
+    verification_ceiling_seconds: float = 600.0
+    # A verification that failed for want of an answer (time limit, refused connection, 503) is
+    # run again after this delay, doubled each time up to the maximum, until it passes.
+    verification_retry_initial_seconds: float = 10.0
+    verification_retry_max_seconds: float = 300.0
+    # The cores CPU engines share (their thread variables, cpu_threads.py); None: this process's
+    # usable cores.
+    cpu_cores: int | None = None
 
 
 @dataclass
@@ -79,6 +92,8 @@ class LiveEngine:
     log_path: Path
     base_url: str
     launch_token: str | None = None
+    # Runs on this host's CPU cores, with no GPU (it counts when CPU engines share the cores).
+    on_cpu: bool = False
     # The key the engine itself asks for (--api-key): sent by readiness, verification and the
     # gateway; in memory only.
     api_key: str | None = field(default=None, repr=False)
@@ -151,7 +166,11 @@ class ControlContext:
     demands: dict[tuple[int, str], MemoryDemand | None] = field(default_factory=dict)
     # Consecutive failed starts per instance (the back-off's exponent).
     failures: dict[int, int] = field(default_factory=dict)
+    # Consecutive verifications per instance that failed for want of an answer (their back-off).
+    verification_failures: dict[int, int] = field(default_factory=dict)
     inventory: GpuInventory = field(default_factory=lambda: GpuInventory(unavailable_reason="not read yet"))
+    # The server's environment, which engines inherit: a thread variable set there is kept.
+    environment: Mapping[str, str] = field(default_factory=lambda: os.environ)
     catalog: BackendCatalog = field(default_factory=lambda: BackendCatalog(builtin=load_builtin_backends()))
     deployment_of: dict[int, DeploymentView] = field(default_factory=dict)
     # Launch tokens of starts in flight: an engine carrying one is not an orphan.

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -63,6 +63,7 @@ class Controller:
         inventory_source: InventorySource = read_gpu_inventory,
         workers_source: WorkersSource | None = None,
         clock: Clock | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self._inventory_source = inventory_source
         self._workers_source = workers_source
@@ -85,6 +86,8 @@ class Controller:
             poke=self.poke,
             secrets=SecretBox.for_data_dir(settings.data_dir),
         )
+        if environment is not None:
+            self._context.environment = environment
 
     # -- the API's view -------------------------------------------------------------------
 

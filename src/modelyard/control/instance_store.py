@@ -47,11 +47,13 @@ class InstanceView:
     # Where the current start runs (workers, ranks, memory); None: this host (older rows too).
     placement: dict[str, Any] | None = None
 
-    @property
-    def verification_wanted(self) -> bool:
-        """A user asked for the verification suite again since it last passed."""
+    def verification_due(self, now: datetime) -> bool:
+        """The verification suite is to run again now: a user asked for it since it last ran, or
+        the retry the controller scheduled after a failed run (a time in the future) has come."""
         requested = self.verification_requested_at
-        return requested is not None and (self.verified_at is None or requested > self.verified_at)
+        if requested is None or requested > now:
+            return False
+        return self.verified_at is None or requested > self.verified_at
 
 
 @dataclass(frozen=True)

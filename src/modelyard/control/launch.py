@@ -20,6 +20,7 @@ from modelyard.backends.render import GPU_VARIABLE, render_launch
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.bring_up import bring_up
 from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cores
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import DeploymentView, InstanceView
@@ -147,6 +148,11 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     except (ModelyardError, OSError) as error:
         await fail_start(context, instance, f"cannot launch: {error}")
         return
+    on_cpu = not gpu_ids and not on_cluster
+    launch_env = dict(launch.env)
+    sizing = _thread_sizing(context, version, launch_env, instance.id) if on_cpu else None
+    if sizing is not None:
+        launch_env.update(sizing.env)
     token = new_uid()
     secrets = secret_values(deployment, parameters, env)
     spec = LaunchSpec(
@@ -160,7 +166,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         ),
         program=launch.program,
         arguments=arguments,
-        env=launch.env,
+        env=launch_env,
         gpu_ids=gpu_ids,
         model_path=deployment.model_path,
         address=address,
@@ -172,6 +178,8 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         worker_ranks=worker_ranks,
     )
     where = _where(decision, on_cluster)
+    if sizing is not None:
+        where += f"; {sizing.describe()}"
     await context.transition(
         instance.id,
         InstanceState.STARTING,
@@ -220,6 +228,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         log_path=log_path,
         base_url=address.base_url,
         launch_token=token,
+        on_cpu=on_cpu,
         api_key=engine_api_key(parameters, env),
     )
     context.engines[instance.id] = engine
@@ -249,6 +258,22 @@ async def _bring_up_then_free_gpus(
         await bring_up(context, deployment, instance_id, engine, version, verified=False)
     finally:  # running, failed or stopped: its GPUs' memory is settled either way
         release_shared_gpus(context, instance_id)
+
+
+def _thread_sizing(
+    context: ControlContext, version: BackendVersion, launch_env: dict[str, str], instance_id: int
+) -> ThreadSizing | None:
+    """The thread variables of a CPU engine on this host: its share of the usable cores."""
+    if not version.cpu_threads_env:
+        return None
+    others = sum(1 for held_id, held in context.engines.items() if held.on_cpu and held_id != instance_id)
+    return size_threads(
+        version.cpu_threads_env,
+        launch_env=launch_env,
+        server_env=context.environment,
+        usable_cores=context.options.cpu_cores or usable_cores(),
+        cpu_engines=others + 1,
+    )
 
 
 def _gpu_keys(decision: Decision) -> list[tuple[str, int]]:

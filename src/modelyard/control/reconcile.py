@@ -27,6 +27,9 @@ from modelyard.control.stopping import on_engine_exit, stop_and_delete, stop_ins
 
 logger = logging.getLogger(__name__)
 
+# States in which an instance with an engine may have its verification suite run again.
+_VERIFIABLE = frozenset({InstanceState.RUNNING, InstanceState.ERROR, InstanceState.STARTING})
+
 
 async def guarded(context: ControlContext, instance: InstanceView, step: Awaitable[None], what: str) -> None:
     """Run one instance's step; a failure becomes its state, never the pass's."""
@@ -87,11 +90,15 @@ async def _step_running(context: ControlContext, deployment: DeploymentView, ins
         return
     engine = context.engines.get(instance.id)
     if engine is not None:
-        if instance.verification_wanted and instance.state in (InstanceState.RUNNING, InstanceState.ERROR):
+        if instance.verification_due(context.clock.now()) and instance.state in _VERIFIABLE:
             version = context.version_or_none(deployment)
             if version is not None:
+                # Starting with an engine and no task: it waits for a retry of its verification.
+                asked_by_user = instance.state != InstanceState.STARTING
                 context.tasks.spawn(
-                    instance.id, reverify(context, deployment, instance.id, engine, version), "verify"
+                    instance.id,
+                    reverify(context, deployment, instance.id, engine, version, asked_by_user=asked_by_user),
+                    "verify",
                 )
         return
     if instance.state == InstanceState.ERROR and instance.next_start_at is None:

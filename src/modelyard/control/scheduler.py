@@ -525,6 +525,17 @@ def cluster_inventory(workers: Iterable[Worker]) -> GpuInventory:
     return GpuInventory(gpus=gpus, unavailable_reason=None if gpus else "no ready worker has a GPU")
 
 
+_NO_GPU_HINT = (
+    "run it where there are GPUs: a server on a GPU host, or a worker with GPUs joined to a "
+    "`modelyard serve --cluster` (`modelyard worker join`); or deploy on CPU with --backend "
+    "transformers --gpus 0"
+)
+
+
+def _no_gpu_reason(inventory: GpuInventory) -> str:
+    return inventory.unavailable_reason or "no GPU found"
+
+
 def check_request_fits(
     gpus_per_replica: int,
     gpu_ids: list[int] | None,
@@ -555,14 +566,25 @@ def check_request_fits(
                 hint="use --gpus N (GPUs per replica) to scale, or keep --replicas 1",
             )
         return
+    count = len(inventory.gpus)
     if gpus_per_replica == 0:
         if not backend_supports_cpu:
+            if count == 0:
+                raise Unschedulable(
+                    f"this backend needs a GPU, and there is none here ({_no_gpu_reason(inventory)})",
+                    hint=_NO_GPU_HINT,
+                )
             raise Unschedulable(
-                "this backend needs a GPU and the deployment asks for none", hint="pass --gpus 1 (or more)"
+                f"this backend needs a GPU and the deployment asks for none ({count} GPU(s) here)",
+                hint="pass --gpus 1 (or more)",
             )
         return
     needed = gpus_per_replica * (1 if by_memory else replicas)
-    count = len(inventory.gpus)
+    if count == 0:
+        raise Unschedulable(
+            f"needs {needed} GPU(s), and there is no GPU here ({_no_gpu_reason(inventory)})",
+            hint=_NO_GPU_HINT,
+        )
     if needed > count:
         reason = inventory.unavailable_reason or f"{count} GPU(s) on this host"
         raise Unschedulable(

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from modelyard.backends.spec import BackendVersion
+from modelyard.control.context import ControllerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +69,19 @@ async def run_verification(
     deployment_name: str,
     version: BackendVersion,
     model_details: dict[str, Any],
+    options: ControllerOptions,
 ) -> list[dict[str, Any]]:
-    """Run the doctor's verification suite; each result as a JSON-able dict with ``status``."""
-    from modelyard.doctor.verify import verify_instance
+    """Run the doctor's verification suite, its time limits measured from the engine's speed
+    (``options``: factor, floor, ceiling); each result as a JSON-able dict with ``status``."""
+    from modelyard.doctor.verify import VerificationBudget, verify_instance
 
+    budget = VerificationBudget(
+        factor=options.verification_factor,
+        floor_seconds=options.verification_floor_seconds,
+        ceiling_seconds=options.verification_ceiling_seconds,
+    )
     results = await verify_instance(
+        budget=budget,
         base_url=base_url,
         served_model_name=served_model_name,
         expected_model_id=served_model_name,
@@ -85,3 +94,19 @@ async def run_verification(
         listing_names_the_model=version.served_model_name == "model_name",
     )
     return [result.to_json() for result in results]
+
+
+def failed_summary(results: list[dict[str, Any]]) -> str | None:
+    """The failed checks in one line ("verify.chat-answer: no answer in time ..."); None: passed."""
+    failed = [result for result in results if result.get("status") == "failed"]
+    if not failed:
+        return None
+    return "; ".join(f"{result['check_id']}: {result.get('message', '')}" for result in failed)
+
+
+def worth_retrying(results: list[dict[str, Any]]) -> bool:
+    """True when every failed check failed for want of an answer (a time limit, a refused
+    connection, HTTP 503): a busy engine, which a later run may find free. A wrong answer is a
+    verdict on the deployment, and a retry would only repeat it."""
+    failed = [result for result in results if result.get("status") == "failed"]
+    return bool(failed) and all((result.get("details") or {}).get("retryable") for result in failed)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-# skipped: --no-demo; preparing: converting the model; deployed: handed to the controller (from
-# then on the deployment's own state says how it is doing); failed: see message and log_path.
+# skipped: --no-demo; preparing: converting the model; deployed: handed to the controller;
+# failed: see message and log_path. Once deployed, ``GET /api/v1/system`` reports the ``demo``
+# deployment's own state instead (``deployed_json``).
 DemoState = Literal["skipped", "preparing", "deployed", "failed"]
 
 
@@ -37,3 +38,19 @@ class DemoStatus:
             "message": self.message,
             "log_path": str(self.log_path) if self.log_path else None,
         }
+
+
+def deployed_json(status: DemoStatus, deployment: dict[str, Any] | None) -> dict[str, Any]:
+    """The demo once handed to the controller, as the ``demo`` deployment really is: its state
+    (running, starting, error, degraded, stopped, ...; "removed" when a user removed it) and, while
+    it is not running, the reason of its first instance that is not."""
+    shown = status.to_json()
+    if deployment is None:
+        shown.update(state="removed", message="the demo deployment was removed")
+        return shown
+    shown["state"] = deployment["state"]
+    waiting = [instance for instance in deployment["instances"] if instance["state"] != "running"]
+    if deployment["state"] != "running" and waiting:
+        first = waiting[0]
+        shown["message"] = f"replica {first['replica_index']} {first['state']}: {first['reason']}"
+    return shown

@@ -3,9 +3,12 @@
 An engine can answer ``/health`` and still be useless: the model is served under another name,
 answers are empty, reasoning is mixed into the content because no reasoning parser is active,
 tool calls come back as text because no tool-call parser is active, streaming breaks, metrics are
-off. Each check sends one small request (a few tokens, bounded by a timeout) and says what it
+off. Each check sends one small request (a few tokens, bounded by a time limit) and says what it
 saw:
 
+- ``verify.speed``: an 8-token request, timed; each later check may then wait ``factor`` times
+  what its tokens take at that speed, between a floor and a ceiling (``VerificationBudget``), so
+  that a slow CPU engine is judged by its own speed, not by a fixed 30 s;
 - ``verify.models-listed``: ``/v1/models`` lists the expected model id (skipped for engines
   that list their cache instead, as transformers serve 5.17 does);
 - ``verify.chat-answer``: a chat request gets a non-empty answer;
@@ -32,7 +35,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -41,8 +44,9 @@ logger = logging.getLogger(__name__)
 
 VerificationStatus = Literal["passed", "failed", "skipped"]
 
-DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_TOKENS = 32
+# The speed check's request: a few tokens, timed, before the checks that are limited by it.
+SPEED_PROBE_TOKENS = 8
 # Thinking models think before they answer; give the reasoning and tool checks more room.
 REASONING_MAX_TOKENS = 128
 
@@ -90,6 +94,49 @@ class VerificationResult:
         }
 
 
+@dataclass(frozen=True)
+class VerificationBudget:
+    """How long each check's request may wait for its answer.
+
+    Measured (``fixed_seconds`` None): ``verify.speed`` times a short request first; a request
+    asking for N tokens may then wait ``factor`` x N x the seconds a token took, at least
+    ``floor_seconds`` and at most ``ceiling_seconds`` (requests with no tokens: the floor). With
+    ``fixed_seconds`` every request gets that limit and nothing is measured::
+
+        budget = VerificationBudget(factor=4.0, floor_seconds=30.0, ceiling_seconds=600.0)
+        budget.measured(0.9).timeout_seconds(32)  # 4 x 32 x 0.9 s = 115.2 s
+    """
+
+    factor: float = 4.0
+    floor_seconds: float = 30.0
+    ceiling_seconds: float = 600.0
+    fixed_seconds: float | None = None
+    # Set by the speed check (``measured``); None before it, or when it failed: the floor then.
+    seconds_per_token: float | None = None
+
+    def measured(self, seconds_per_token: float) -> VerificationBudget:
+        return replace(self, seconds_per_token=seconds_per_token)
+
+    def timeout_seconds(self, max_tokens: int) -> float:
+        if self.fixed_seconds is not None:
+            return self.fixed_seconds
+        if self.seconds_per_token is None:
+            return self.floor_seconds
+        wanted = self.factor * max_tokens * self.seconds_per_token
+        return min(self.ceiling_seconds, max(self.floor_seconds, wanted))
+
+    def describe(self) -> str:
+        """How the limits were set, for a message: "4 x the 0.90 s a token took, 30-600 s"."""
+        if self.fixed_seconds is not None:
+            return f"a fixed limit of {self.fixed_seconds:g} s per request"
+        if self.seconds_per_token is None:
+            return f"the floor, {self.floor_seconds:g} s per request, as verify.speed measured no speed"
+        return (
+            f"{self.factor:g} x the {self.seconds_per_token:.2f} s a token took in verify.speed, "
+            f"at least {self.floor_seconds:g} s, at most {self.ceiling_seconds:g} s"
+        )
+
+
 class _NotApplicable(Exception):
     """A check that cannot judge this engine (raised inside a check): reported as skipped, with why."""
 
@@ -110,7 +157,7 @@ class _Verifier:
     expected_model_id: str
     reasoning_field: str
     client: httpx.AsyncClient
-    timeout_seconds: float
+    budget: VerificationBudget
     max_tokens: int
     headers: dict[str, str]
     listing_names_the_model: bool = True
@@ -118,10 +165,14 @@ class _Verifier:
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + "/" + path.lstrip("/")
 
-    async def post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+    def timeout_seconds(self, max_tokens: int = 0) -> float:
+        return self.budget.timeout_seconds(max_tokens)
+
+    async def post_chat(self, body: dict[str, Any], timeout_seconds: float | None = None) -> dict[str, Any]:
         body = {"model": self.served_model_name, **body}
+        timeout = timeout_seconds or self.timeout_seconds(int(body.get("max_tokens") or 0))
         response = await self.client.post(
-            self.url("/v1/chat/completions"), json=body, headers=self.headers, timeout=self.timeout_seconds
+            self.url("/v1/chat/completions"), json=body, headers=self.headers, timeout=timeout
         )
         if response.status_code in (400, 422) and "chat_template_kwargs" in body:
             # Engines that refuse unknown fields (transformers serve): ask again without them.
@@ -130,7 +181,7 @@ class _Verifier:
                 self.url("/v1/chat/completions"),
                 json=body,
                 headers=self.headers,
-                timeout=self.timeout_seconds,
+                timeout=timeout,
             )
         _raise_for_status(response, "POST /v1/chat/completions")
         data = response.json()
@@ -140,13 +191,39 @@ class _Verifier:
         message = choices[0].get("message")
         if not isinstance(message, dict):
             raise _CheckFailed("the chat answer has no message", body=_short(response.text))
-        return {"message": message, "finish_reason": choices[0].get("finish_reason")}
+        usage = data.get("usage")
+        return {
+            "message": message,
+            "finish_reason": choices[0].get("finish_reason"),
+            "completion_tokens": usage.get("completion_tokens") if isinstance(usage, dict) else None,
+        }
 
     # -- the checks ----------------------------------------------------------------------------
 
+    async def speed(self, thinking_off: bool) -> str:
+        """Time a short request; the later checks' limits follow from it (``self.budget``)."""
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+            "max_tokens": SPEED_PROBE_TOKENS,
+        }
+        if thinking_off:
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        # Nothing is measured yet: this request may take up to the ceiling.
+        started = time.perf_counter()
+        answer = await self.post_chat(body, timeout_seconds=self.budget.ceiling_seconds)
+        elapsed_seconds = time.perf_counter() - started
+        counted = answer["completion_tokens"]
+        tokens = counted if isinstance(counted, int) and counted > 0 else SPEED_PROBE_TOKENS
+        # Prefill is counted in: a generous per-token figure, never a tight one.
+        self.budget = self.budget.measured(elapsed_seconds / tokens)
+        return (
+            f"{tokens} token(s) in {elapsed_seconds:.2f} s; each request may wait {self.budget.describe()} "
+            f"(the {self.max_tokens}-token chat: {self.timeout_seconds(self.max_tokens):.0f} s)"
+        )
+
     async def models_listed(self) -> str:
         response = await self.client.get(
-            self.url("/v1/models"), headers=self.headers, timeout=self.timeout_seconds
+            self.url("/v1/models"), headers=self.headers, timeout=self.timeout_seconds()
         )
         if response.status_code >= 500 and not self.listing_names_the_model:
             # transformers serve 5.17 answers 500 when the Hugging Face cache folder is missing.
@@ -270,10 +347,11 @@ class _Verifier:
         )
 
     async def streaming(self) -> str:
+        stream_tokens = min(self.max_tokens, 16)
         body = {
             "model": self.served_model_name,
             "messages": [{"role": "user", "content": "Count from one to five."}],
-            "max_tokens": min(self.max_tokens, 16),
+            "max_tokens": stream_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -286,7 +364,7 @@ class _Verifier:
             self.url("/v1/chat/completions"),
             json=body,
             headers=self.headers,
-            timeout=self.timeout_seconds,
+            timeout=self.timeout_seconds(stream_tokens),
         ) as response:
             if response.status_code >= 400:
                 await response.aread()
@@ -321,7 +399,7 @@ class _Verifier:
 
     async def metrics(self, metrics_path: str) -> str:
         response = await self.client.get(
-            self.url(metrics_path), headers=self.headers, timeout=self.timeout_seconds
+            self.url(metrics_path), headers=self.headers, timeout=self.timeout_seconds()
         )
         _raise_for_status(response, f"GET {metrics_path}")
         if "# TYPE" not in response.text and "# HELP" not in response.text:
@@ -366,8 +444,19 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-async def _run(check_id: str, check: Callable[[], Awaitable[str]]) -> VerificationResult:
+# Answers that say "not now" rather than "wrong": a later verification may pass.
+_RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+
+async def _run(
+    check_id: str, check: Callable[[], Awaitable[str]], verifier: _Verifier, max_tokens: int = 0
+) -> VerificationResult:
+    """Run one check; ``max_tokens`` is what its request asks for (its time limit follows)."""
     started = time.perf_counter()
+
+    def elapsed_ms() -> float:
+        return (time.perf_counter() - started) * 1000
+
     try:
         try:
             message = await check()
@@ -377,28 +466,35 @@ async def _run(check_id: str, check: Callable[[], Awaitable[str]]) -> Verificati
             logger.info("%s: %s on a reused connection; asking again", check_id, type(error).__name__)
             message = await check()
     except _NotApplicable as reason:
-        return VerificationResult(check_id, "skipped", str(reason), (time.perf_counter() - started) * 1000)
+        return VerificationResult(check_id, "skipped", str(reason), elapsed_ms())
     except _CheckFailed as failure:
-        return VerificationResult(
-            check_id, "failed", failure.message, (time.perf_counter() - started) * 1000, failure.details
-        )
+        details = dict(failure.details)
+        if details.get("status") in _RETRYABLE_STATUSES:
+            details["retryable"] = True
+        return VerificationResult(check_id, "failed", failure.message, elapsed_ms(), details)
     except httpx.TimeoutException as error:
+        if check_id == "verify.speed":
+            limit_seconds = verifier.budget.ceiling_seconds
+            limit = "the ceiling, as nothing is measured yet"
+        else:
+            limit_seconds = verifier.timeout_seconds(max_tokens)
+            limit = verifier.budget.describe()
         return VerificationResult(
             check_id,
             "failed",
-            f"no answer in time ({type(error).__name__})",
-            (time.perf_counter() - started) * 1000,
+            f"no answer in time: none within {limit_seconds:.1f} s ({type(error).__name__}; "
+            f"the limit: {limit})",
+            elapsed_ms(),
+            {"retryable": True, "limit_seconds": round(limit_seconds, 1)},
         )
     except httpx.HTTPError as error:
         return VerificationResult(
-            check_id, "failed", f"request failed: {error!r}", (time.perf_counter() - started) * 1000
+            check_id, "failed", f"request failed: {error!r}", elapsed_ms(), {"retryable": True}
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         # A body that is not the OpenAI shape (json.JSONDecodeError is a ValueError).
-        return VerificationResult(
-            check_id, "failed", f"unexpected answer: {error}", (time.perf_counter() - started) * 1000
-        )
-    return VerificationResult(check_id, "passed", message, (time.perf_counter() - started) * 1000)
+        return VerificationResult(check_id, "failed", f"unexpected answer: {error}", elapsed_ms())
+    return VerificationResult(check_id, "passed", message, elapsed_ms())
 
 
 def _skipped(check_id: str, reason: str) -> VerificationResult:
@@ -415,7 +511,8 @@ async def verify_instance(
     model_supports_tools: bool,
     model_supports_thinking: bool,
     client: httpx.AsyncClient,
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    budget: VerificationBudget | None = None,
+    timeout_seconds: float | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     api_key: str | None = None,
     listing_names_the_model: bool = True,
@@ -424,40 +521,63 @@ async def verify_instance(
 
     ``base_url`` is the engine's root (``http://host:port``, no ``/v1``); ``served_model_name`` is
     what requests send as ``"model"``; ``expected_model_id`` is what ``/v1/models`` must list.
-    Each request is bounded by ``timeout_seconds`` and asks at most ``max_tokens`` tokens (128 for
-    the reasoning and tool checks). ``listing_names_the_model=False`` is for engines whose
+    Each request asks at most ``max_tokens`` tokens (128 for the reasoning and tool checks) and
+    may wait as ``budget`` says (by default: measured by ``verify.speed``, see
+    ``VerificationBudget``); ``timeout_seconds`` instead gives every request that fixed limit.
+    A failed result that a later run may pass (no answer in time, a refused connection, HTTP
+    503) has ``details["retryable"]``. ``listing_names_the_model=False`` is for engines whose
     ``/v1/models`` lists something else than what they serve (transformers serve 5.17 lists the
     Hugging Face cache): a missing id is then reported as skipped, not failed.
     """
+    if timeout_seconds is not None:
+        budget = VerificationBudget(fixed_seconds=timeout_seconds)
     verifier = _Verifier(
         base_url=base_url,
         served_model_name=served_model_name,
         expected_model_id=expected_model_id,
         reasoning_field=reasoning_field,
         client=client,
-        timeout_seconds=timeout_seconds,
+        budget=budget or VerificationBudget(),
         max_tokens=max_tokens,
         headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
         listing_names_the_model=listing_names_the_model,
     )
+    if verifier.budget.fixed_seconds is None:
+        speed = await _run("verify.speed", lambda: verifier.speed(model_supports_thinking), verifier)
+    else:
+        speed = _skipped("verify.speed", f"not measured: {verifier.budget.describe()}")
     results = [
-        await _run("verify.models-listed", verifier.models_listed),
-        await _run("verify.chat-answer", lambda: verifier.chat_answer(model_supports_thinking)),
+        speed,
+        await _run("verify.models-listed", verifier.models_listed, verifier),
+        await _run(
+            "verify.chat-answer", lambda: verifier.chat_answer(model_supports_thinking), verifier, max_tokens
+        ),
     ]
     if model_supports_thinking:
-        results.append(await _run("verify.reasoning-separated", verifier.reasoning_separated))
+        results.append(
+            await _run(
+                "verify.reasoning-separated", verifier.reasoning_separated, verifier, REASONING_MAX_TOKENS
+            )
+        )
     else:
         results.append(
             _skipped("verify.reasoning-separated", "the model's chat template has no thinking mode")
         )
     if model_supports_tools:
-        results.append(await _run("verify.tool-call", lambda: verifier.tool_call(model_supports_thinking)))
+        results.append(
+            await _run(
+                "verify.tool-call",
+                lambda: verifier.tool_call(model_supports_thinking),
+                verifier,
+                REASONING_MAX_TOKENS,
+            )
+        )
     else:
         results.append(_skipped("verify.tool-call", "the model's chat template does not support tools"))
-    results.append(await _run("verify.streaming", verifier.streaming))
+    results.append(await _run("verify.streaming", verifier.streaming, verifier, min(max_tokens, 16)))
     if metrics_path:
         path = metrics_path
-        results.append(await _run("verify.metrics", lambda: verifier.metrics(path)))
+        results.append(await _run("verify.metrics", lambda: verifier.metrics(path), verifier))
     else:
         results.append(_skipped("verify.metrics", "this backend version exposes no metrics endpoint"))
     for result in results:

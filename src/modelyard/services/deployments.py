@@ -474,12 +474,17 @@ def deployment_summary_state(deployment: Deployment) -> str:
 
 def request_verification(session: Session, name: str) -> Deployment:
     """Ask the controller to run the verification suite again on every instance with an engine
-    (running, or kept out of rotation by a failed check); a pass puts it back into rotation."""
+    (running, kept out of rotation by a failed check, or waiting for a retry of one); a pass puts
+    it back into rotation."""
     deployment = _live_deployment(session, name, "verified")
     eligible = [
         instance
         for instance in deployment.instances
-        if instance.state in ("running", "error") and instance.handle is not None
+        if instance.handle is not None
+        and (
+            instance.state in ("running", "error")
+            or (instance.state == "starting" and instance.verified_at is not None)
+        )
     ]
     if not eligible:
         states = ", ".join(f"replica {i.replica_index}: {i.state}" for i in deployment.instances) or "none"

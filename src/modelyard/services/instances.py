@@ -27,6 +27,13 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
+def _next_verification(instance: Instance) -> datetime | None:
+    requested = instance.verification_requested_at
+    if requested is None or (instance.verified_at is not None and requested <= instance.verified_at):
+        return None
+    return requested
+
+
 def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
     uptime_seconds = None
     if instance.state == "running" and instance.started_at is not None:
@@ -60,6 +67,9 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
         "diagnosis": instance.diagnosis,
         "verification": instance.verification,
         "verified_at": _iso(instance.verified_at),
+        # When the controller runs the suite again (a retry after a busy engine failed it, or
+        # a user's request not yet served); None: not scheduled.
+        "next_verification_at": _iso(_next_verification(instance)),
         "log_path": instance.log_path,
         "command": instance.command,
     }

@@ -176,15 +176,32 @@ class LocalTokenizer:
     and the chat template rendered with jinja2."""
 
     def __init__(
-        self, directory: Path, backend: Any, raw: Any, chat_template: str | None, config: dict[str, Any]
+        self,
+        directory: Path,
+        backend: Any,
+        raw: Any,
+        chat_template: str | None,
+        config: dict[str, Any],
+        *,
+        fallback_reason: str | None = None,
     ):
         self.directory = directory
-        self.description = f"local tokenizer {directory}"
         self._backend = backend  # a transformers tokenizer, or None
         self._raw = raw  # a tokenizers.Tokenizer
         self._chat_template = chat_template
         self._config = config
         self._words: list[str] | None = None
+        self._compiled: Any = None  # the chat template, compiled once (the fallback path)
+        # How many times the chat template was compiled (once at most; a benchmark checks it).
+        self.template_compilations = 0
+        if backend is not None:
+            self.description = f"local tokenizer {directory} (transformers)"
+        else:
+            why = f": {fallback_reason}" if fallback_reason else ""
+            self.description = (
+                f"local tokenizer {directory} (fallback: tokenizers + the chat template in jinja2, compiled "
+                f"once{why})"
+            )
 
     @classmethod
     def from_directory(cls, directory: Path) -> LocalTokenizer:
@@ -205,15 +222,21 @@ class LocalTokenizer:
         if template_file.is_file():
             chat_template = template_file.read_text()
         backend: Any = None
+        fallback_reason: str | None = None
         try:
             from transformers import AutoTokenizer
 
             backend = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-        except ImportError:
-            logger.debug("transformers not installed: counting with tokenizers and jinja2")
+        except ImportError as error:
+            # Not installed, or installed beside a huggingface_hub it refuses (the GPU field kit).
+            fallback_reason = f"transformers cannot be imported ({_first_line(error)})"
         except (OSError, ValueError) as error:
-            logger.warning("transformers could not load %s (%s); counting with tokenizers", directory, error)
-        return cls(directory, backend, raw, chat_template if isinstance(chat_template, str) else None, config)
+            fallback_reason = f"transformers could not load the directory ({_first_line(error)})"
+        template = chat_template if isinstance(chat_template, str) else None
+        counter = cls(directory, backend, raw, template, config, fallback_reason=fallback_reason)
+        if fallback_reason is not None:
+            _say_once(f"counting prompt tokens with the {counter.description}")
+        return counter
 
     def count_plain(self, text: str) -> int:
         return len(self._raw.encode(text, add_special_tokens=False).ids)
@@ -234,26 +257,50 @@ class LocalTokenizer:
             )
         return self.count_plain(self._render_chat(messages))
 
+    def _template(self) -> Any:
+        """The chat template, compiled at its first use and kept (compiling costs far more than
+        rendering: once per prompt, it was most of a benchmark's start)."""
+        if self._compiled is None:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            def raise_exception(message: str) -> None:
+                raise InvalidInput(f"chat template refused the messages: {message}")
+
+            environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            environment.globals["raise_exception"] = raise_exception
+            self._compiled = environment.from_string(self._chat_template or "")
+            self.template_compilations += 1
+        return self._compiled
+
     def _render_chat(self, messages: list[dict[str, str]]) -> str:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            raise InvalidInput(f"chat template refused the messages: {message}")
-
-        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        environment.globals["raise_exception"] = raise_exception
-        template = environment.from_string(self._chat_template or "")
-        return template.render(
-            messages=messages,
-            add_generation_prompt=True,
-            bos_token=_token_text(self._config.get("bos_token")),
-            eos_token=_token_text(self._config.get("eos_token")),
+        return str(
+            self._template().render(
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=_token_text(self._config.get("bos_token")),
+                eos_token=_token_text(self._config.get("eos_token")),
+            )
         )
 
     def word_pool(self) -> list[str]:
         if self._words is None:
             self._words = _single_token_words(self._raw)
         return self._words
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """A warning (on stderr through the CLI's logging) once per process, however many loads."""
+    if message not in _said:
+        _said.add(message)
+        logger.warning("%s", message)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _token_text(token: Any) -> str:

@@ -88,6 +88,7 @@ class ReferenceEngine:
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._running = 0
         self._waiting = 0
+        self._admitted = 0
 
     # -- errors in the engine's shape -------------------------------------------------------------
 
@@ -117,6 +118,9 @@ class ReferenceEngine:
     # -- admission and timing --------------------------------------------------------------------
 
     async def _admit(self) -> None:
+        self._admitted += 1
+        if self._admitted <= self.config.slow_requests:  # before a slot: a cancel leaks nothing
+            await asyncio.sleep(self.config.slow_request_extra_ms / 1000.0)
         self._waiting += 1
         self.metrics.waiting.set(self._waiting)
         try:

@@ -60,6 +60,10 @@ class ReferenceConfig:
     """Print an engine-style failure line with this message and exit with status 1."""
     startup_delay_s: float = 0.0
     """Simulated model loading time before the server is ready."""
+    slow_requests: int = 0
+    """The first N generation requests each wait ``slow_request_extra_ms`` more before their
+    first token: an engine that is busy at first (a CPU shared with another start)."""
+    slow_request_extra_ms: float = 0.0
     kv_cache_tokens: int = 262_144
     max_model_len: int = 32_768
     api_key: str | None = None
@@ -110,6 +114,8 @@ class ReferenceConfig:
             "--output-tokens", str(self.output_tokens), "--reasoning-tokens", str(self.reasoning_tokens),
             "--startup-delay-s", repr(self.startup_delay_s), "--kv-cache-tokens", str(self.kv_cache_tokens),
             "--max-model-len", str(self.max_model_len),
+            "--slow-requests", str(self.slow_requests),
+            "--slow-request-extra-ms", repr(self.slow_request_extra_ms),
             "--served-model-name", *self.served_model_names,
         ]  # fmt: skip
         if self.omit_usage:
@@ -156,6 +162,8 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--cut-after-chunks", type=int, default=None)
     parser.add_argument("--fail-start", default=None)
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
+    parser.add_argument("--slow-requests", type=int, default=0)
+    parser.add_argument("--slow-request-extra-ms", type=float, default=0.0)
     parser.add_argument("--kv-cache-tokens", type=int, default=262_144)
     parser.add_argument("--workers", type=int, default=1, help="Server processes sharing the port.")
     parser.add_argument("--nnodes", type=int, default=1)
@@ -208,6 +216,8 @@ def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None 
         cut_after_chunks=arguments.cut_after_chunks,
         fail_start=arguments.fail_start,
         startup_delay_s=arguments.startup_delay_s,
+        slow_requests=arguments.slow_requests,
+        slow_request_extra_ms=arguments.slow_request_extra_ms,
         kv_cache_tokens=arguments.kv_cache_tokens,
         max_model_len=arguments.max_model_len or 32_768,
         api_key=api_key,
