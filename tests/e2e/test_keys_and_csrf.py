@@ -83,9 +83,10 @@ def test_a_revoked_keys_time_is_in_a_labelled_column(console: Console) -> None:
     assert console.server.api.delete("/api/v1/keys/revoked-soon").status_code in (200, 204)
     page = console.open("/keys")
     table = page.locator("#keys table")
+    row = table.locator("tbody tr", has_text="revoked-soon")
+    expect(row).to_be_visible()  # the table is drawn from the API's answer: read it once it is there
     headers = [text.strip() for text in table.locator("thead th").all_inner_texts()]
     assert all(headers), f"every column has a header: {headers}"
-    row = table.locator("tbody tr", has_text="revoked-soon")
     cells = dict(zip(headers, [text.strip() for text in row.locator("td").all_inner_texts()], strict=True))
     assert re.fullmatch(r"revoked \d.*\d.*", cells["state"]), cells
     assert cells["action"] == "–", cells

@@ -41,7 +41,11 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "logs": CommandEntry(
         ("modelyard.cli.deployments",),
-        "An engine's log (the current start's, or an earlier one's with --start or --previous).",
+        (
+            "An engine's log (the current start's, or an earlier one's with --start or --previous);"
+            " its control characters shown, never obeyed (ESC as ^[, a progress bar's \\r as a new"
+            " line)."
+        ),
         _SERVER,
     ),
     "scale": CommandEntry(
@@ -76,7 +80,10 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "workers": CommandEntry(
         ("modelyard.cli.workers",),
-        "The hosts engines run on: their GPUs, state (ready, lost), labels, when last seen.",
+        (
+            "The hosts engines run on: their GPUs, state (ready, lost), Docker (nvidia, cdi, no GPU"
+            " runtime, unreachable, not installed), engine port range, labels, when last seen."
+        ),
         _SERVER,
     ),
     "worker": CommandEntry(

@@ -206,7 +206,7 @@ async def _judge(
         )
         return None
     context.verification_failures.pop(instance_id, None)
-    again = " run again" if occasion == "request" else ""
+    again = " run again and" if occasion == "request" else ""
     await context.transition(
         instance_id,
         InstanceState.ERROR,
