@@ -16,9 +16,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
+
+from modelyard.testing.serve_process import wait_until
 
 from .conftest import HostileTarget
 
@@ -171,14 +174,12 @@ def test_an_engine_that_reads_its_key_from_the_environment_never_has_it_on_its_c
         )
         assert created.status_code == 201, created.text
         engine = _engine_process(target, "env-key")
-        deadline = time.monotonic() + WAIT_SECONDS
-        instance: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            instance = client.get("/api/v1/deployments/env-key").json()["instances"][0]
-            if instance["state"] == "running":
-                break
-            time.sleep(0.1)
-        assert instance["state"] == "running", instance
+
+        def instance_now() -> dict[str, Any]:
+            return dict(client.get("/api/v1/deployments/env-key").json()["instances"][0])
+
+        wait_until(lambda: instance_now()["state"] == "running", WAIT_SECONDS, "env-key running")
+        instance = instance_now()
         command_line = Path(f"/proc/{engine.pid}/cmdline").read_bytes()
         environment = Path(f"/proc/{engine.pid}/environ").read_bytes().split(b"\0")
         engine_url = f"http://127.0.0.1:{instance['port']}/v1/chat/completions"
