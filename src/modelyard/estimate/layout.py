@@ -86,6 +86,23 @@ class Layout:
         return self.tensor_parallel
 
     @property
+    def replicates_embeddings(self) -> bool:
+        """SGLang's DP attention builds the input embeddings whole on every GPU
+        (``VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())``)."""
+        return self.engine == "sglang" and self.data_parallel_attention and self.data_parallel > 1
+
+    def stage_gpu_indices(self, stage: int) -> list[int]:
+        """Which of the replica's GPUs (in the order given) run pipeline stage ``stage``: ranks are
+        numbered DP rank, then PP stage, then TP rank (vLLM's and SGLang's rank order)."""
+        per_replica = self.tensor_parallel * self.pipeline_parallel
+        replicas = max(1, self.gpus_needed // per_replica)
+        return [
+            replica * per_replica + stage * self.tensor_parallel + rank
+            for replica in range(replicas)
+            for rank in range(self.tensor_parallel)
+        ]
+
+    @property
     def moe_ranks(self) -> int:
         """The ranks one MoE layer's experts are spread over (each holds 1/moe_ranks of them)."""
         if self.engine == "vllm":
