@@ -177,3 +177,25 @@ def test_doctor_suggests_fp8_only_where_the_kv_cache_is_two_bytes_an_element() -
         estimate = _estimate(LLAMA, "vllm", "1x24GB", [*arguments, f"--kv-cache-dtype {dtype}"])
         [finding] = [f for f in memory_findings(estimate) if f.severity.value == "error"]
         assert ("--kv-cache-dtype fp8" in (finding.fix or "")) is offers_fp8, dtype
+
+
+CODER_FP8 = TESTS.parent / "doctor" / "recipes" / "configs" / "qwen3-coder-480b-a35b-instruct-fp8.json"
+
+
+def test_the_official_dp8_ep_recipe_of_a_480b_moe_fits_at_131k_and_not_at_262k() -> None:
+    """vLLM's Qwen3-Coder-480B-A35B FP8 recipe: ``--enable-expert-parallel --data-parallel-size 8``
+    on 8 x H200. Each EP rank holds 20 of the 160 experts of each of the 62 layers at a byte a
+    weight (62 x 20 x 3 x 6144 x 2560 = 58,506,332,160 bytes) and, at TP 1, all the attention
+    and both vocabulary matrices: 67.47 GiB. That leaves 58.97 GiB of KV a rank, 249,312 tokens
+    at 62 x 8 x 256 x 2 = 253,952 bytes a token: a 131,072-token context fits, the model's
+    262,144 does not (62.00 GiB needed), which is vLLM's own refusal. Estimated with every
+    expert on every rank (before the layout was modelled) it was 448.92 GiB a GPU."""
+    arguments = ["--enable-expert-parallel", "--data-parallel-size 8"]
+    long_context = _estimate(CODER_FP8, "vllm", "8xH200", arguments)
+    at_131k = _estimate(CODER_FP8, "vllm", "8xH200", [*arguments, "--max-model-len 131072"])
+    assert round(at_131k.weights_bytes / GIB, 2) == 67.47
+    assert at_131k.cache.kv_bytes_per_token == 253_952
+    assert at_131k.plan_on_total.kv_cache_tokens == 249_312
+    assert at_131k.fits
+    assert not long_context.fits
+    assert "needs 62.00 GiB of KV cache per GPU" in (long_context.plan_on_total.problem or "")
