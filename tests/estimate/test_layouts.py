@@ -199,3 +199,35 @@ def test_the_official_dp8_ep_recipe_of_a_480b_moe_fits_at_131k_and_not_at_262k()
     assert at_131k.fits
     assert not long_context.fits
     assert "needs 62.00 GiB of KV cache per GPU" in (long_context.plan_on_total.problem or "")
+
+
+QWEN36_35B_FP8 = TESTS.parent / "doctor" / "recipes" / "configs" / "qwen3.6-35b-a3b-fp8.json"
+
+
+def test_a_hybrid_models_state_is_booked_per_sequence_in_vllms_aligned_pages() -> None:
+    """Qwen3.6-35B-A3B on one H100, vLLM 0.25, ``--max-model-len 8192 --max-num-seqs 256``. A
+    Gated DeltaNet layer keeps 3 x 8192 conv values in bfloat16 (49,152 bytes) and a 32 x 128 x
+    128 float32 recurrent state (2,097,152): 2,146,304 bytes. vLLM gives every layer one page
+    size, so an attention block (2 KV heads x 512 x 2 = 2,048 bytes a token a layer) grows to
+    ceil(2,146,304 / 2,048 / 16) x 16 = 1,056 tokens: 2,162,688-byte pages, in groups of 10
+    layers (10 attention, 30 linear: 1 attention group, 3 state groups). A sequence of 8,192
+    tokens takes ceil(8192 / 1056) = 8 attention blocks and, with prefix caching, 2 state blocks
+    per state group: 14 x 2,162,688 x 10 = 302,776,320 bytes, not the 232,161,280 of its tokens
+    and one state. The booking for 256 sequences counts 77.5 GB, not 59.4 GB."""
+    estimate = _estimate(
+        QWEN36_35B_FP8,
+        "vllm",
+        "1xH100",
+        ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only"],
+    )
+    assert estimate.cache.state_bytes_per_layer == 2_146_304
+    assert estimate.cache.sequence_bytes(8192) == 232_161_280
+    assert estimate.cache_bytes_for(1) == 302_776_320
+    assert estimate.cache_bytes_for(256) == 256 * 302_776_320
+    without_prefix_caching = _estimate(
+        QWEN36_35B_FP8,
+        "vllm",
+        "1xH100",
+        ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only", "--no-enable-prefix-caching"],
+    )
+    assert without_prefix_caching.cache_bytes_for(1) == (8 + 3) * 2_162_688 * 10

@@ -21,29 +21,63 @@ SGLANG_MAMBA_MEMORY_RATIO = 0.9
 VLLM_BLOCK_TOKENS = 16
 
 
-def _vllm_hybrid_tokens(
-    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, state_blocks_per_sequence: int
-) -> tuple[int, float]:
-    """vLLM pages hybrid models with one page size: attention blocks grow until a layer's block is
-    as large as one layer's recurrent state; layers form groups of equal size; each sequence needs
-    its context's attention blocks plus ``state_blocks_per_sequence`` blocks per state group."""
+def _vllm_hybrid_pages(cache: CacheShape) -> tuple[int, int, int, int, int]:
+    """How vLLM pages a hybrid model (``block_tokens``, ``page_bytes``, ``group_size``,
+    ``attention_groups``, ``state_groups``): one page size for every layer, so attention blocks
+    grow (in steps of 16 tokens) until a layer's block is as large as one layer's recurrent state;
+    layers form groups of ``group_size``, each group one page per block."""
     attention_layers, linear_layers = cache.attention_layer_count, cache.linear_layer_count
     per_token_layer = cache.kv_bytes_per_token_per_layer
-    if not attention_layers or not per_token_layer:
-        concurrency = kv_cache_bytes / max(cache.state_bytes_per_sequence, 1)
-        return int(concurrency * context_tokens), concurrency
     block_tokens = max(VLLM_BLOCK_TOKENS, math.ceil(cache.state_bytes_per_layer / per_token_layer / 16) * 16)
     page_bytes = block_tokens * per_token_layer
     group_size = min(attention_layers, linear_layers)
     if max(attention_layers, linear_layers) < 1.5 * group_size:
         group_size = max(attention_layers, linear_layers)
-    attention_groups = math.ceil(attention_layers / group_size)
-    state_groups = math.ceil(linear_layers / group_size)
+    return (
+        block_tokens,
+        page_bytes,
+        group_size,
+        math.ceil(attention_layers / group_size),
+        math.ceil(linear_layers / group_size),
+    )
+
+
+def _vllm_hybrid_blocks_per_sequence(cache: CacheShape, context_tokens: int, state_blocks: int) -> int:
+    block_tokens, _, _, attention_groups, state_groups = _vllm_hybrid_pages(cache)
+    return attention_groups * math.ceil(context_tokens / block_tokens) + state_groups * state_blocks
+
+
+def _vllm_hybrid_tokens(
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, state_blocks_per_sequence: int
+) -> tuple[int, float]:
+    """Each sequence of a hybrid model needs its context's attention blocks plus
+    ``state_blocks_per_sequence`` blocks per state group (``_vllm_hybrid_pages``)."""
+    if not cache.attention_layer_count or not cache.kv_bytes_per_token_per_layer:
+        concurrency = kv_cache_bytes / max(cache.state_bytes_per_sequence, 1)
+        return int(concurrency * context_tokens), concurrency
+    _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)
     blocks = kv_cache_bytes // (page_bytes * group_size)
-    per_sequence = attention_groups * math.ceil(context_tokens / block_tokens)
-    per_sequence += state_groups * state_blocks_per_sequence
-    concurrency = blocks / per_sequence
+    concurrency = blocks / _vllm_hybrid_blocks_per_sequence(cache, context_tokens, state_blocks_per_sequence)
     return int(concurrency * context_tokens), concurrency
+
+
+def sequences_cache_bytes(
+    cache: CacheShape, context_tokens: int, engine: str, sequences: int = 1, *, prefix_caching: bool = True
+) -> int:
+    """The cache bytes ``sequences`` sequences of ``context_tokens`` need on one GPU, as the engine
+    pages them: vLLM in whole blocks, a hybrid model's state in aligned pages, two state blocks a
+    sequence with prefix caching (one without), so the state is counted per sequence of
+    ``--max-num-seqs``; SGLang (page size 1) by the bytes."""
+    if engine != "vllm":
+        return cache.sequence_bytes(context_tokens) * sequences
+    if cache.state_bytes_per_sequence and cache.attention_layer_count and cache.kv_bytes_per_token_per_layer:
+        _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)
+        blocks = _vllm_hybrid_blocks_per_sequence(cache, context_tokens, 2 if prefix_caching else 1)
+        return blocks * page_bytes * group_size * sequences
+    if cache.state_bytes_per_sequence:
+        return cache.state_bytes_per_sequence * sequences
+    whole_blocks = math.ceil(context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
+    return cache.sequence_bytes(whole_blocks) * sequences
 
 
 def kv_tokens_from_bytes(

@@ -34,7 +34,7 @@ from modelyard.estimate.config_overrides import context_length_of, overridden_te
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
-from modelyard.estimate.kv_tokens import SGLANG_MAMBA_MEMORY_RATIO, VLLM_BLOCK_TOKENS
+from modelyard.estimate.kv_tokens import SGLANG_MAMBA_MEMORY_RATIO, VLLM_BLOCK_TOKENS, sequences_cache_bytes
 from modelyard.estimate.kv_tokens import kv_tokens_from_bytes as kv_tokens_from_bytes
 from modelyard.estimate.layout import Layout, read_layout
 from modelyard.estimate.overheads import (
@@ -53,6 +53,7 @@ from modelyard.estimate.overheads import (
     sglang_default_memory_fraction,
     vllm_v0_batched_tokens,
 )
+from modelyard.estimate.stages import StageEstimate
 from modelyard.estimate.weights import (
     WeightParts,
     dtype_bytes,
@@ -88,24 +89,6 @@ class MemoryPlan:
 
 
 @dataclass(frozen=True)
-class StageEstimate:
-    """One pipeline stage's GPU: the layers it holds (``first_layer`` to ``last_layer``), its
-    weights and its KV cache on an idle GPU. vLLM sizes every stage's cache to the smallest
-    stage's block count (``get_kv_cache_configs``: ``min_num_blocks``), and each stage checks on
-    its own that one sequence of ``--max-model-len`` fits its layers."""
-
-    index: int
-    first_layer: int
-    last_layer: int
-    gpu: GpuSpec
-    weights_bytes: int
-    kv_cache_bytes: int
-    kv_cache_tokens: int
-    fits: bool
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
 class MemoryEstimate:
     """Everything ``modelyard estimate`` prints, per GPU of the largest share."""
 
@@ -136,6 +119,15 @@ class MemoryEstimate:
     # limiting stage's, the one with the fewest KV tokens (the one that does not fit, if any).
     stages: list[StageEstimate] = field(default_factory=list)
     limiting_stage: int | None = None
+    # vLLM prefix caching (hybrid models then keep two state blocks a sequence).
+    prefix_caching: bool = True
+
+    def cache_bytes_for(self, sequences: int) -> int:
+        """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as
+        the engine pages them (``kv_tokens.sequences_cache_bytes``)."""
+        return sequences_cache_bytes(
+            self.cache, self.context_tokens, self.engine, sequences, prefix_caching=self.prefix_caching
+        )
 
     @property
     def fits(self) -> bool:
@@ -451,7 +443,7 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
     elif problem is None and concurrency < 1:
         problem = (
             f"one sequence of {inputs.context_tokens:,} tokens needs "
-            f"{inputs.cache.sequence_bytes(inputs.context_tokens) / GIB:.2f} GiB of KV cache per GPU, "
+            f"{_sequence_bytes(inputs, engine) / GIB:.2f} GiB of KV cache per GPU, "
             f"{max(kv_bytes, 0) / GIB:.2f} GiB is available ({tokens:,} tokens)"
         )
     return MemoryPlan(
@@ -481,9 +473,15 @@ def safe_memory_fraction(inputs: _Inputs, engine: str) -> float:
     return max(0.0, min(SAFE_MAX_FRACTION[engine], math.floor(room * 100) / 100))
 
 
+def _sequence_bytes(inputs: _Inputs, engine: str) -> int:
+    return sequences_cache_bytes(
+        inputs.cache, inputs.context_tokens, engine, prefix_caching=inputs.arguments.prefix_caching
+    )
+
+
 def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences: float = 1.0) -> float:
     """The smallest memory fraction that holds ``sequences`` sequences of the context."""
-    need = inputs.cache.sequence_bytes(inputs.context_tokens) * sequences
+    need = _sequence_bytes(inputs, engine) * sequences
     total = inputs.gpu.memory_total_bytes
     if engine == "vllm":
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
@@ -599,4 +597,5 @@ def estimate_memory(
         notes=notes,
         stages=stage_summaries,
         limiting_stage=inputs.stage,
+        prefix_caching=inputs.arguments.prefix_caching,
     )
