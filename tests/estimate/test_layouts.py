@@ -231,3 +231,23 @@ def test_a_hybrid_models_state_is_booked_per_sequence_in_vllms_aligned_pages() -
         ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only", "--no-enable-prefix-caching"],
     )
     assert without_prefix_caching.cache_bytes_for(1) == (8 + 3) * 2_162_688 * 10
+
+
+QWEN35_397B = TESTS / "fixtures" / "configs" / "qwen3.5-397b-a17b.json"
+
+
+def test_a_data_parallel_vision_encoder_is_whole_on_every_tensor_parallel_rank() -> None:
+    """vLLM's ``--mm-encoder-tp-mode data`` (the Qwen3.5 recipe's multimodal command) runs the
+    vision encoder data-parallel: every one of the 8 TP ranks holds all of it instead of an
+    eighth, so each GPU holds 7/8 of the encoder's bytes more."""
+    from modelyard.estimate.architecture import read_model_shape
+    from modelyard.estimate.weights import parts_from_config
+
+    model = _model(QWEN35_397B)
+    parts = parts_from_config(read_model_shape(model.config), model.dtype, model.quantization_config)
+    assert parts.encoder_bytes > 0
+    split = _estimate(QWEN35_397B, "vllm", "8xH200", ["--tensor-parallel-size 8"])
+    whole = _estimate(
+        QWEN35_397B, "vllm", "8xH200", ["--tensor-parallel-size 8", "--mm-encoder-tp-mode data"]
+    )
+    assert abs(whole.weights_bytes - split.weights_bytes - parts.encoder_bytes * 7 / 8) <= 2

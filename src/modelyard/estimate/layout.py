@@ -27,6 +27,8 @@ from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 
 PP_PARTITION_VARIABLE = "VLLM_PP_LAYER_PARTITION"
+# SGLang's get_pp_indices reads its own variable, with the same format.
+SGLANG_PP_PARTITION_VARIABLE = "SGLANG_PP_LAYER_PARTITION"
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,8 @@ def _size(parsed: ParsedParameters, names: tuple[str, ...], strict: bool) -> tup
     return value, spelled
 
 
-def _stage_layers(env: Mapping[str, str]) -> tuple[int, ...] | None:
-    text = env.get(PP_PARTITION_VARIABLE, "").strip()
+def _stage_layers(env: Mapping[str, str], variable: str = PP_PARTITION_VARIABLE) -> tuple[int, ...] | None:
+    text = env.get(variable, "").strip()
     if not text:
         return None
     try:
@@ -221,5 +223,6 @@ def read_layout(
         expert_parallel_size=expert_size if expert_size and expert_size > 1 else 1,
         data_parallel_attention=dp_attention,
         nodes=nodes if nodes and nodes > 1 else 1,
+        stage_layers=_stage_layers(environment, SGLANG_PP_PARTITION_VARIABLE),
         spelled=tuple(spelled),
     )

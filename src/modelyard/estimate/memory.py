@@ -238,6 +238,7 @@ def _prepare(
         attention_tensor_parallel=layout.attention_tensor_parallel,
         replicate_embeddings=layout.replicates_embeddings,
         engine=engine,
+        replicate_encoder=arguments.encoder_data_parallel,
     )
     cache = cache_shape(
         shape,
@@ -346,6 +347,7 @@ def _stage_inputs(model: ModelFacts, gpus: Sequence[GpuSpec], inputs: _Inputs) -
         attention_tensor_parallel=layout.attention_tensor_parallel,
         replicate_embeddings=layout.replicates_embeddings,
         engine=layout.engine,
+        replicate_encoder=inputs.arguments.encoder_data_parallel,
     )
     stages: list[_Inputs] = []
     for index, layers in enumerate(ranges):

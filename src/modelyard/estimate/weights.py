@@ -232,13 +232,15 @@ def weight_bytes_per_stage(
     attention_tensor_parallel: int | None = None,
     replicate_embeddings: bool = False,
     engine: str = "vllm",
+    replicate_encoder: bool = False,
 ) -> list[int]:
     """The weight bytes one GPU of each pipeline stage holds: layers of its stage over TP ranks
     (routed experts over the ``moe_ranks``: TP x DP on vLLM, expert parallel or not; attention
     over ``attention_tensor_parallel``, TP / DP under SGLang's DP attention); embeddings on the
     first stage, head on the last (both vocabulary-parallel, the embeddings whole with
     ``replicate_embeddings``: SGLang's DP attention builds them with ``enable_tp=False``); encoder
-    and MTP when loaded."""
+    and MTP when loaded, the encoder whole on every rank with ``replicate_encoder`` (vLLM's
+    ``--mm-encoder-tp-mode data``)."""
     experts_over = moe_ranks or tensor_parallel
     attention_over = attention_tensor_parallel or tensor_parallel
     stages = pipeline_stages(layer_count, pipeline_parallel, stage_layers, engine)
@@ -249,8 +251,12 @@ def weight_bytes_per_stage(
         attention = sum(parts.attention_bytes.get(index, 0) for index in stage)
         split = sum(parts.layer_bytes.get(index, 0) for index in stage) - routed - attention
         whole = 0.0  # bytes every GPU of the stage holds in full
+        if first and load_encoder:
+            if replicate_encoder:
+                whole += parts.encoder_bytes
+            else:
+                split += parts.encoder_bytes
         if first:
-            split += parts.encoder_bytes if load_encoder else 0
             if replicate_embeddings:
                 whole += parts.embedding_bytes
             else:
@@ -277,6 +283,7 @@ def weight_bytes_per_gpu(
     attention_tensor_parallel: int | None = None,
     replicate_embeddings: bool = False,
     engine: str = "vllm",
+    replicate_encoder: bool = False,
 ) -> int:
     """The largest weight share any one GPU holds (``weight_bytes_per_stage``'s largest)."""
     return max(
@@ -292,5 +299,6 @@ def weight_bytes_per_gpu(
             attention_tensor_parallel=attention_tensor_parallel,
             replicate_embeddings=replicate_embeddings,
             engine=engine,
+            replicate_encoder=replicate_encoder,
         )
     )
