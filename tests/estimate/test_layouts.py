@@ -251,3 +251,21 @@ def test_a_data_parallel_vision_encoder_is_whole_on_every_tensor_parallel_rank()
         QWEN35_397B, "vllm", "8xH200", ["--tensor-parallel-size 8", "--mm-encoder-tp-mode data"]
     )
     assert abs(whole.weights_bytes - split.weights_bytes - parts.encoder_bytes * 7 / 8) <= 2
+
+
+def test_the_estimate_command_shows_each_pipeline_stage_and_the_one_that_limits() -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "modelyard.cli.main", "estimate", str(LLAMA), "--gpus", "1x16GB,1x80GB"]
+    command += ["--backend", "vllm", "--args", "-pp 2 --max-model-len 131072"]
+    table = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert table.returncode == 1  # stage 1 does not hold one sequence
+    rows = [line.split() for line in table.stdout.splitlines() if line.startswith(("1 ", "2 "))]
+    assert rows[0][:3] == ["1", "(limits)", "0-15"] and "103,552" in rows[0]
+    assert rows[1][:2] == ["2", "16-31"] and "1,068,240" in rows[1]
+    report = json.loads(
+        subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60).stdout
+    )
+    assert [stage["kv_cache_tokens"] for stage in report["stages"]] == [103_552, 1_068_240]
+    assert report["limiting_stage"] == 0
