@@ -269,3 +269,19 @@ def test_the_estimate_command_shows_each_pipeline_stage_and_the_one_that_limits(
     )
     assert [stage["kv_cache_tokens"] for stage in report["stages"]] == [103_552, 1_068_240]
     assert report["limiting_stage"] == 0
+
+
+def test_sglang_books_a_hybrid_models_states_in_the_pools_state_part() -> None:
+    """SGLang gives a hybrid model's recurrent states 0.9 / 1.9 of the pool and its KV tokens
+    1 / 1.9 (``mamba_full_memory_ratio`` 0.9). 256 sequences of 1,024 tokens of Qwen3.6-35B-A3B
+    need 256 x 20,480 x 1,024 bytes of KV (5.4 GB, a 10.2 GB pool) but 256 states of 64,389,120
+    bytes (16.5 GB, a 34.8 GB pool): the states decide the booking."""
+    estimate = _estimate(
+        QWEN36_35B_FP8,
+        "sglang",
+        "1xH100",
+        ["--context-length 1024", "--max-running-requests 256", "--language-only"],
+    )
+    states = 256 * estimate.cache.state_bytes_per_sequence
+    assert estimate.cache.state_bytes_per_sequence == 64_389_120
+    assert estimate.cache_bytes_for(256) == -(-states * 19 // 9)

@@ -67,8 +67,15 @@ def sequences_cache_bytes(
     """The cache bytes ``sequences`` sequences of ``context_tokens`` need on one GPU, as the engine
     pages them: vLLM in whole blocks, a hybrid model's state in aligned pages, two state blocks a
     sequence with prefix caching (one without), so the state is counted per sequence of
-    ``--max-num-seqs``; SGLang (page size 1) by the bytes."""
+    ``--max-num-seqs``; SGLang (page size 1) by the bytes, a hybrid model's pool large enough that
+    its KV part (1 / 1.9) holds the tokens and its state part (0.9 / 1.9) the states."""
     if engine != "vllm":
+        if cache.state_bytes_per_sequence:
+            # SGLang splits the pool 1 : 0.9 between KV tokens and states: both must fit their part.
+            kv = (cache.kv_bytes_per_token + cache.sliding_bytes_per_token) * context_tokens * sequences
+            states = cache.state_bytes_per_sequence * sequences
+            ratio = SGLANG_MAMBA_MEMORY_RATIO
+            return math.ceil(max(kv * (1 + ratio), states * (1 + ratio) / ratio))
         return cache.sequence_bytes(context_tokens) * sequences
     if cache.state_bytes_per_sequence and cache.attention_layer_count and cache.kv_bytes_per_token_per_layer:
         _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)

@@ -34,7 +34,7 @@ from modelyard.estimate.config_overrides import context_length_of, overridden_te
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
-from modelyard.estimate.kv_tokens import SGLANG_MAMBA_MEMORY_RATIO, VLLM_BLOCK_TOKENS, sequences_cache_bytes
+from modelyard.estimate.kv_tokens import VLLM_BLOCK_TOKENS, sequences_cache_bytes
 from modelyard.estimate.kv_tokens import kv_tokens_from_bytes as kv_tokens_from_bytes
 from modelyard.estimate.layout import Layout, read_layout
 from modelyard.estimate.overheads import (
@@ -489,8 +489,6 @@ def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences:
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
         need += VLLM_BLOCK_TOKENS * inputs.cache.kv_bytes_per_token
         return (overhead + need) / total
-    if inputs.cache.state_bytes_per_sequence:
-        need = int(inputs.cache.kv_bytes_per_token * inputs.context_tokens * (1 + SGLANG_MAMBA_MEMORY_RATIO))
     free_before = memory_bytes - CUDA_CONTEXT_BYTES
     return (inputs.weights_bytes + need) / free_before
 
