@@ -104,7 +104,12 @@ def _model_dir(root: Path, recipe: dict[str, Any]) -> Path:
 DP_EP = [
     (recipe, version)
     for recipe, version in CASES
-    if recipe["id"] in {"vllm-qwen3.6-35b-a3b-fp8-dp8-ep-text", "sglang-qwen3.5-397b-a17b-fp8-tp8-ep8"}
+    if recipe["id"]
+    in {
+        "vllm-qwen3.6-35b-a3b-fp8-dp8-ep-text",
+        "vllm-qwen3-coder-480b-a35b-fp8-dp8-ep-131k",
+        "sglang-qwen3.5-397b-a17b-fp8-tp8-ep8",
+    }
 ]
 
 

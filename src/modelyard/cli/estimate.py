@@ -118,6 +118,28 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
         f"longest context at the safe maximum: {estimate.max_context_tokens_at_safe_fraction:,} tokens",
         highlight=False,
     )
+    _print_stages(estimate)
+
+
+def _print_stages(estimate: MemoryEstimate) -> None:
+    """With pipeline parallelism, each stage on its own GPU (the figures above are the limiting one's)."""
+    if len(estimate.stages) < 2:
+        return
+    print_table(
+        ["stage", "layers", "GPU", "weights", "KV cache", "KV tokens", "fits"],
+        [
+            [
+                f"{stage.index + 1}" + (" (limits)" if stage.index == estimate.limiting_stage else ""),
+                f"{stage.first_layer}-{stage.last_layer}",
+                f"{stage.gpu.name} ({_gib(stage.gpu.memory_total_bytes)})",
+                _gib(stage.weights_bytes),
+                _gib(stage.kv_cache_bytes),
+                f"{stage.kv_cache_tokens:,}",
+                "yes" if stage.fits else "no",
+            ]
+            for stage in estimate.stages
+        ],
+    )
 
 
 def register(app: typer.Typer) -> None:

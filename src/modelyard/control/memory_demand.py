@@ -129,7 +129,7 @@ def memory_demand(
         outside += estimate.cuda_graph_bytes + estimate.activation_bytes
     sequences = max(1, arguments.max_sequences or 1)
     context = estimate.context_tokens
-    kv = estimate.cache.sequence_bytes(context) * sequences
+    kv = estimate.cache_bytes_for(sequences)
     if engine == "vllm":
         inside = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes + kv
         if vllm_graphs_in_budget(engine_version, env):

@@ -13,6 +13,8 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.estimate.kv_cache import kv_dtype_bytes
+from modelyard.estimate.layout import PP_PARTITION_VARIABLE
 from modelyard.estimate.memory import MemoryEstimate
 
 GIB = 1 << 30
@@ -34,10 +36,33 @@ def _fit_fix(estimate: MemoryEstimate) -> str:
             f"lower {context_flag} to {estimate.max_context_tokens_at_safe_fraction:,} "
             f"(the most that fits at {knob} {safe})"
         )
-    if estimate.cache.kv_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+    if kv_dtype_bytes(estimate.cache.kv_dtype) >= 2:
         options.append("use --kv-cache-dtype fp8 to halve the KV cache")
+    stage = _limiting_stage_text(estimate)
+    if stage and estimate.engine == "vllm":
+        layers = ",".join(str(part.last_layer - part.first_layer + 1) for part in estimate.stages)
+        options.append(
+            f"give {stage} fewer layers with {PP_PARTITION_VARIABLE} (now {layers}; the counts must add up "
+            "to the model's layers)"
+        )
     options.append("or spread the model over more GPUs (tensor parallel)")
     return "; ".join(options)
+
+
+def _limiting_stage_text(estimate: MemoryEstimate) -> str:
+    """``pipeline stage 2 of 2 (layers 16-31 on RTX 3090, 24.0 GiB)``, or "" without PP."""
+    if estimate.limiting_stage is None or len(estimate.stages) < 2:
+        return ""
+    stage = estimate.stages[estimate.limiting_stage]
+    return (
+        f"pipeline stage {stage.index + 1} of {len(estimate.stages)} (layers {stage.first_layer}-"
+        f"{stage.last_layer} on {stage.gpu.name}, {_gib(stage.gpu.memory_total_bytes)})"
+    )
+
+
+def _on_stage(estimate: MemoryEstimate) -> str:
+    stage = _limiting_stage_text(estimate)
+    return f" on {stage}" if stage else ""
 
 
 def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
@@ -54,6 +79,9 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
         "memory_fraction": estimate.memory_fraction,
         "recommended_memory_fraction": estimate.recommended_memory_fraction,
     }
+    if estimate.limiting_stage is not None:
+        details["pipeline_stage"] = estimate.limiting_stage
+        details["stage_kv_cache_tokens"] = [stage.kv_cache_tokens for stage in estimate.stages]
     knob = f"{estimate.memory_knob} {estimate.memory_fraction}"
     if total.kv_cache_bytes <= 0:
         findings.append(
@@ -61,7 +89,8 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
                 "memory.weights-do-not-fit",
                 Severity.ERROR,
                 f"weights take {_gib(estimate.weights_bytes)} per GPU and leave no room for the KV cache on "
-                f"{estimate.gpu.name} ({_gib(estimate.gpu.memory_total_bytes)}) under {knob}",
+                f"{estimate.gpu.name} ({_gib(estimate.gpu.memory_total_bytes)}) under {knob}"
+                + _on_stage(estimate),
                 fix=_fit_fix(estimate),
                 details=details,
             )
@@ -72,7 +101,7 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
                 "memory.kv-cache-does-not-fit",
                 Severity.ERROR,
                 f"the KV cache holds {total.kv_cache_tokens:,} tokens per GPU under {knob}, less than one "
-                f"sequence of {estimate.context_tokens:,} tokens",
+                f"sequence of {estimate.context_tokens:,} tokens" + _on_stage(estimate),
                 fix=_fit_fix(estimate),
                 details=details,
             )

@@ -35,6 +35,7 @@ _VLLM_FLAGS: dict[str, tuple[str, ...]] = {
     "limit_mm_per_prompt": ("--limit-mm-per-prompt",),
     "speculative_config": ("--speculative-config",),
     "quantization": ("--quantization",),
+    "encoder_tensor_parallel_mode": ("--mm-encoder-tp-mode",),
 }
 _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("--tp-size", "--tp", "--tensor-parallel-size"),
@@ -52,8 +53,16 @@ _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "speculative_algorithm": ("--speculative-algorithm", "--speculative-algo"),
     "quantization": ("--quantization",),
 }
-_VLLM_SWITCHES = {"enforce_eager": ("--enforce-eager",), "language_only": ("--language-model-only",)}
-_SGLANG_SWITCHES = {"enforce_eager": ("--disable-cuda-graph",), "language_only": ("--language-only",)}
+_VLLM_SWITCHES = {
+    "enforce_eager": ("--enforce-eager",),
+    "language_only": ("--language-model-only",),
+    "encoder_data_parallel": ("--enable-multimodal-encoder-data-parallel",),
+}
+_SGLANG_SWITCHES = {
+    "enforce_eager": ("--disable-cuda-graph",),
+    "language_only": ("--language-only",),
+    "encoder_data_parallel": ("--mm-enable-dp-encoder",),
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,9 @@ class EngineArguments:
     quantization: str | None = None
     # vLLM's --enable-chunked-prefill as given (None: the engine decides).
     chunked_prefill: bool | None = None
+    # The vision encoder whole on every TP rank (vLLM --mm-encoder-tp-mode data, SGLang
+    # --mm-enable-dp-encoder) instead of split by tensor parallelism.
+    encoder_data_parallel: bool = False
 
     @property
     def memory_knob(self) -> str:
@@ -161,6 +173,8 @@ def parse_engine_arguments(
             result["language_only"] = _all_zero(value)
         elif field_name == "speculative_config":
             result["speculative_mtp"] = "mtp" in (value or "").lower()
+        elif field_name == "encoder_tensor_parallel_mode":
+            result["encoder_data_parallel"] = (value or "").strip().lower() == "data"
         elif field_name == "speculative_algorithm":
             result["speculative_mtp"] = (value or "").upper() in {"EAGLE", "NEXTN", "EAGLE3", "MTP"}
         else:

@@ -32,8 +32,30 @@ _KV_DTYPE_BYTES: dict[str, float] = {
     "int8": 1,
     "mxfp8": 1 + 1 / 32,
     "fp4_e2m1": 0.5 + 1 / 16,
+    "fp4_mx_block16": 0.5 + 1 / 16,
     "nvfp4": 0.5 + 1 / 16,
 }
+
+# vLLM's TurboQuant presets (model_executor/layers/quantization/turboquant/config.py, TQ_PRESETS):
+# bits of a key and of a value element. Keys of 8 bits are FP8; fewer are MSE indices plus a
+# float16 norm; values are uniform with a float16 scale and zero.
+_TURBOQUANT_BITS: dict[str, tuple[int, int]] = {
+    "turboquant_k8v4": (8, 4),
+    "turboquant_4bit_nc": (4, 4),
+    "turboquant_k3v4_nc": (3, 4),
+    "turboquant_3bit_nc": (3, 3),
+}
+# vLLM's dynamic per-token-head KV dtypes: the element's bytes, plus one float32 scale per token
+# and KV head for K and one for V ("a separate scale per (token, KV head)").
+_PER_TOKEN_HEAD_BYTES: dict[str, float] = {
+    "int8_per_token_head": 1,
+    "fp8_per_token_head": 1,
+    "int4_per_token_head": 0.5,
+}
+PER_TOKEN_HEAD_SCALE_BYTES = 4
+# TurboQuant leaves the first and last 2 attention layers of a dense model at the model's dtype
+# (TurboQuantConfig.get_boundary_skip_layers); hybrid models get no such protection.
+TURBOQUANT_BOUNDARY_LAYERS = 2
 
 # Model types whose linear-attention recurrent state the engines keep in float32 by default.
 _FLOAT32_STATE_MODEL_TYPES = {
@@ -78,7 +100,49 @@ def resolve_kv_cache_dtype(
 
 
 def kv_dtype_bytes(kv_dtype: str) -> float:
+    """Bytes of one cached element in ``kv_dtype`` (per-head overheads averaged over 128-wide
+    heads for the per-token-head and TurboQuant dtypes; ``kv_head_bytes`` is exact)."""
+    if kv_dtype in _TURBOQUANT_BITS or kv_dtype in _PER_TOKEN_HEAD_BYTES:
+        return kv_head_bytes(kv_dtype, 128, 128) / 256
     return _KV_DTYPE_BYTES.get(kv_dtype, 2)
+
+
+def known_kv_dtype(kv_dtype: str) -> bool:
+    """Whether the estimator knows ``kv_dtype``'s size (unknown ones count as two bytes)."""
+    return kv_dtype in _KV_DTYPE_BYTES or kv_dtype in _TURBOQUANT_BITS or kv_dtype in _PER_TOKEN_HEAD_BYTES
+
+
+def is_turboquant(kv_dtype: str) -> bool:
+    return kv_dtype in _TURBOQUANT_BITS
+
+
+def kv_head_bytes(kv_dtype: str, head_dim: int, value_head_dim: int) -> float:
+    """Bytes one token keeps per KV head (its K and its V) in ``kv_dtype``.
+
+    TurboQuant packs K and V into one slot (``TurboQuantConfig.slot_size_aligned``): an FP8 key
+    is ``head_dim`` bytes, an MSE key ``ceil(head_dim x bits / 8) + 2``; a value
+    ``ceil(head_dim x bits / 8) + 4``; the sum rounded up to even. Per-token-head dtypes add
+    their scales; every other dtype is its element size times ``head_dim + value_head_dim``."""
+    if kv_dtype in _TURBOQUANT_BITS:
+        key_bits, value_bits = _TURBOQUANT_BITS[kv_dtype]
+        key = head_dim if key_bits == 8 else math.ceil(head_dim * key_bits / 8) + 2
+        value = math.ceil(head_dim * value_bits / 8) + 4
+        slot = key + value
+        return slot + slot % 2
+    if kv_dtype in _PER_TOKEN_HEAD_BYTES:
+        element = _PER_TOKEN_HEAD_BYTES[kv_dtype]
+        return (head_dim + value_head_dim) * element + 2 * PER_TOKEN_HEAD_SCALE_BYTES
+    return (head_dim + value_head_dim) * _KV_DTYPE_BYTES.get(kv_dtype, 2)
+
+
+def turboquant_boundary_layers(shape: ModelShape) -> frozenset[int]:
+    """The attention layers TurboQuant keeps at the model's dtype: the first and last two of a
+    dense model, none of a hybrid one."""
+    if shape.is_hybrid_linear:
+        return frozenset()
+    attention = [index for index, kind in enumerate(shape.layer_kinds) if kind in ("full", "sliding")]
+    count = min(TURBOQUANT_BOUNDARY_LAYERS, len(attention) // 2)
+    return frozenset(attention[:count] + attention[len(attention) - count :])
 
 
 @dataclass(frozen=True)
@@ -145,7 +209,10 @@ def cache_shape(
     serving = serving_dtype(model_dtype, arguments.dtype)
     tensor_parallel = attention_tensor_parallel or arguments.tensor_parallel
     heads_per_gpu = max(1, shape.key_value_heads // tensor_parallel)
-    attention_token_bytes = heads_per_gpu * (shape.head_dim + shape.value_head_dim) * element_bytes
+    attention_token_bytes = heads_per_gpu * kv_head_bytes(kv_dtype, shape.head_dim, shape.value_head_dim)
+    # Layers TurboQuant leaves at the model's dtype, and what a token costs there.
+    boundary = turboquant_boundary_layers(shape) if is_turboquant(kv_dtype) else frozenset()
+    boundary_token_bytes = heads_per_gpu * kv_head_bytes(serving, shape.head_dim, shape.value_head_dim)
     mla_token_bytes = shape.mla_latent_dim * element_bytes
     state_dtype = _state_dtype(shape, model_type, arguments, serving) if shape.linear else None
     state_layer_bytes = 0.0
@@ -156,10 +223,18 @@ def cache_shape(
         )
     best = (0, 0, 0)
     counts = (0, 0)
-    for stage in stages or pipeline_stages(shape.layer_count, arguments.pipeline_parallel):
+    for stage in stages or pipeline_stages(
+        shape.layer_count, arguments.pipeline_parallel, engine=arguments.engine
+    ):
         kinds = [shape.layer_kinds[index] for index in stage]
+        protected = {
+            kind: sum(1 for index in stage if index in boundary and shape.layer_kinds[index] == kind)
+            for kind in ("full", "sliding")
+        }
+        extra = boundary_token_bytes - attention_token_bytes
         full = kinds.count("full") * attention_token_bytes + kinds.count("mla") * mla_token_bytes
-        sliding = kinds.count("sliding") * attention_token_bytes
+        full += protected["full"] * extra
+        sliding = kinds.count("sliding") * attention_token_bytes + protected["sliding"] * extra
         state = kinds.count("linear") * state_layer_bytes
         candidate = (math.ceil(full), math.ceil(sliding), math.ceil(state))
         if sum(candidate) > sum(best):

@@ -27,6 +27,8 @@ from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 
 PP_PARTITION_VARIABLE = "VLLM_PP_LAYER_PARTITION"
+# SGLang's get_pp_indices reads its own variable, with the same format.
+SGLANG_PP_PARTITION_VARIABLE = "SGLANG_PP_LAYER_PARTITION"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,23 @@ class Layout:
         if self.engine == "sglang" and self.data_parallel_attention and self.data_parallel > 1:
             return max(1, self.tensor_parallel // self.data_parallel)
         return self.tensor_parallel
+
+    @property
+    def replicates_embeddings(self) -> bool:
+        """SGLang's DP attention builds the input embeddings whole on every GPU
+        (``VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())``)."""
+        return self.engine == "sglang" and self.data_parallel_attention and self.data_parallel > 1
+
+    def stage_gpu_indices(self, stage: int) -> list[int]:
+        """Which of the replica's GPUs (in the order given) run pipeline stage ``stage``: ranks are
+        numbered DP rank, then PP stage, then TP rank (vLLM's and SGLang's rank order)."""
+        per_replica = self.tensor_parallel * self.pipeline_parallel
+        replicas = max(1, self.gpus_needed // per_replica)
+        return [
+            replica * per_replica + stage * self.tensor_parallel + rank
+            for replica in range(replicas)
+            for rank in range(self.tensor_parallel)
+        ]
 
     @property
     def moe_ranks(self) -> int:
@@ -147,8 +166,8 @@ def _size(parsed: ParsedParameters, names: tuple[str, ...], strict: bool) -> tup
     return value, spelled
 
 
-def _stage_layers(env: Mapping[str, str]) -> tuple[int, ...] | None:
-    text = env.get(PP_PARTITION_VARIABLE, "").strip()
+def _stage_layers(env: Mapping[str, str], variable: str = PP_PARTITION_VARIABLE) -> tuple[int, ...] | None:
+    text = env.get(variable, "").strip()
     if not text:
         return None
     try:
@@ -204,5 +223,6 @@ def read_layout(
         expert_parallel_size=expert_size if expert_size and expert_size > 1 else 1,
         data_parallel_attention=dp_attention,
         nodes=nodes if nodes and nodes > 1 else 1,
+        stage_layers=_stage_layers(environment, SGLANG_PP_PARTITION_VARIABLE),
         spelled=tuple(spelled),
     )

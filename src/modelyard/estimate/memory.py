@@ -33,7 +33,9 @@ from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.gpus import GIB, GpuSpec
-from modelyard.estimate.kv_cache import CacheShape, cache_shape, serving_dtype
+from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
+from modelyard.estimate.kv_tokens import VLLM_BLOCK_TOKENS, sequences_cache_bytes
+from modelyard.estimate.kv_tokens import kv_tokens_from_bytes as kv_tokens_from_bytes
 from modelyard.estimate.layout import Layout, read_layout
 from modelyard.estimate.overheads import (
     CUDA_CONTEXT_BYTES,
@@ -51,6 +53,7 @@ from modelyard.estimate.overheads import (
     sglang_default_memory_fraction,
     vllm_v0_batched_tokens,
 )
+from modelyard.estimate.stages import StageEstimate
 from modelyard.estimate.weights import (
     WeightParts,
     dtype_bytes,
@@ -58,17 +61,15 @@ from modelyard.estimate.weights import (
     parts_from_headers,
     pipeline_stages,
     weight_bytes_per_gpu,
+    weight_bytes_per_stage,
 )
 from modelyard.modeldir import ModelFacts
 
 logger = logging.getLogger(__name__)
 
 Basis = Literal["total", "free"]
-SGLANG_MAMBA_MEMORY_RATIO = 0.9
 # Above these the engine has too little room left for activation spikes under load.
 SAFE_MAX_FRACTION = {"vllm": 0.95, "sglang": 0.95}
-# vLLM's KV block size (tokens); SGLang's default page size is 1.
-VLLM_BLOCK_TOKENS = 16
 # What a busy GPU must keep free beyond what vLLM asks for: its CUDA context and allocator.
 BUSY_GPU_MARGIN_BYTES = GIB
 
@@ -114,6 +115,19 @@ class MemoryEstimate:
     safe_memory_fraction: float
     max_context_tokens_at_safe_fraction: int
     notes: list[str] = field(default_factory=list)
+    # With pipeline parallelism: each stage (layers, GPU, weights, KV); the figures above are the
+    # limiting stage's, the one with the fewest KV tokens (the one that does not fit, if any).
+    stages: list[StageEstimate] = field(default_factory=list)
+    limiting_stage: int | None = None
+    # vLLM prefix caching (hybrid models then keep two state blocks a sequence).
+    prefix_caching: bool = True
+
+    def cache_bytes_for(self, sequences: int) -> int:
+        """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as
+        the engine pages them (``kv_tokens.sequences_cache_bytes``)."""
+        return sequences_cache_bytes(
+            self.cache, self.context_tokens, self.engine, sequences, prefix_caching=self.prefix_caching
+        )
 
     @property
     def fits(self) -> bool:
@@ -145,6 +159,9 @@ class _Inputs:
     multimodal: bool
     # vLLM subtracts its CUDA graphs from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
     graphs_in_budget: bool = False
+    # The pipeline stage these inputs describe (None: the largest share of every stage).
+    stage: int | None = None
+    stage_layers: range | None = None
 
 
 def _v1_forced(env: Mapping[str, str] | None) -> bool:
@@ -218,6 +235,10 @@ def _prepare(
         load_mtp=arguments.speculative_mtp,
         moe_ranks=layout.moe_ranks,
         stage_layers=layout.stage_layers,
+        attention_tensor_parallel=layout.attention_tensor_parallel,
+        replicate_embeddings=layout.replicates_embeddings,
+        engine=engine,
+        replicate_encoder=arguments.encoder_data_parallel,
     )
     cache = cache_shape(
         shape,
@@ -226,7 +247,7 @@ def _prepare(
         model.quantization_config,
         arguments,
         attention_tensor_parallel=layout.attention_tensor_parallel,
-        stages=pipeline_stages(shape.layer_count, layout.pipeline_parallel, layout.stage_layers),
+        stages=pipeline_stages(shape.layer_count, layout.pipeline_parallel, layout.stage_layers, engine),
     )
     serving_bytes = dtype_bytes(serving_dtype(model.dtype, arguments.dtype))
     derived = context_length_of(overridden_text_config(model.text_config, engine, parsed))
@@ -305,6 +326,83 @@ def _prepare(
     )
 
 
+def _stage_inputs(model: ModelFacts, gpus: Sequence[GpuSpec], inputs: _Inputs) -> list[_Inputs]:
+    """One set of inputs per pipeline stage: the stage's own GPU (the smallest of the GPUs that
+    run it), its layers' weights and its layers' cache. Without pipeline parallelism, ``inputs``."""
+    layout = inputs.layout
+    if layout.pipeline_parallel <= 1:
+        return [inputs]
+    ranges = pipeline_stages(
+        inputs.shape.layer_count, layout.pipeline_parallel, layout.stage_layers, layout.engine
+    )
+    weights = weight_bytes_per_stage(
+        inputs.parts,
+        inputs.shape.layer_count,
+        layout.tensor_parallel,
+        layout.pipeline_parallel,
+        load_encoder=inputs.encoder_loaded,
+        load_mtp=inputs.arguments.speculative_mtp,
+        moe_ranks=layout.moe_ranks,
+        stage_layers=layout.stage_layers,
+        attention_tensor_parallel=layout.attention_tensor_parallel,
+        replicate_embeddings=layout.replicates_embeddings,
+        engine=layout.engine,
+        replicate_encoder=inputs.arguments.encoder_data_parallel,
+    )
+    stages: list[_Inputs] = []
+    for index, layers in enumerate(ranges):
+        group = [gpus[number] for number in layout.stage_gpu_indices(index) if number < len(gpus)]
+        gpu = min(
+            group or [inputs.gpu],
+            key=lambda spec: (spec.memory_free_bytes or spec.memory_total_bytes, spec.memory_total_bytes),
+        )
+        cache = cache_shape(
+            inputs.shape,
+            model.model_type,
+            model.dtype,
+            model.quantization_config,
+            inputs.arguments,
+            attention_tensor_parallel=layout.attention_tensor_parallel,
+            stages=[layers],
+        )
+        stages.append(
+            replace(
+                inputs, gpu=gpu, weights_bytes=weights[index], cache=cache, stage=index, stage_layers=layers
+            )
+        )
+    return stages
+
+
+def _limiting_stage(stages: list[_Inputs], engine: str) -> tuple[_Inputs, list[StageEstimate]]:
+    """The stage whose cache holds the fewest tokens (a stage that does not fit first), and every
+    stage's figures. The engines size all stages to the smallest one's blocks."""
+    summaries: list[StageEstimate] = []
+    ranked: list[tuple[tuple[bool, int], int]] = []
+    for number, stage in enumerate(stages):
+        gpu = stage.gpu
+        total = _plan(stage, engine, "total", gpu.memory_total_bytes)
+        free = (
+            _plan(stage, engine, "free", gpu.memory_free_bytes) if gpu.memory_free_bytes is not None else None
+        )
+        judged = free or total
+        ranked.append(((judged.fits, judged.kv_cache_tokens), number))
+        layers = stage.stage_layers or range(stage.shape.layer_count)
+        summaries.append(
+            StageEstimate(
+                index=number,
+                first_layer=layers.start,
+                last_layer=layers.stop - 1,
+                gpu=gpu,
+                weights_bytes=stage.weights_bytes,
+                kv_cache_bytes=total.kv_cache_bytes,
+                kv_cache_tokens=total.kv_cache_tokens,
+                fits=judged.fits,
+                problem=judged.problem,
+            )
+        )
+    return stages[min(ranked)[1]], summaries
+
+
 def _encoder_layers_hidden(config: dict[str, Any]) -> tuple[int, int] | None:
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
@@ -312,61 +410,6 @@ def _encoder_layers_hidden(config: dict[str, Any]) -> tuple[int, int] | None:
     layers = vision.get("depth") or vision.get("num_hidden_layers") or 24
     hidden = vision.get("hidden_size") or vision.get("embed_dim") or 1024
     return (int(layers), int(hidden))
-
-
-def _vllm_hybrid_tokens(
-    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, state_blocks_per_sequence: int
-) -> tuple[int, float]:
-    """vLLM pages hybrid models with one page size: attention blocks grow until a layer's block is
-    as large as one layer's recurrent state; layers form groups of equal size; each sequence needs
-    its context's attention blocks plus ``state_blocks_per_sequence`` blocks per state group."""
-    attention_layers, linear_layers = cache.attention_layer_count, cache.linear_layer_count
-    per_token_layer = cache.kv_bytes_per_token_per_layer
-    if not attention_layers or not per_token_layer:
-        concurrency = kv_cache_bytes / max(cache.state_bytes_per_sequence, 1)
-        return int(concurrency * context_tokens), concurrency
-    block_tokens = max(VLLM_BLOCK_TOKENS, math.ceil(cache.state_bytes_per_layer / per_token_layer / 16) * 16)
-    page_bytes = block_tokens * per_token_layer
-    group_size = min(attention_layers, linear_layers)
-    if max(attention_layers, linear_layers) < 1.5 * group_size:
-        group_size = max(attention_layers, linear_layers)
-    attention_groups = math.ceil(attention_layers / group_size)
-    state_groups = math.ceil(linear_layers / group_size)
-    blocks = kv_cache_bytes // (page_bytes * group_size)
-    per_sequence = attention_groups * math.ceil(context_tokens / block_tokens)
-    per_sequence += state_groups * state_blocks_per_sequence
-    concurrency = blocks / per_sequence
-    return int(concurrency * context_tokens), concurrency
-
-
-def kv_tokens_from_bytes(
-    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool = True
-) -> tuple[int, float]:
-    """KV tokens and max concurrency at ``context_tokens`` that ``kv_cache_bytes`` hold on one GPU.
-
-    Tokens are counted as the engines log them: vLLM's "GPU KV cache size" (whole 16-token
-    blocks; for models with per-sequence state, concurrency x context), SGLang's
-    ``max_total_num_tokens`` (full-attention tokens of the KV pool, after the recurrent-state
-    pool took its share).
-    """
-    if kv_cache_bytes <= 0:
-        return 0, 0.0
-    if engine == "sglang":
-        pool = kv_cache_bytes
-        if cache.state_bytes_per_sequence:
-            pool = int(kv_cache_bytes / (1 + SGLANG_MAMBA_MEMORY_RATIO))
-        per_token = cache.kv_bytes_per_token + cache.sliding_bytes_per_token
-        tokens = pool // per_token if per_token else 0
-        return int(tokens), tokens / context_tokens if context_tokens else 0.0
-    if cache.state_bytes_per_sequence:
-        return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, 2 if prefix_caching else 1)
-    per_sequence = cache.sequence_bytes(context_tokens)
-    concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
-    if cache.sliding_bytes_per_token:
-        return int(concurrency * context_tokens), concurrency
-    blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)
-    tokens = int(blocks * VLLM_BLOCK_TOKENS)
-    return tokens, tokens / context_tokens if context_tokens else 0.0
 
 
 def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> MemoryPlan:
@@ -402,7 +445,7 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
     elif problem is None and concurrency < 1:
         problem = (
             f"one sequence of {inputs.context_tokens:,} tokens needs "
-            f"{inputs.cache.sequence_bytes(inputs.context_tokens) / GIB:.2f} GiB of KV cache per GPU, "
+            f"{_sequence_bytes(inputs, engine) / GIB:.2f} GiB of KV cache per GPU, "
             f"{max(kv_bytes, 0) / GIB:.2f} GiB is available ({tokens:,} tokens)"
         )
     return MemoryPlan(
@@ -432,16 +475,20 @@ def safe_memory_fraction(inputs: _Inputs, engine: str) -> float:
     return max(0.0, min(SAFE_MAX_FRACTION[engine], math.floor(room * 100) / 100))
 
 
+def _sequence_bytes(inputs: _Inputs, engine: str) -> int:
+    return sequences_cache_bytes(
+        inputs.cache, inputs.context_tokens, engine, prefix_caching=inputs.arguments.prefix_caching
+    )
+
+
 def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences: float = 1.0) -> float:
     """The smallest memory fraction that holds ``sequences`` sequences of the context."""
-    need = inputs.cache.sequence_bytes(inputs.context_tokens) * sequences
+    need = _sequence_bytes(inputs, engine) * sequences
     total = inputs.gpu.memory_total_bytes
     if engine == "vllm":
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
         need += VLLM_BLOCK_TOKENS * inputs.cache.kv_bytes_per_token
         return (overhead + need) / total
-    if inputs.cache.state_bytes_per_sequence:
-        need = int(inputs.cache.kv_bytes_per_token * inputs.context_tokens * (1 + SGLANG_MAMBA_MEMORY_RATIO))
     free_before = memory_bytes - CUDA_CONTEXT_BYTES
     return (inputs.weights_bytes + need) / free_before
 
@@ -476,6 +523,9 @@ def estimate_memory(
 
     ``backend_parameters`` are lines as typed (each split by shell rules) or their parsed form."""
     inputs = _prepare(model, engine, gpus, backend_parameters, engine_version, env)
+    stage_summaries: list[StageEstimate] = []
+    if inputs.layout.pipeline_parallel > 1:
+        inputs, stage_summaries = _limiting_stage(_stage_inputs(model, gpus, inputs), engine)
     gpu = inputs.gpu
     on_total = _plan(inputs, engine, "total", gpu.memory_total_bytes)
     on_free = (
@@ -508,6 +558,18 @@ def estimate_memory(
             f"keep a fixed state ({inputs.cache.state_bytes_per_sequence / (1 << 20):.1f} MiB per sequence "
             f"per GPU, {inputs.cache.state_dtype})"
         )
+    if not known_kv_dtype(inputs.cache.kv_dtype):
+        notes.append(
+            f"KV-cache dtype {inputs.cache.kv_dtype!r} is not known to the estimator: counted as 2 bytes"
+        )
+    if stage_summaries:
+        stage = stage_summaries[inputs.stage or 0]
+        notes.append(
+            f"pipeline parallel: {len(stage_summaries)} stages of "
+            + "/".join(str(part.last_layer - part.first_layer + 1) for part in stage_summaries)
+            + f" layers; stage {stage.index + 1} (layers {stage.first_layer}-{stage.last_layer}, "
+            f"{stage.gpu.name}) has the fewest KV tokens, and the engine gives every stage as many"
+        )
     if inputs.encoder_loaded:
         notes.append("multimodal encoder loaded (turn it off with language-only flags to save memory)")
     return MemoryEstimate(
@@ -533,4 +595,7 @@ def estimate_memory(
         safe_memory_fraction=headroom_safe,
         max_context_tokens_at_safe_fraction=_max_context(inputs, engine, headroom_safe),
         notes=notes,
+        stages=stage_summaries,
+        limiting_stage=inputs.stage,
+        prefix_caching=inputs.arguments.prefix_caching,
     )

@@ -79,6 +79,9 @@ class WeightParts:
     source: str
     # The routed experts' share of each MoE layer's bytes (split over the MoE ranks, not TP).
     expert_bytes: dict[int, int] = field(default_factory=dict)
+    # The attention projections' share of each layer's bytes (split over the attention TP group,
+    # which SGLang's DP attention makes smaller than TP).
+    attention_bytes: dict[int, int] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -103,12 +106,25 @@ def expert_share(shape: ModelShape, index: int) -> float:
     return experts / max(1, _mlp_parameters(shape, index) + attention)
 
 
+def attention_share(shape: ModelShape, index: int) -> float:
+    """The attention projections' share of layer ``index``'s parameters."""
+    kind = shape.layer_kinds[index] if index < shape.layer_count else "full"
+    attention = shape.attention_parameters.get(kind, shape.attention_parameters.get("full", 0))
+    return attention / max(1, _mlp_parameters(shape, index) + attention)
+
+
 def parts_from_headers(summary: WeightSummary, shape: ModelShape | None = None) -> WeightParts:
-    """The checkpoint's bytes by part; with the ``shape``, each MoE layer's routed-expert share is
-    split off by its parameter share (headers do not say which bytes are experts)."""
+    """The checkpoint's bytes by part; with the ``shape``, each MoE layer's routed-expert share and
+    each layer's attention share are split off by their parameter shares (headers do not say which
+    bytes are experts or attention)."""
     experts = (
         {index: int(size * expert_share(shape, index)) for index, size in summary.layer_bytes.items()}
         if shape is not None and shape.is_moe
+        else {}
+    )
+    attention = (
+        {index: int(size * attention_share(shape, index)) for index, size in summary.layer_bytes.items()}
+        if shape is not None
         else {}
     )
     return WeightParts(
@@ -120,6 +136,7 @@ def parts_from_headers(summary: WeightSummary, shape: ModelShape | None = None) 
         other_bytes=summary.other_bytes,
         source="headers",
         expert_bytes={index: size for index, size in experts.items() if size},
+        attention_bytes={index: size for index, size in attention.items() if size},
     )
 
 
@@ -140,10 +157,12 @@ def parts_from_config(
     linear_bytes = quantized_bytes_per_parameter(quantization, base)
     layer_bytes: dict[int, int] = {}
     expert_bytes: dict[int, int] = {}
+    attention_bytes: dict[int, int] = {}
     for index, kind in enumerate(shape.layer_kinds):
         attention = shape.attention_parameters.get(kind, shape.attention_parameters.get("full", 0))
         parameters = attention + _mlp_parameters(shape, index)
         layer_bytes[index] = int(parameters * linear_bytes + 2 * shape.hidden_size * base)
+        attention_bytes[index] = int(attention * linear_bytes)
         if shape.is_moe and index not in shape.dense_layer_indices:
             routed = shape.expert_count * 3 * shape.hidden_size * shape.expert_intermediate_size
             expert_bytes[index] = int(routed * linear_bytes)
@@ -163,29 +182,92 @@ def parts_from_config(
         other_bytes=int(shape.hidden_size * base),
         source="config",
         expert_bytes=expert_bytes,
+        attention_bytes=attention_bytes,
     )
 
 
 def pipeline_stages(
-    layer_count: int, pipeline_parallel: int, stage_layers: tuple[int, ...] | None = None
+    layer_count: int,
+    pipeline_parallel: int,
+    stage_layers: tuple[int, ...] | None = None,
+    engine: str = "vllm",
 ) -> list[range]:
-    """Layers per pipeline stage, split as evenly as the engines do (earlier stages get fewer), or
-    as ``stage_layers`` (vLLM's ``VLLM_PP_LAYER_PARTITION``) place them when they add up."""
+    """Layers per pipeline stage as the engine splits them, or as ``stage_layers`` (vLLM's
+    ``VLLM_PP_LAYER_PARTITION``, SGLang's ``SGLANG_PP_LAYER_PARTITION``) place them when they add up.
+
+    Both give every stage ``layers // PP`` and spread the remainder one layer a stage, but not on
+    the same stages: vLLM's ``get_pp_indices`` (vllm/distributed/utils.py) adds them to the stages
+    before the last one, from the second-to-last backwards (30 layers on 4 stages: 7, 8, 8, 7), to
+    keep them off the stages that hold the embeddings and the head; SGLang's gives them to the last
+    stages (7, 7, 8, 8)."""
     if stage_layers and len(stage_layers) == pipeline_parallel and sum(stage_layers) == layer_count:
-        placed: list[range] = []
-        first = 0
-        for size in stage_layers:
-            placed.append(range(first, first + size))
-            first += size
-        return placed
-    base, remainder = divmod(layer_count, pipeline_parallel)
-    stages: list[range] = []
-    start = 0
-    for stage in range(pipeline_parallel):
-        size = base + (1 if stage >= pipeline_parallel - remainder else 0)
-        stages.append(range(start, start + size))
-        start += size
-    return stages
+        sizes = list(stage_layers)
+    else:
+        base, remainder = divmod(layer_count, pipeline_parallel)
+        sizes = [base] * pipeline_parallel
+        if engine == "vllm":
+            for offset in range(2, remainder + 2):
+                sizes[-offset] += 1
+        else:
+            for offset in range(1, remainder + 1):
+                sizes[-offset] += 1
+    placed: list[range] = []
+    first = 0
+    for size in sizes:
+        placed.append(range(first, first + size))
+        first += size
+    return placed
+
+
+def weight_bytes_per_stage(
+    parts: WeightParts,
+    layer_count: int,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    *,
+    load_encoder: bool,
+    load_mtp: bool,
+    moe_ranks: int | None = None,
+    stage_layers: tuple[int, ...] | None = None,
+    attention_tensor_parallel: int | None = None,
+    replicate_embeddings: bool = False,
+    engine: str = "vllm",
+    replicate_encoder: bool = False,
+) -> list[int]:
+    """The weight bytes one GPU of each pipeline stage holds: layers of its stage over TP ranks
+    (routed experts over the ``moe_ranks``: TP x DP on vLLM, expert parallel or not; attention
+    over ``attention_tensor_parallel``, TP / DP under SGLang's DP attention); embeddings on the
+    first stage, head on the last (both vocabulary-parallel, the embeddings whole with
+    ``replicate_embeddings``: SGLang's DP attention builds them with ``enable_tp=False``); encoder
+    and MTP when loaded, the encoder whole on every rank with ``replicate_encoder`` (vLLM's
+    ``--mm-encoder-tp-mode data``)."""
+    experts_over = moe_ranks or tensor_parallel
+    attention_over = attention_tensor_parallel or tensor_parallel
+    stages = pipeline_stages(layer_count, pipeline_parallel, stage_layers, engine)
+    shares: list[int] = []
+    for number, stage in enumerate(stages):
+        first, last = number == 0, number == len(stages) - 1
+        routed = sum(parts.expert_bytes.get(index, 0) for index in stage)
+        attention = sum(parts.attention_bytes.get(index, 0) for index in stage)
+        split = sum(parts.layer_bytes.get(index, 0) for index in stage) - routed - attention
+        whole = 0.0  # bytes every GPU of the stage holds in full
+        if first and load_encoder:
+            if replicate_encoder:
+                whole += parts.encoder_bytes
+            else:
+                split += parts.encoder_bytes
+        if first:
+            if replicate_embeddings:
+                whole += parts.embedding_bytes
+            else:
+                split += parts.embedding_bytes
+        if last:
+            split += parts.head_bytes + parts.other_bytes + (parts.mtp_bytes if load_mtp else 0)
+            if parts.head_bytes == 0 and pipeline_parallel > 1:
+                split += parts.embedding_bytes  # a tied head is a copy of the embeddings
+        share = split / tensor_parallel + routed / experts_over + attention / attention_over + whole
+        shares.append(math.ceil(share))
+    return shares
 
 
 def weight_bytes_per_gpu(
@@ -198,23 +280,25 @@ def weight_bytes_per_gpu(
     load_mtp: bool,
     moe_ranks: int | None = None,
     stage_layers: tuple[int, ...] | None = None,
+    attention_tensor_parallel: int | None = None,
+    replicate_embeddings: bool = False,
+    engine: str = "vllm",
+    replicate_encoder: bool = False,
 ) -> int:
-    """The largest weight share any one GPU holds: layers of its stage, over TP ranks (routed
-    experts over the ``moe_ranks``: TP x DP on vLLM, expert parallel or not); embeddings on the
-    first stage, head on the last (both vocabulary-parallel); encoder and MTP when loaded."""
-    largest = 0
-    experts_over = moe_ranks or tensor_parallel
-    stages = pipeline_stages(layer_count, pipeline_parallel, stage_layers)
-    for number, stage in enumerate(stages):
-        first, last = number == 0, number == len(stages) - 1
-        routed = sum(parts.expert_bytes.get(index, 0) for index in stage)
-        stage_bytes = sum(parts.layer_bytes.get(index, 0) for index in stage) - routed
-        stage_bytes += math.ceil(routed * tensor_parallel / experts_over)
-        if first:
-            stage_bytes += parts.embedding_bytes + (parts.encoder_bytes if load_encoder else 0)
-        if last:
-            stage_bytes += parts.head_bytes + parts.other_bytes + (parts.mtp_bytes if load_mtp else 0)
-            if parts.head_bytes == 0 and pipeline_parallel > 1:
-                stage_bytes += parts.embedding_bytes  # a tied head is a copy of the embeddings
-        largest = max(largest, math.ceil(stage_bytes / tensor_parallel))
-    return largest
+    """The largest weight share any one GPU holds (``weight_bytes_per_stage``'s largest)."""
+    return max(
+        weight_bytes_per_stage(
+            parts,
+            layer_count,
+            tensor_parallel,
+            pipeline_parallel,
+            load_encoder=load_encoder,
+            load_mtp=load_mtp,
+            moe_ranks=moe_ranks,
+            stage_layers=stage_layers,
+            attention_tensor_parallel=attention_tensor_parallel,
+            replicate_embeddings=replicate_embeddings,
+            engine=engine,
+            replicate_encoder=replicate_encoder,
+        )
+    )

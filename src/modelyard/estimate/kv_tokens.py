@@ -1,0 +1,117 @@
+"""KV-cache tokens from KV-cache bytes, counted as each engine logs them.
+
+vLLM pages the cache in 16-token blocks (hybrid linear-attention models in blocks as large as one
+layer's recurrent state); SGLang counts the full-attention tokens of its KV pool after the
+recurrent-state pool took its share.
+
+Usage::
+
+    tokens, concurrency = kv_tokens_from_bytes(cache, 40 << 30, 32768, "vllm")
+"""
+
+from __future__ import annotations
+
+import math
+
+from modelyard.estimate.kv_cache import CacheShape
+
+# SGLang gives hybrid models' recurrent-state pool 0.9 of the KV pool's size (0.9/1.9 of the memory).
+SGLANG_MAMBA_MEMORY_RATIO = 0.9
+# vLLM's KV block size (tokens); SGLang's default page size is 1.
+VLLM_BLOCK_TOKENS = 16
+
+
+def _vllm_hybrid_pages(cache: CacheShape) -> tuple[int, int, int, int, int]:
+    """How vLLM pages a hybrid model (``block_tokens``, ``page_bytes``, ``group_size``,
+    ``attention_groups``, ``state_groups``): one page size for every layer, so attention blocks
+    grow (in steps of 16 tokens) until a layer's block is as large as one layer's recurrent state;
+    layers form groups of ``group_size``, each group one page per block."""
+    attention_layers, linear_layers = cache.attention_layer_count, cache.linear_layer_count
+    per_token_layer = cache.kv_bytes_per_token_per_layer
+    block_tokens = max(VLLM_BLOCK_TOKENS, math.ceil(cache.state_bytes_per_layer / per_token_layer / 16) * 16)
+    page_bytes = block_tokens * per_token_layer
+    group_size = min(attention_layers, linear_layers)
+    if max(attention_layers, linear_layers) < 1.5 * group_size:
+        group_size = max(attention_layers, linear_layers)
+    return (
+        block_tokens,
+        page_bytes,
+        group_size,
+        math.ceil(attention_layers / group_size),
+        math.ceil(linear_layers / group_size),
+    )
+
+
+def _vllm_hybrid_blocks_per_sequence(cache: CacheShape, context_tokens: int, state_blocks: int) -> int:
+    block_tokens, _, _, attention_groups, state_groups = _vllm_hybrid_pages(cache)
+    return attention_groups * math.ceil(context_tokens / block_tokens) + state_groups * state_blocks
+
+
+def _vllm_hybrid_tokens(
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, state_blocks_per_sequence: int
+) -> tuple[int, float]:
+    """Each sequence of a hybrid model needs its context's attention blocks plus
+    ``state_blocks_per_sequence`` blocks per state group (``_vllm_hybrid_pages``)."""
+    if not cache.attention_layer_count or not cache.kv_bytes_per_token_per_layer:
+        concurrency = kv_cache_bytes / max(cache.state_bytes_per_sequence, 1)
+        return int(concurrency * context_tokens), concurrency
+    _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)
+    blocks = kv_cache_bytes // (page_bytes * group_size)
+    concurrency = blocks / _vllm_hybrid_blocks_per_sequence(cache, context_tokens, state_blocks_per_sequence)
+    return int(concurrency * context_tokens), concurrency
+
+
+def sequences_cache_bytes(
+    cache: CacheShape, context_tokens: int, engine: str, sequences: int = 1, *, prefix_caching: bool = True
+) -> int:
+    """The cache bytes ``sequences`` sequences of ``context_tokens`` need on one GPU, as the engine
+    pages them: vLLM in whole blocks, a hybrid model's state in aligned pages, two state blocks a
+    sequence with prefix caching (one without), so the state is counted per sequence of
+    ``--max-num-seqs``; SGLang (page size 1) by the bytes, a hybrid model's pool large enough that
+    its KV part (1 / 1.9) holds the tokens and its state part (0.9 / 1.9) the states."""
+    if engine != "vllm":
+        if cache.state_bytes_per_sequence:
+            # SGLang splits the pool 1 : 0.9 between KV tokens and states: both must fit their part.
+            kv = (cache.kv_bytes_per_token + cache.sliding_bytes_per_token) * context_tokens * sequences
+            states = cache.state_bytes_per_sequence * sequences
+            ratio = SGLANG_MAMBA_MEMORY_RATIO
+            return math.ceil(max(kv * (1 + ratio), states * (1 + ratio) / ratio))
+        return cache.sequence_bytes(context_tokens) * sequences
+    if cache.state_bytes_per_sequence and cache.attention_layer_count and cache.kv_bytes_per_token_per_layer:
+        _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)
+        blocks = _vllm_hybrid_blocks_per_sequence(cache, context_tokens, 2 if prefix_caching else 1)
+        return blocks * page_bytes * group_size * sequences
+    if cache.state_bytes_per_sequence:
+        return cache.state_bytes_per_sequence * sequences
+    whole_blocks = math.ceil(context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
+    return cache.sequence_bytes(whole_blocks) * sequences
+
+
+def kv_tokens_from_bytes(
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool = True
+) -> tuple[int, float]:
+    """KV tokens and max concurrency at ``context_tokens`` that ``kv_cache_bytes`` hold on one GPU.
+
+    Tokens are counted as the engines log them: vLLM's "GPU KV cache size" (whole 16-token
+    blocks; for models with per-sequence state, concurrency x context), SGLang's
+    ``max_total_num_tokens`` (full-attention tokens of the KV pool, after the recurrent-state
+    pool took its share).
+    """
+    if kv_cache_bytes <= 0:
+        return 0, 0.0
+    if engine == "sglang":
+        pool = kv_cache_bytes
+        if cache.state_bytes_per_sequence:
+            pool = int(kv_cache_bytes / (1 + SGLANG_MAMBA_MEMORY_RATIO))
+        per_token = cache.kv_bytes_per_token + cache.sliding_bytes_per_token
+        tokens = pool // per_token if per_token else 0
+        return int(tokens), tokens / context_tokens if context_tokens else 0.0
+    if cache.state_bytes_per_sequence:
+        return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, 2 if prefix_caching else 1)
+    per_sequence = cache.sequence_bytes(context_tokens)
+    concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
+    if cache.sliding_bytes_per_token:
+        return int(concurrency * context_tokens), concurrency
+    blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)
+    tokens = int(blocks * VLLM_BLOCK_TOKENS)
+    return tokens, tokens / context_tokens if context_tokens else 0.0
