@@ -80,8 +80,11 @@ def preflight_deployment(
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
     )
-    findings.extend(check_plan(plan))
-    return findings
+    planned = check_plan(plan)
+    # A plan check that judges the same thing with the engine's arguments (model.chat-template-missing
+    # knows --chat-template) replaces the directory check's finding of that id.
+    replaced = {finding.check_id for finding in planned}
+    return [finding for finding in findings if finding.check_id not in replaced] + planned
 
 
 def _model_directory_findings(directory: Path) -> list[Finding]:
