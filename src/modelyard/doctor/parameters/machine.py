@@ -8,7 +8,7 @@ ports are ``ports.py``'s. They need ``ParameterContext.host`` (``doctor.host_fac
 
 from __future__ import annotations
 
-from modelyard.doctor.drivers import driver_findings, engine_cuda_version
+from modelyard.doctor.drivers import any_release_driver_findings, driver_findings, engine_cuda_version
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
@@ -56,8 +56,10 @@ def _shared_memory(context: ParameterContext) -> list[Finding]:
 
 def _driver(context: ParameterContext) -> list[Finding]:
     host = context.host
-    if host is None or host.driver_version is None or not context.version:
+    if host is None or host.driver_version is None:
         return []
+    if not context.version:
+        return any_release_driver_findings(context.engine, host.driver_version)
     names = [gpu.name for gpu in context.gpus or []]
     return driver_findings(
         context.engine, context.version, host.driver_version, names, in_container=host.in_container
