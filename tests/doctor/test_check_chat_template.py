@@ -42,3 +42,25 @@ def test_pooling_models_have_no_chat_route() -> None:
 
 def test_a_plan_that_knows_only_config_json_says_nothing() -> None:
     assert _missing("", _model(None, tokenizer_read=False)) == []
+
+
+def test_a_real_directory_without_a_template_gets_one_error_from_the_preflight(tmp_path: Path) -> None:
+    from param_fixtures import gpu, make_model_dir
+
+    from modelyard.doctor.host_facts import HostFacts
+    from modelyard.doctor.preflight import preflight_deployment
+
+    directory = make_model_dir(tmp_path, "qwen3-8b")
+    (directory / "chat_template.jinja").unlink()
+    host = HostFacts(shm_bytes=64 << 30, hub_cache_dir=tmp_path / "hub")
+    findings = preflight_deployment(
+        deployment_name="base", model_dir=directory, engine="vllm", version="0.25.0",
+        backend_parameters="", env={}, gpus=[gpu(0)], host=host,
+    )  # fmt: skip
+    missing = [f.severity for f in findings if f.check_id == "model.chat-template-missing"]
+    assert missing == [Severity.ERROR]
+    with_template = preflight_deployment(
+        deployment_name="base", model_dir=directory, engine="vllm", version="0.25.0",
+        backend_parameters=f"--chat-template {tmp_path / 'chatml.jinja'}", env={}, gpus=[gpu(0)], host=host,
+    )  # fmt: skip
+    assert [f for f in with_template if f.check_id == "model.chat-template-missing"] == []

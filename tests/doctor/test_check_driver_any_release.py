@@ -30,3 +30,8 @@ def test_a_cuda_13_build_on_a_cuda_12_driver_is_an_error_not_a_warning() -> None
 
 def test_minor_version_compatibility_starts_with_a_warning() -> None:
     assert _driver("535.161.08", "0.10.0") == [Severity.WARNING]  # CUDA 12.8 wheels on a 12.2 driver
+
+
+def test_sglang_0_4_is_a_cuda_12_build() -> None:
+    assert _driver("520.61.05", "0.4.6", engine="sglang") == [Severity.ERROR]
+    assert _driver("550.54.14", "0.4.6", engine="sglang") == []

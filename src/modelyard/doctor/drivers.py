@@ -72,6 +72,7 @@ ENGINE_CUDA_BUILDS: tuple[EngineCudaBuild, ...] = (
     EngineCudaBuild("vllm", "0.9", "12.8", "vllm 0.9-0.10 pin torch 2.7 (vLLM's CUDA 12.8 wheels)"),
     EngineCudaBuild("vllm", "0.11", "12.8", "vllm 0.11-0.19 pin torch 2.8-2.10 (CUDA 12.8 wheels)"),
     EngineCudaBuild("vllm", "0.20", "13.0", "vllm 0.20-0.26 pin torch 2.11.0 (CUDA 13.0 wheels)"),
+    EngineCudaBuild("sglang", "0.4.0", "12.4", "sglang 0.4.0 pins torch 2.5.1 (CUDA 12.4 wheels)"),
     EngineCudaBuild("sglang", "0.5.0", "12.8", "sglang 0.5.9-0.5.10.post1 pin torch 2.9.1 (CUDA 12.8)"),
     EngineCudaBuild("sglang", "0.5.11", "13.0", "sglang 0.5.11+ pin torch 2.11 / 2.13 (CUDA 13.0)"),
 )

@@ -29,6 +29,7 @@ from pathlib import Path
 from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding
 from modelyard.doctor.host_facts import HostFacts
+from modelyard.doctor.parameters.chat_template import judges_chat_template
 from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec
@@ -80,11 +81,11 @@ def preflight_deployment(
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
     )
-    planned = check_plan(plan)
-    # A plan check that judges the same thing with the engine's arguments (model.chat-template-missing
-    # knows --chat-template) replaces the directory check's finding of that id.
-    replaced = {finding.check_id for finding in planned}
-    return [finding for finding in findings if finding.check_id not in replaced] + planned
+    if judges_chat_template(engine, plan.model):
+        # The plan's check knows --chat-template and the pooling flags: it decides this id.
+        findings = [finding for finding in findings if finding.check_id != "model.chat-template-missing"]
+    findings.extend(check_plan(plan))
+    return findings
 
 
 def _model_directory_findings(directory: Path) -> list[Finding]:

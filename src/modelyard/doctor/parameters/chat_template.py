@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.modeldir import ModelFacts
 
 CHAT_ENGINES = ("vllm", "sglang")
 # Flags that make the engine serve pooling (embeddings, scores) instead of generation.
@@ -27,9 +28,14 @@ POOLING_FLAGS = {
 POOLING_ARCHITECTURE_ENDINGS = ("Model", "ForSequenceClassification", "ForEmbedding", "ForRewardModel")
 
 
+def judges_chat_template(engine: str, model: ModelFacts | None) -> bool:
+    """Whether this check decides ``model.chat-template-missing`` (in place of the directory check)."""
+    return engine in CHAT_ENGINES and model is not None and model.tokenizer_config is not None
+
+
 def check_chat_template(context: ParameterContext) -> list[Finding]:
     model = context.model
-    if context.engine not in CHAT_ENGINES or model is None or model.tokenizer_config is None:
+    if model is None or not judges_chat_template(context.engine, model):
         return []
     if model.chat_template.text is not None or context.parameters.value_of("--chat-template"):
         return []
