@@ -35,6 +35,7 @@ from modelyard.doctor.parameters.model_family import check_mtp, check_parsers, c
 from modelyard.doctor.parameters.network import check_hub_ids, check_proxy, check_visible_devices
 from modelyard.doctor.parameters.nodes import check_nodes
 from modelyard.doctor.parameters.ports import check_ports
+from modelyard.doctor.parameters.scheduler_limits import check_scheduler_limits
 from modelyard.doctor.parameters.text import (
     check_broken_lines,
     check_characters,
@@ -65,6 +66,7 @@ CHECKS: tuple[Check, ...] = (
     check_layout,
     check_nodes,
     check_model_config,
+    check_scheduler_limits,
     check_proxy,
     check_hub_ids,
     check_visible_devices,
