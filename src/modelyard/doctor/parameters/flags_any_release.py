@@ -34,12 +34,16 @@ def check_flags_any_release(context: ParameterContext) -> list[Finding]:
     spellings = sorted(history.known_spellings())
     findings: list[Finding] = []
     releases = f"{history.releases[0]} to {history.releases[-1]}"
-    for option in context.parameters.options:
+    unknown = [
+        option
+        for option in context.parameters.options
+        if "." not in option.typed
+        and option.typed.startswith("--")
+        and not launcher_option(context.engine, option.typed)
+        and not _accepted(history, spellings, option.typed)
+    ]
+    for option in unknown[:MAX_EXPLAINED]:
         typed = option.typed
-        if "." in typed or not typed.startswith("--") or launcher_option(context.engine, typed):
-            continue
-        if _accepted(history, spellings, typed):
-            continue
         equivalent = EQUIVALENTS.get(context.engine, {}).get(typed)
         other = "SGLang" if context.engine == "vllm" else "vLLM"
         if equivalent is not None:
@@ -60,8 +64,18 @@ def check_flags_any_release(context: ParameterContext) -> list[Finding]:
                 details={"flag": typed, "line": option.line_number, "any_release": True},
             )
         )
-        if len(findings) >= MAX_EXPLAINED:
-            break
+    if len(unknown) > MAX_EXPLAINED:
+        rest = unknown[MAX_EXPLAINED:]
+        findings.append(
+            Finding(
+                "param.unknown-flag",
+                Severity.ERROR,
+                f"{len(rest):,} more flags no release of {engine_label(context.engine)} has, from line "
+                f"{rest[0].line_number} on (first: {rest[0].typed[:80]})",
+                fix="remove them",
+                details={"count": len(rest), "line": rest[0].line_number, "any_release": True},
+            )
+        )
     return findings
 
 

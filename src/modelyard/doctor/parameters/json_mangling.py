@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Literal
 
 from modelyard.backends.flag_tables import load_engine_history
@@ -63,17 +64,23 @@ EXPLANATIONS: dict[Mangling, str] = {
 
 
 def json_flag_in_history(engine: str, flag: str) -> bool:
-    """Whether some release of ``engine`` reads ``flag`` as JSON."""
+    """Whether some release of ``engine`` reads ``flag`` as JSON (the newest and a middle release's
+    tables; the JSON flags of older ones are in ``OBJECT_FLAGS``)."""
     if flag in OBJECT_FLAGS.get(engine, frozenset()):
         return True
     history = load_engine_history(engine)
+    return history is not None and history.normalize(flag) in _json_flags(engine)
+
+
+@cache
+def _json_flags(engine: str) -> frozenset[str]:
+    history = load_engine_history(engine)
     if history is None:
-        return False
+        return frozenset()
+    names: set[str] = set()
     for release in (history.releases[-1], history.releases[len(history.releases) // 2]):
-        spec = history.table(release).lookup(flag)
-        if spec is not None and spec.type == "json":
-            return True
-    return False
+        names.update(name for name, spec in history.table(release).flags.items() if spec.type == "json")
+    return frozenset(names)
 
 
 def diagnose(value: str, *, following: Sequence[str] = (), must_be_object: bool = False) -> Mangling | None:
