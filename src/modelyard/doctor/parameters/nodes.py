@@ -5,8 +5,9 @@ that node. Over several nodes two more rules hold:
 
 - ``--nnodes N`` splits the world (TP x PP, and DP where it adds ranks) into N equal parts, one per
   node: SGLang places ``tp_size * pp_size / nnodes`` ranks on each node (its scheduler's
-  ``tp_size_per_node``) and vLLM's multi-node ``mp`` executor ``world_size / nnodes``; a world that
-  does not divide leaves a rank with no node, and the start fails. ``param.layout-over-nodes``,
+  ``tp_size_per_node = tp_size // nnodes``) and vLLM's multi-node ``mp`` executor
+  ``world_size / nnodes``; a world that does not divide leaves ranks that no node starts, and the
+  others wait for them in NCCL initialisation (or the engine refuses the layout). ``param.layout-over-nodes``,
   an error.
 - A tensor-parallel group larger than the GPUs of one node (Ray, or ``--nnodes``) runs its
   all-reduce, twice per layer, over the network between nodes. The engine starts and serves, many
@@ -34,8 +35,8 @@ def check_nodes(context: ParameterContext) -> list[Finding]:
                 "param.layout-over-nodes",
                 Severity.ERROR,
                 f"{layout.describe()} is {world} ranks, which do not split evenly over --nnodes "
-                f"{layout.nodes}; {context.label} places world / nodes ranks on each node, so the start "
-                "fails",
+                f"{layout.nodes}; {context.label} starts world // nodes ranks on each node, so some ranks "
+                "never start and the start hangs in collective initialisation or fails",
                 fix=f"make the ranks a multiple of {layout.nodes} (e.g. TP = the GPUs of one node, "
                 f"PP = {layout.nodes})",
                 details={"ranks": world, "nodes": layout.nodes},
