@@ -97,7 +97,11 @@ def _model_dir(root: Path, recipe: dict[str, Any]) -> Path:
     (directory / "tokenizer.json").write_text(
         json.dumps({"added_tokens": [{"id": 151645, "content": "<|im_end|>", "special": True}]})
     )
-    (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    # The real checkpoints carry a ChatML template; the chat route needs one.
+    template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "chat_template": template})
+    )
     return directory
 
 

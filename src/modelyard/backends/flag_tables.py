@@ -326,6 +326,10 @@ class EngineHistory:
             return spelling
         return head
 
+    def known_spellings(self) -> frozenset[str]:
+        """Every spelling any release accepted (names, aliases, ``--no-`` forms)."""
+        return frozenset(self._spellings)
+
     def flag(self, spelling: str) -> FlagHistory | None:
         """Where ``spelling`` was accepted, what replaced it; None when no release knew it."""
         entries = self._spellings.get(self.normalize(spelling))

@@ -72,6 +72,7 @@ ENGINE_CUDA_BUILDS: tuple[EngineCudaBuild, ...] = (
     EngineCudaBuild("vllm", "0.9", "12.8", "vllm 0.9-0.10 pin torch 2.7 (vLLM's CUDA 12.8 wheels)"),
     EngineCudaBuild("vllm", "0.11", "12.8", "vllm 0.11-0.19 pin torch 2.8-2.10 (CUDA 12.8 wheels)"),
     EngineCudaBuild("vllm", "0.20", "13.0", "vllm 0.20-0.26 pin torch 2.11.0 (CUDA 13.0 wheels)"),
+    EngineCudaBuild("sglang", "0.4.0", "12.4", "sglang 0.4.0 pins torch 2.5.1 (CUDA 12.4 wheels)"),
     EngineCudaBuild("sglang", "0.5.0", "12.8", "sglang 0.5.9-0.5.10.post1 pin torch 2.9.1 (CUDA 12.8)"),
     EngineCudaBuild("sglang", "0.5.11", "13.0", "sglang 0.5.11+ pin torch 2.11 / 2.13 (CUDA 13.0)"),
 )
@@ -200,5 +201,31 @@ def driver_findings(
             f"compatibility; kernels compiled at run time (PTX JIT) can fail",
             f"upgrade the driver to {requirement.toolkit_driver} or newer",
             **details,
+        )
+    ]
+
+
+# The oldest release each engine's flag tables know (vLLM 0.6.0, SGLang 0.4.0) is built for CUDA 12
+# (vLLM 0.6.0 on torch 2.4 cu121, SGLang 0.4.0 on torch 2.5 cu124), and so is every later one.
+OLDEST_CUDA_OF_ANY_RELEASE = {"vllm": "12.1", "sglang": "12.4"}
+
+
+def any_release_driver_findings(family: str, driver: str) -> list[Finding]:
+    """For a plan without an engine version: a driver below the CUDA 12 family's minimum fails
+    whichever release runs (CUDA's minor version compatibility starts at the family's minimum)."""
+    cuda = OLDEST_CUDA_OF_ANY_RELEASE.get(family)
+    requirement = CUDA_DRIVER_REQUIREMENTS.get(cuda) if cuda else None
+    if requirement is None or _version_tuple(driver) >= _version_tuple(requirement.minimum_driver):
+        return []
+    return [
+        _finding(
+            "host.driver-too-old",
+            Severity.ERROR,
+            f"NVIDIA driver {driver} is older than every {family} release supports: all are built for "
+            f"CUDA {cuda} or newer, which needs >= {requirement.minimum_driver}; CUDA fails to "
+            'initialise ("The NVIDIA driver on your system is too old")',
+            f"upgrade the driver to {requirement.toolkit_driver} or newer",
+            driver_version=driver,
+            cuda_version=cuda,
         )
     ]

@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass, field
 
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.graph_headroom import graph_headroom_findings
 from modelyard.doctor.host_facts import HostFacts
 from modelyard.doctor.memory import memory_findings
 from modelyard.doctor.memory_knob import knob_findings
@@ -122,6 +123,10 @@ def plan_memory_findings(context: ParameterContext, gpus: list[GpuSpec]) -> list
         # A config the estimator cannot read must not block a deployment: say so, and go on.
         logger.exception("memory estimate failed for %s", context.model.directory)
         return [*findings, _estimate_failed(f"{type(error).__name__}: {error}", "")]
+    # The engine's own failure (SGLang's graph capture) replaces the estimator's warning of that id.
+    findings.extend(
+        graph_headroom_findings(estimate, cuda_graphs=not context.parameters.switch("--disable-cuda-graph"))
+    )
     reported = {finding.check_id for finding in findings}
     return [
         *findings,

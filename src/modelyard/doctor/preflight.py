@@ -29,6 +29,7 @@ from pathlib import Path
 from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding
 from modelyard.doctor.host_facts import HostFacts
+from modelyard.doctor.parameters.chat_template import judges_chat_template
 from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec
@@ -80,6 +81,9 @@ def preflight_deployment(
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
     )
+    if judges_chat_template(engine, plan.model):
+        # The plan's check knows --chat-template and the pooling flags: it decides this id.
+        findings = [finding for finding in findings if finding.check_id != "model.chat-template-missing"]
     findings.extend(check_plan(plan))
     return findings
 

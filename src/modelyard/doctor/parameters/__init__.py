@@ -22,14 +22,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.parameters.chat_template import check_chat_template
 from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
 from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
+from modelyard.doctor.parameters.flags_any_release import check_flags_any_release
+from modelyard.doctor.parameters.launcher import check_launcher_options
 from modelyard.doctor.parameters.layout import check_layout
 from modelyard.doctor.parameters.machine import check_machine
 from modelyard.doctor.parameters.model_config import check_model_config
 from modelyard.doctor.parameters.model_family import check_mtp, check_parsers, check_served_model_name
 from modelyard.doctor.parameters.network import check_hub_ids, check_proxy, check_visible_devices
+from modelyard.doctor.parameters.nodes import check_nodes
+from modelyard.doctor.parameters.ports import check_ports
+from modelyard.doctor.parameters.scheduler_limits import check_scheduler_limits
 from modelyard.doctor.parameters.text import (
     check_broken_lines,
     check_characters,
@@ -54,16 +60,22 @@ CHECKS: tuple[Check, ...] = (
     check_env_syntax,
     check_env_read,
     check_flags,
+    check_flags_any_release,
+    check_launcher_options,
     check_auto_tool_choice,
     check_layout,
+    check_nodes,
     check_model_config,
+    check_scheduler_limits,
     check_proxy,
     check_hub_ids,
     check_visible_devices,
     check_machine,
+    check_ports,
     check_parsers,
     check_mtp,
     check_served_model_name,
+    check_chat_template,
 )
 
 

@@ -11,9 +11,9 @@ import re
 
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
+from modelyard.doctor.parameters.env_replacements import ENGINE_PREFIXES, env_severity, replacement_of
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENGINE_PREFIXES = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
 
 
 def env_lines(env: dict[str, str] | list[str] | str) -> list[tuple[int, str]]:
@@ -171,8 +171,10 @@ def check_env_read(context: ParameterContext) -> list[Finding]:
 
 
 def _not_read(context: ParameterContext, name: str) -> Finding:
-    """``name`` is not read by this version: say which older version last read it, or which newer one will."""
+    """``name`` is not read by this version: say which older version last read it, or which newer one
+    will, and what replaced it (``env_replacements``)."""
     assert context.table is not None
+    replacement = replacement_of(context.engine, context.table, name)
     history = context.history
     presence = history.env_var(name) if history is not None else None
     status = history.status(presence, context.table.version) if history and presence else None
@@ -183,6 +185,11 @@ def _not_read(context: ParameterContext, name: str) -> Finding:
             f"{engine_label(context.engine, status.changed_in)} dropped it)"
         )
         fix = f"remove {name}; it was dropped"
+        if replacement is not None:
+            detail += f"; what it set is now {replacement.text}"
+            fix = f"remove {name} and use {replacement.text}" + (
+                f" ({replacement.note})" if replacement.note else ""
+            )
     elif status is not None and status.state == "not-yet":
         first = engine_label(context.engine, status.changed_in)
         detail = f" (it appears in {first})"
@@ -191,10 +198,20 @@ def _not_read(context: ParameterContext, name: str) -> Finding:
         close = difflib.get_close_matches(name, sorted(context.table.env_vars), n=1, cutoff=0.85)
         detail = ""
         fix = f"did you mean {close[0]}?" if close else f"remove {name}, or check its spelling"
+    severity = env_severity(context.engine, context.parameters)
+    consequence = (
+        "it refuses to start with --fail-on-environ-validation"
+        if severity is Severity.ERROR
+        else "setting it changes nothing"
+    )
     return Finding(
         "param.env-not-read",
-        Severity.WARNING,
-        f"{context.label} does not read {name}{detail}; setting it changes nothing",
+        severity,
+        f"{context.label} does not read {name}{detail}; {consequence}",
         fix=fix,
-        details={"variable": name, "last_read_by": last_read_by},
+        details={
+            "variable": name,
+            "last_read_by": last_read_by,
+            "replacement": replacement.flag or replacement.text if replacement is not None else None,
+        },
     )

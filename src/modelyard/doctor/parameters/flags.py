@@ -16,6 +16,7 @@ from modelyard.backends.parameters import Option
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
 from modelyard.doctor.parameters.equivalents import EQUIVALENTS
+from modelyard.doctor.parameters.launcher import IMAGE_REFERENCE, launcher_option
 from modelyard.doctor.parameters.text import ENGINE_COMMANDS, ENV_ASSIGNMENT
 
 # vLLM reads "32k", "1.5M" for token counts; both engines read plain numbers.
@@ -38,7 +39,8 @@ def check_flags(context: ParameterContext) -> list[Finding]:
     unknown: list[Option] = []
     for option in context.parameters.options:
         if option.spec is None:
-            unknown.append(option)
+            if launcher_option(context.engine, option.typed) is None:
+                unknown.append(option)  # launcher options: param.launcher-option names them
             continue
         findings.extend(_known(context, option.spec, option))
         # vLLM merges dotted JSON keys (--compilation-config.mode, --compilation-config.level)
@@ -319,6 +321,8 @@ def _strays(context: ParameterContext) -> list[Finding]:
             continue  # param.env-in-args names it
         if pasted and argument.line_number == arguments[0].line_number:
             continue  # param.command-in-args names it
+        if IMAGE_REFERENCE.match(argument.text):
+            continue  # param.launcher-option names it
         findings.append(
             Finding(
                 "param.unexpected-value",

@@ -2,18 +2,17 @@
 
 Ids: ``host.shared-memory-small`` (NCCL's buffers do not fit in /dev/shm), ``host.driver-too-old``
 (in a described host; this host's driver is checked by ``host.check_driver``),
-``host.gpu-architecture-unsupported`` (no kernels of this engine build for the GPU), and
-``host.port-in-use``. They need ``ParameterContext.host`` (``doctor.host_facts.HostFacts``).
+and ``host.gpu-architecture-unsupported`` (no kernels of this engine build for the GPU); the
+ports are ``ports.py``'s. They need ``ParameterContext.host`` (``doctor.host_facts.HostFacts``).
 """
 
 from __future__ import annotations
 
-from modelyard.doctor.drivers import driver_findings, engine_cuda_version
+from modelyard.doctor.drivers import any_release_driver_findings, driver_findings, engine_cuda_version
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.layout import context_layout
-from modelyard.errors import InvalidInput
 
 GIB = 1 << 30
 # NCCL keeps a shared-memory segment per peer and channel (7 MiB each, "Error while creating
@@ -23,7 +22,6 @@ MIN_SHM_BYTES = GIB
 MIN_CAPABILITY = {"vllm": (7, 0), "sglang": (7, 5)}
 # Blackwell boards (compute capability 10.x and 12.x) need CUDA 12.8 builds.
 BLACKWELL_CUDA = (12, 8)
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 
 
 def check_machine(context: ParameterContext) -> list[Finding]:
@@ -32,7 +30,6 @@ def check_machine(context: ParameterContext) -> list[Finding]:
     findings = _shared_memory(context)
     findings.extend(_driver(context))
     findings.extend(_architecture(context))
-    findings.extend(_port(context))
     return findings
 
 
@@ -59,8 +56,10 @@ def _shared_memory(context: ParameterContext) -> list[Finding]:
 
 def _driver(context: ParameterContext) -> list[Finding]:
     host = context.host
-    if host is None or host.driver_version is None or not context.version:
+    if host is None or host.driver_version is None:
         return []
+    if not context.version:
+        return any_release_driver_findings(context.engine, host.driver_version)
     names = [gpu.name for gpu in context.gpus or []]
     return driver_findings(
         context.engine, context.version, host.driver_version, names, in_container=host.in_container
@@ -106,27 +105,3 @@ def _architecture(context: ParameterContext) -> list[Finding]:
                 )
             ]
     return []
-
-
-def _port(context: ParameterContext) -> list[Finding]:
-    host = context.host
-    if host is None or not host.ports_in_use:
-        return []
-    try:
-        port = context.parameters.integer("--port")
-    except InvalidInput:
-        return []
-    port = port if port is not None else DEFAULT_PORTS[context.engine]
-    if port not in host.ports_in_use:
-        return []
-    return [
-        Finding(
-            "host.port-in-use",
-            Severity.ERROR,
-            f'port {port} is already in use: {context.label} cannot listen there ("[Errno 98] address '
-            'already in use"); a previous engine that was not stopped is the usual holder',
-            fix=f"stop the process holding it (`ss -ltnp 'sport = :{port}'`), "
-            "or let modelyard choose the port",
-            details={"port": port},
-        )
-    ]

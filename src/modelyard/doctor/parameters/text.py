@@ -15,6 +15,13 @@ from modelyard.backends.parameters import SourceLine, is_option, resolve_option
 from modelyard.backends.shell_words import UnbalancedQuoting, split_words
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.doctor.parameters.json_mangling import (
+    ALWAYS_JSON,
+    EXPLANATIONS,
+    OBJECT_FLAGS,
+    diagnose,
+    json_flag_in_history,
+)
 
 DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
 TYPOGRAPHIC_QUOTES = "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb"
@@ -216,42 +223,68 @@ def check_env_in_arguments(context: ParameterContext) -> list[Finding]:
     return findings
 
 
+EXAMPLE_JSON = '{"method": "mtp", "num_speculative_tokens": 2}'
+
+
 def check_json_values(context: ParameterContext) -> list[Finding]:
+    """JSON flag values the engine cannot read, and how they were mangled (``json_mangling``)."""
     findings: list[Finding] = []
+    strays = context.parameters.strays
     for option in context.parameters.options:
-        takes_json = option.spec.type == "json" if option.spec is not None else context.table is None
-        if not takes_json or not option.values or "." in option.typed:
+        if not option.values or "." in option.typed:
             continue
+        known = option.spec.type == "json" if option.spec is not None else None
+        if option.name in ALWAYS_JSON.get(context.engine, frozenset()):
+            known = True
+        if known is None and context.engine in OBJECT_FLAGS:
+            known = json_flag_in_history(context.engine, option.typed) or None
         value = option.values[-1]
         stripped = value.lstrip()
-        # Without a table, only a value that looks like JSON is read as JSON; a Jinja template
-        # ("{{ messages }}", "{% for ... %}") or a path is not.
-        if option.spec is None and (
-            not stripped.startswith(("{", "[")) or stripped.startswith(("{{", "{%", "{#"))
+        # Without a table or history, only a value that looks like JSON is read as JSON; a Jinja
+        # template ("{{ messages }}", "{% for ... %}") or a path is not.
+        if known is False or (
+            known is None
+            and (
+                context.table is not None
+                or not stripped.startswith(("{", "["))
+                or stripped.startswith(("{{", "{%", "{#"))
+            )
         ):
             continue
-        try:
-            json.loads(value)
-        except json.JSONDecodeError as error:
-            hint = ""
-            if "'" in value or "True" in value or "None" in value:
-                hint = " (JSON needs double quotes and true/false/null, not Python's 'x', True, None)"
-            findings.append(
-                Finding(
-                    "param.invalid-json",
-                    # The table says JSON: the engine refuses it. No table: a guess, so a warning.
-                    Severity.ERROR if option.spec is not None else Severity.WARNING,
-                    f"line {option.line_number}: {option.typed} takes JSON but {value!r} is not JSON: "
-                    f"{error.msg} at character {error.pos + 1}{hint}",
-                    fix=f"give valid JSON in single quotes, e.g. {option.typed} "
-                    '\'{"method": "mtp", "num_speculative_tokens": 2}\'',
-                    details={"line": option.line_number, "flag": option.typed},
-                )
+        following = [stray.text for stray in strays if stray.line_number >= option.line_number]
+        must_be_object = option.name in OBJECT_FLAGS.get(context.engine, frozenset())
+        mangling = diagnose(value, following=following, must_be_object=must_be_object)
+        if mangling is None:
+            continue
+        shown = value if len(value) <= 120 else value[:117] + "..."
+        fix = f"give valid JSON in single quotes, e.g. {option.typed} '{EXAMPLE_JSON}'"
+        if mangling == "split-on-commas":
+            fix = (
+                f"pass {option.typed} and its whole JSON as one argument (one list item, or quoted on one "
+                "line); launchers that split arguments at commas need the value escaped or given as "
+                f"{option.typed}=VALUE in one item"
             )
+        elif mangling == "quoted-twice":
+            fix = f"give the object itself: {option.typed} '{json.loads(value)}'"
+        findings.append(
+            Finding(
+                "param.invalid-json",
+                # A table or the engine's history says JSON: the engine refuses it. Else a guess.
+                Severity.ERROR if known else Severity.WARNING,
+                f"line {option.line_number}: {option.typed} takes JSON but got {shown!r}: "
+                f"{EXPLANATIONS[mangling]}",
+                fix=fix,
+                details={"line": option.line_number, "flag": option.typed, "mangled": mangling},
+            )
+        )
     return findings
 
 
-ENGINE_COMMANDS = {"vllm", "sglang", "python", "python3", "transformers", "serve", "sglang.launch_server"}
+ENGINE_COMMANDS = {
+    "vllm", "sglang", "python", "python3", "transformers", "serve", "sglang.launch_server",
+    # launchers whose command line is pasted whole: docker run ... IMAGE --flags, torchrun ...
+    "docker", "podman", "nvidia-docker", "torchrun",
+}  # fmt: skip
 
 
 def check_command_in_arguments(context: ParameterContext) -> list[Finding]:
