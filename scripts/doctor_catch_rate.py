@@ -16,6 +16,7 @@ from pathlib import Path
 
 from modelyard.doctor.cases import (
     CaseVerdict,
+    Caught,
     catch_rates,
     evaluate_case,
     load_cases,
@@ -25,7 +26,7 @@ from modelyard.doctor.cases import (
 from modelyard.doctor.findings import Severity
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("before start", "from the log", "missed")
+KINDS: tuple[Caught, ...] = ("before start", "from the log", "missed")
 
 
 def _markdown(verdicts: list[CaseVerdict]) -> str:
@@ -42,9 +43,11 @@ def _log_rate_line(verdicts: list[CaseVerdict], label: str) -> str:
     rate = log_diagnosis_rate(verdicts)
     if not rate.logs:
         return f"{label}: no verbatim startup logs"
+    diagnosed = f"{rate.diagnosed} ({rate.diagnosed / rate.logs:.0%})"
+    named = f"{rate.named_cause} ({rate.named_cause / rate.logs:.0%})"
     return (
-        f"{label}: {rate.logs} verbatim startup logs, {rate.diagnosed} ({rate.diagnosed / rate.logs:.0%}) get "
-        f"an error diagnosis, {rate.named_cause} ({rate.named_cause / rate.logs:.0%}) one naming the cause"
+        f"{label}: {rate.logs} verbatim startup logs, {diagnosed} get an error or warning, "
+        f"{named} one naming the cause"
     )
 
 
