@@ -311,7 +311,7 @@ def register(app: typer.Typer) -> None:
         stalled_for: float | None = typer.Option(
             None,
             "--stalled-for",
-            min=0,
+            min=1,
             help="With --log: the start has printed nothing for this many seconds (default: read from "
             "the file's last write and its lines' timestamps).",
         ),
