@@ -5,6 +5,7 @@
     modelyard doctor --model-dir /models/Qwen3.6-27B --backend vllm --version 0.25.0 \\
         --args "--tensor-parallel-size 2 --max-model-len 32768" --env VLLM_LOGGING_LEVEL=DEBUG [--gpus 2x48GB]
     modelyard doctor --log engine.log --backend vllm   # explain an engine log
+    modelyard doctor --log engine.log --stalled-for 900 # a start silent for 15 minutes: which stage
 
 Each form prints a table (severity, check, message and fix, a numbered link listed under the
 table) or, with ``--json``, the findings as JSON. The exit status is 1 when any error is found, 0
@@ -201,6 +202,29 @@ def _instance_findings(
     return findings
 
 
+def _log_findings(log: Path, backend: str | None, stalled_for: float | None) -> list[Finding]:
+    """The log's findings; a start with no progress for ``stalled_for`` seconds (given, or read from
+    the file: ``doctor.log_quiet``) is ``log.stalled`` with the stage it stopped in."""
+    import time
+
+    from modelyard.doctor.log_quiet import log_ended, log_quiet, log_says_serving
+    from modelyard.doctor.log_signatures import STALL_SECONDS, diagnose_log
+
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise InvalidInput(f"cannot read {log}: {error.strerror}") from error
+    if stalled_for is not None:
+        # The user says the start is silent: any length counts.
+        return diagnose_log(text, engine=backend, stalled_seconds=stalled_for, stall_after_seconds=0.0)
+    if log_ended(text) or log_says_serving(text):
+        return diagnose_log(text, engine=backend)
+    quiet = log_quiet(log, text, now=time.time())
+    return diagnose_log(
+        text, engine=backend, stalled_seconds=quiet.seconds, stall_after_seconds=STALL_SECONDS
+    )
+
+
 def _doctor_deployment(context: CliContext, name: str) -> tuple[list[Finding], FlagTable | None]:
     from modelyard.cli.client import ApiClient
     from modelyard.doctor.checkup import deployment_checkup, sort_findings
@@ -284,20 +308,25 @@ def register(app: typer.Typer) -> None:
             None, "--gpus", help="Plan for other GPUs, e.g. 2x48GB or 4xH100 (skips this host's checks)."
         ),
         log: Path | None = typer.Option(None, "--log", help="Explain an engine log file."),
+        stalled_for: float | None = typer.Option(
+            None,
+            "--stalled-for",
+            min=1,
+            help="With --log: the start has printed nothing for this many seconds (default: read from "
+            "the file's last write and its lines' timestamps).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
     ) -> None:
         """Find what would break a deployment before it starts, and explain failures after."""
         context = cli_context(ctx)
         try:
             if log is not None:
-                from modelyard.doctor.log_signatures import diagnose_log
-
-                try:
-                    text = log.read_text(encoding="utf-8", errors="replace")
-                except OSError as error:
-                    raise InvalidInput(f"cannot read {log}: {error.strerror}") from error
-                _finish(diagnose_log(text, engine=backend), as_json=as_json, title=f"doctor: {log}")
+                _finish(_log_findings(log, backend, stalled_for), as_json=as_json, title=f"doctor: {log}")
                 return
+            if stalled_for is not None:
+                raise InvalidInput(
+                    "--stalled-for goes with --log", hint="modelyard doctor --log FILE --stalled-for 900"
+                )
             if deployment is not None:
                 if model_dir is not None:
                     raise InvalidInput("give --deployment or --model-dir, not both")

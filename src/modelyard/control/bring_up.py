@@ -84,7 +84,8 @@ async def _wait_for_health_watching_the_log(
     target: ReadinessTarget,
 ) -> None:
     """Poll the health path; meanwhile, a log with no new line for ``stall_seconds`` is reported
-    on the instance (it stays starting: a silent load is not yet a failure)."""
+    on the instance with the doctor's reading of where it stopped (``log.stalled``: the stage and
+    its fix); it stays starting: a silent load is not yet a failure."""
     watch = StallWatch(engine.log_path, context.clock, context.options.stall_seconds)
     while not await health_answers(context.client, target):
         quiet = watch.stalled_for()
@@ -96,6 +97,7 @@ async def _wait_for_health_watching_the_log(
                     engine=context.engine_family(deployment),
                     engine_args=deployment.backend_parameters,
                     stalled_seconds=quiet,
+                    stall_after_seconds=context.options.stall_seconds,
                 )
             )
             await context.transition(
@@ -104,6 +106,8 @@ async def _wait_for_health_watching_the_log(
                 f"starting, but the engine has printed nothing for {quiet:.0f} s"
                 + (f": {diagnosis}" if diagnosis else ""),
                 diagnosis=diagnosis,
+                # The state stays starting: the event is what tells the replica's history.
+                record_event=True,
             )
         await asyncio.sleep(HEALTH_POLL_INTERVAL_SECONDS)
 

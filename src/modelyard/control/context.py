@@ -26,7 +26,7 @@ from modelyard.control.instance_store import DeploymentView, InstanceStore
 from modelyard.control.memory_demand import MemoryDemand
 from modelyard.control.scheduler import Scheduler
 from modelyard.control.states import InstanceState
-from modelyard.errors import ModelyardError
+from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.base import EngineHandle, Runtime
 from modelyard.runtimes.selection import RuntimeSet
@@ -36,6 +36,8 @@ from modelyard.store.secret_box import SecretBox
 logger = logging.getLogger(__name__)
 
 TaskKind = Literal["bring-up", "stop", "verify"]
+# ``ControllerOptions.stall_seconds`` for ``modelyard serve`` (docs/doctor/log.md#logstalled).
+STALL_SECONDS_VARIABLE = "MODELYARD_ENGINE_STALL_SECONDS"
 
 
 class Clock(Protocol):
@@ -81,6 +83,25 @@ class ControllerOptions:
     # The cores CPU engines share (their thread variables, cpu_threads.py); None: this process's
     # usable cores.
     cpu_cores: int | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> ControllerOptions:
+        """The defaults, with ``MODELYARD_ENGINE_STALL_SECONDS`` (a positive number of seconds)
+        setting ``stall_seconds``: how long a starting engine's log may stay silent before the
+        instance says so, with the stage it stopped in."""
+        text = (environ.get(STALL_SECONDS_VARIABLE) or "").strip()
+        if not text:
+            return cls()
+        try:
+            stall_seconds = float(text)
+        except ValueError:
+            stall_seconds = 0.0
+        if not stall_seconds > 0:
+            raise InvalidInput(
+                f"{STALL_SECONDS_VARIABLE}={text!r} is not a positive number of seconds",
+                hint=f"set it to e.g. 300, or unset it for the default ({cls.stall_seconds:g})",
+            )
+        return cls(stall_seconds=stall_seconds)
 
 
 @dataclass

@@ -39,14 +39,16 @@ def diagnose_engine_log(
     engine: str | None = None,
     engine_args: Sequence[str] = (),
     stalled_seconds: float | None = None,
+    stall_after_seconds: float | None = None,
 ) -> str | None:
     """One line naming the problem and the fix, from the engine's log; None when nothing matched.
 
     ``exit_code`` (negative: killed by that signal) lets the doctor point at the host's OOM
     killer; ``engine`` and ``engine_args`` make the fix name the current values;
-    ``stalled_seconds``: the engine is still starting and has printed nothing for that long.
+    ``stalled_seconds``: the engine is still starting and has printed nothing for that long, which
+    is a stall from ``stall_after_seconds`` on (the doctor's ``STALL_SECONDS`` when None).
     """
-    from modelyard.doctor.log_signatures import diagnose_log
+    from modelyard.doctor.log_signatures import STALL_SECONDS, diagnose_log
 
     findings = diagnose_log(
         read_log_tail(log_path),
@@ -54,6 +56,7 @@ def diagnose_engine_log(
         engine=engine,
         engine_args=engine_args,
         stalled_seconds=stalled_seconds,
+        stall_after_seconds=STALL_SECONDS if stall_after_seconds is None else stall_after_seconds,
     )
     if not findings:
         return None

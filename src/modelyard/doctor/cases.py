@@ -12,6 +12,16 @@ the report does not say), ``backend_parameters``, ``env``, ``gpus`` (``2xRTX3090
 ``gpu_count``, ``gpu_free_gib``, ``host`` (``in_container``, ``shm_bytes``, ``driver_version``,
 ``ports_in_use``), ``model_argument``, ``config`` or ``config_file``, ``log`` or ``log_file``,
 ``stalled``, ``expected``; ``log_is_outcome: true`` when the outcome is the engine's own words.
+Reports added from 2025 on also give ``reported`` (the date of the post the case is read from),
+``engine_did`` (``exited``, ``hung``, ``served wrong``: what the engine did), and ``log_verbatim``
+(the ``log`` is the report's own startup-log lines, copied, not retold). A fit case no check
+catches yet says what is missing in ``known_miss`` (the corpus test expects it to be missed, and
+fails once a check catches it, so that the mark is removed).
+
+The corpus is split by source thread (``split_of``: a hash of the thread's URL, about 60 % fit,
+40 % eval), and each case file says its part (``split``). Checks are written from the fit part
+only; the eval part measures them. ``seen_before_split: true`` marks the reports that checks had
+been written from before the split existed (their eval figure is not a blind one).
 
 Usage::
 
@@ -21,11 +31,12 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -38,7 +49,14 @@ from modelyard.estimate.gpus import GIB, GpuSpec, parse_gpu_specs
 from modelyard.modeldir import ModelFacts
 
 Caught = Literal["before start", "from the log", "missed"]
-# A report that says the start hung is a log with no new line for at least this long.
+Split = Literal["fit", "eval"]
+EngineDid = Literal["exited", "hung", "served wrong"]
+SPLITS: tuple[Split, ...] = ("fit", "eval")
+ENGINE_DID: tuple[EngineDid, ...] = ("exited", "hung", "served wrong")
+# The share of source threads in the fit part, in percent.
+FIT_PERCENT = 60
+# A report that says the start hung is a log with no new line for at least this long (a report that
+# quotes no line is a log that stopped before its first one).
 STALLED_SECONDS = 3600.0
 
 
@@ -61,6 +79,13 @@ class FailureCase:
     stalled: bool
     expected: tuple[str, ...]
     launcher: str | None = None
+    split: Split = "fit"
+    reported: str | None = None
+    engine_did: EngineDid | None = None
+    log_verbatim: bool = False
+    seen_before_split: bool = False
+    # A case of the fit part that no check catches yet: what is missing (the test expects it to fail).
+    known_miss: str | None = None
 
     @property
     def name(self) -> str:
@@ -73,19 +98,40 @@ class CaseVerdict:
     before_start: list[Finding] = field(default_factory=list)
     from_log: list[Finding] = field(default_factory=list)
 
-    def _names_cause(self, findings: list[Finding]) -> bool:
+    def names_cause(self, findings: list[Finding]) -> bool:
+        """A finding names the cause at the engine's severity: an error where the engine fails, or
+        at least a warning where it survives and serves wrongly (``engine_did: served wrong``)."""
+        severities = {Severity.ERROR}
+        if self.case.engine_did == "served wrong":
+            severities.add(Severity.WARNING)
         return any(
-            finding.check_id in self.case.expected and finding.severity is Severity.ERROR
-            for finding in findings
+            finding.check_id in self.case.expected and finding.severity in severities for finding in findings
         )
 
     @property
     def caught(self) -> Caught:
-        if self._names_cause(self.before_start):
+        if self.names_cause(self.before_start):
             return "before start"
-        if self._names_cause(self.from_log):
+        if self.names_cause(self.from_log):
             return "from the log"
         return "missed"
+
+
+def split_of(source_url: str) -> Split:
+    """The part a source thread belongs to: fixed by the thread's URL, so that every case read from
+    one thread lands in the same part, and a new case never moves an old one."""
+    thread = source_url.strip().rstrip("/").split("#", 1)[0].lower()
+    bucket = int(hashlib.sha256(thread.encode()).hexdigest()[:8], 16) % 100
+    return "fit" if bucket < FIT_PERCENT else "eval"
+
+
+def _choice(path: Path, data: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if str(value) not in allowed:
+        raise ValueError(f"{path}: {key} is {value!r}; expected one of {', '.join(allowed)}")
+    return str(value)
 
 
 def _host(data: dict[str, Any] | None, env: dict[str, str]) -> HostFacts:
@@ -148,6 +194,12 @@ def load_case(path: Path) -> FailureCase:
         stalled=bool(data.get("stalled", False)),
         expected=tuple(data.get("expected") or ()),
         launcher=data.get("launcher"),
+        split=cast(Split, _choice(path, data, "split", SPLITS) or split_of(str(data["source_url"]))),
+        reported=str(data["reported"]) if data.get("reported") else None,
+        engine_did=cast(EngineDid | None, _choice(path, data, "engine_did", ENGINE_DID)),
+        log_verbatim=bool(data.get("log_verbatim", False)),
+        seen_before_split=bool(data.get("seen_before_split", False)),
+        known_miss=str(data["known_miss"]) if data.get("known_miss") else None,
     )
 
 
@@ -176,16 +228,53 @@ def evaluate_case(case: FailureCase) -> CaseVerdict:
             engine_args=arguments,
             stalled_seconds=STALLED_SECONDS if case.stalled else None,
         )
-        if case.log.strip()
+        if case.log.strip() or case.stalled
         else []
     )
     return CaseVerdict(case=case, before_start=before, from_log=from_log)
 
 
-def catch_rates(verdicts: Iterable[CaseVerdict]) -> dict[str, Counter[Caught]]:
-    """Per category (and ``all``): how many cases were caught before start, from the log, or missed."""
+def catch_rates(verdicts: Iterable[CaseVerdict], split: Split | None = None) -> dict[str, Counter[Caught]]:
+    """Per category (and ``all``): how many cases were caught before start, from the log, or missed;
+    only the cases of ``split`` when given."""
     rates: dict[str, Counter[Caught]] = {}
     for verdict in verdicts:
+        if split is not None and verdict.case.split != split:
+            continue
         for key in (verdict.case.category, "all"):
             rates.setdefault(key, Counter())[verdict.caught] += 1
     return rates
+
+
+@dataclass(frozen=True)
+class LogDiagnosisRate:
+    """Of the cases whose log is the report's verbatim startup lines: how many get any error or
+    warning from ``diagnose_log``, and how many get one that names the cause."""
+
+    logs: int
+    diagnosed: int
+    named_cause: int
+
+
+def log_diagnosis_rate(verdicts: Iterable[CaseVerdict], split: Split | None = None) -> LogDiagnosisRate:
+    logs = diagnosed = named = 0
+    for verdict in verdicts:
+        if not verdict.case.log_verbatim or (split is not None and verdict.case.split != split):
+            continue
+        logs += 1
+        diagnosed += any(finding.severity is not Severity.INFO for finding in verdict.from_log)
+        named += verdict.names_cause(verdict.from_log)
+    return LogDiagnosisRate(logs=logs, diagnosed=diagnosed, named_cause=named)
+
+
+def rate_table(verdicts: list[CaseVerdict], split: Split | None = None) -> str:
+    """The catch rate per category as a plain-text table (``scripts/doctor_catch_rate.py``)."""
+    rates = catch_rates(verdicts, split)
+    lines = [f"{'category':<14}{'cases':>6}{'before start':>15}{'from the log':>15}{'missed':>12}"]
+    for category in sorted(rates, key=lambda key: (key == "all", key)):
+        counts = rates[category]
+        total = sum(counts.values())
+        kinds: tuple[Caught, ...] = ("before start", "from the log", "missed")
+        cells = [f"{counts[kind]} ({counts[kind] / total:.0%})" for kind in kinds]
+        lines.append(f"{category:<14}{total:>6}{cells[0]:>15}{cells[1]:>15}{cells[2]:>12}")
+    return "\n".join(lines)

@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from modelyard.backends.parameters import parse_arguments
@@ -33,9 +34,19 @@ _MAX_EXCERPT_CHARS = 400
 __all__ = ["SIGNATURES", "STALL_SECONDS", "LogContext", "diagnose_log"]
 
 
+# SGLang's own lines, where its name is not in the log: its scheduler's prefix
+# ("[2025-10-16 09:06:22 TP0]") and the start's steps.
+_SGLANG_LINES = re.compile(
+    r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: DP\d+)?(?: TP\d+)(?: EP\d+)?(?: PP\d+)?\]"
+    r"|server_args=ServerArgs\(|Load weight begin\.|Capture cuda graph begin\."
+    r"|Init torch distributed begin\.",
+    re.MULTILINE,
+)
+
+
 def _guess_engine(text: str) -> str | None:
     lowered = text.lower()
-    if "sglang" in lowered:
+    if "sglang" in lowered or _SGLANG_LINES.search(text):
         return "sglang"
     if "vllm" in lowered or "enginecore" in lowered:
         return "vllm"
@@ -60,17 +71,21 @@ def diagnose_log(
     engine: str | None = None,
     engine_args: Sequence[str] = (),
     stalled_seconds: float | None = None,
+    stall_after_seconds: float = STALL_SECONDS,
 ) -> list[Finding]:
     """Every known failure found in an engine log, the most relevant first.
 
     ``exit_code`` is the engine's exit status as the runtime saw it (``-9`` or ``137``: killed by
     SIGKILL, which with no other finding points at the host's OOM killer). ``engine`` ("vllm",
     "sglang", ...) and ``engine_args`` make the fixes concrete ("lower --gpu-memory-utilization
-    from 0.95 to 0.85"); the engine is guessed from the log when not given. ``stalled_seconds``:
+    from 0.95 to 0.85"); the engine is guessed from the log when not given or not one of those two
+    ("custom" backends often run them). ``stalled_seconds``:
     how long the log has had no new line while the engine is still starting; from
-    ``STALL_SECONDS`` on, and with no error found, the stall is the finding.
+    ``stall_after_seconds`` on (``STALL_SECONDS`` unless the caller watches with its own limit),
+    and with no error found, the stall is the finding, naming the stage the log stopped in.
     """
-    family = engine or _guess_engine(text)
+    # A custom backend ("custom") may well run vLLM or SGLang: its log says which.
+    family = engine if engine in ("vllm", "sglang") else (_guess_engine(text) or engine)
     context = LogContext(engine=family, parameters=parse_arguments(list(engine_args), engine_table(family)))
     findings: list[Finding] = []
     superseded: set[str] = set()
@@ -116,6 +131,6 @@ def diagnose_log(
                 details={"exit_code": exit_code},
             )
         )
-    if not findings and stalled_seconds is not None and stalled_seconds >= STALL_SECONDS:
-        findings.append(stalled_finding(text, stalled_seconds))
+    if not findings and stalled_seconds is not None and stalled_seconds >= stall_after_seconds:
+        findings.append(stalled_finding(text, stalled_seconds, family))
     return findings

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -56,6 +57,7 @@ def create_app(
 ) -> FastAPI:
     # Read here, before the server starts, so that a bad setting is one error line.
     downloads_options = download_options or DownloadOptions.from_environment()
+    controller_options = controller_options or ControllerOptions.from_environment(os.environ)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
