@@ -99,7 +99,9 @@ def open_cluster(settings: Settings, *, say: Callable[[str], None]) -> ServerClu
 
     try:
         directory = WorkerDirectory()
-        runtime = RayRuntime(local_engine_ports=settings.engine_ports, docker_options=docker_options(settings))
+        runtime = RayRuntime(
+            local_engine_ports=settings.engine_ports, docker_options=docker_options(settings)
+        )
     except Exception:
         disconnect()
         raise
