@@ -3,13 +3,14 @@ supervisor dies.
 
 A container is a child of its node's dockerd, not of the supervisor, so the parent-death
 signal that ends an engine process with its supervisor cannot reach it. The supervisor starts
-this guard as its child, with ``PR_SET_PDEATHSIG`` set to SIGTERM and SIGTERM blocked
-(``guard_preexec``, before exec); the guard waits for that signal and then runs ``docker rm
---force NAME``. A supervisor that stops its container itself kills the guard with SIGKILL
-first (nothing left to remove). A host that dies whole takes the guard with it; its dockerd
-removes the container when it starts again (``docker run --rm``).
+this guard in a session of its own; the guard opens a pidfd of the supervisor, then leaves the
+supervisor's children (it forks, and the first process exits: Ray kills a dead worker's
+children at once, with SIGKILL, and the guard must outlive it), waits until that pidfd says the
+supervisor ended, and runs ``docker rm --force NAME``. A supervisor that stopped its container
+itself leaves the guard be: its ``docker rm`` then finds nothing. A host that dies whole takes
+the guard with it; its dockerd removes the container when it starts again (``docker run --rm``).
 
-Usage (what the supervisor runs)::
+Usage (what the supervisor runs; it returns once the guard watches)::
 
     python -m modelyard.runtimes.container_guard docker modelyard-chat-0-1-1a2b3c4d 4242
 """
@@ -17,21 +18,12 @@ Usage (what the supervisor runs)::
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
+import select
 import subprocess
 import sys
 
-_PR_SET_PDEATHSIG = 1
 REMOVE_TIMEOUT_SECONDS = 60.0
-
-
-def guard_preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """SIGTERM when the parent dies, and held (blocked) until the guard waits for it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
 def remove_container(docker: str, name: str) -> None:
@@ -50,12 +42,17 @@ def main(arguments: list[str]) -> int:
         print("usage: python -m modelyard.runtimes.container_guard DOCKER NAME PARENT_PID", file=sys.stderr)
         return 2
     docker, name, parent = arguments
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    # The parent may have died before the death signal was armed.
-    if os.getppid() != int(parent):
+    try:
+        watched = os.pidfd_open(int(parent))
+    except ProcessLookupError:
         remove_container(docker, name)
         return 0
-    signal.sigwait({signal.SIGTERM})
+    if os.getppid() != int(parent):  # the supervisor died before the pidfd was open
+        remove_container(docker, name)
+        return 0
+    if os.fork() > 0:
+        os._exit(0)  # the supervisor reaps this one; the guard goes on in the child
+    select.select([watched], [], [])  # readable once the supervisor has ended
     remove_container(docker, name)
     return 0
 

@@ -13,7 +13,8 @@ server beside it needs:
   died (a container of a crashed host is not left behind), plus ``--cidfile``, which tells the
   supervisor the container exists.
 
-Orphans: the guard (``container_guard.py``) removes the container when the supervisor dies.
+Orphans: the guard (``container_guard.py``) removes the container when the supervisor dies (it
+is left running after a stop: its ``docker rm`` then finds nothing).
 
 Usage (inside the supervisor actor)::
 
@@ -36,7 +37,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from modelyard.runtimes.container_guard import guard_preexec
 from modelyard.runtimes.docker import container_environment
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError, hint_for, meaningful_line
 
@@ -70,7 +70,6 @@ class NodeContainer:
         self._log_path = log_path
         self._cid_file = log_path.parent / f"{name}.cid"
         self._cli: subprocess.Popen[bytes] | None = None
-        self._guard: subprocess.Popen[bytes] | None = None
         self._docker = DockerCli()
 
     async def start(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -81,15 +80,16 @@ class NodeContainer:
         run = [executable, "run", "--rm", "--cidfile", str(self._cid_file), *argv[2:]]
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._cid_file.unlink(missing_ok=True)
-        # The guard first: a supervisor that dies from here on leaves no container.
-        self._guard = subprocess.Popen(
+        # The guard first: a supervisor that dies from here on leaves no container. It returns
+        # once it watches this process (it goes on as a process of its own).
+        guard = subprocess.Popen(
             [sys.executable, "-m", GUARD_MODULE, executable, self.name, str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=guard_preexec,
         )
+        await asyncio.to_thread(guard.wait)
         with open(self._log_path, "ab") as log_file:
             start_offset = log_file.tell()
             try:
@@ -103,7 +103,6 @@ class NodeContainer:
                     preexec_fn=_die_with_parent,
                 )
             except OSError as error:
-                await self._end_guard()
                 message = f"the Docker CLI {executable!r} cannot run here: {error}"
                 log_file.write(f"{message}\n".encode())
                 return {"error": message, "hint": "install Docker on this worker (Debian: docker.io)"}
@@ -154,7 +153,7 @@ class NodeContainer:
         return status
 
     async def _remove(self) -> None:
-        """Nothing of the container left: removed (if still there), its CLI reaped, the guard ended."""
+        """Nothing of the container left: removed (if still there), its CLI reaped."""
         with contextlib.suppress(DockerCliError):
             await self._docker.run(["rm", "--force", self.name])
         cli = self._cli
@@ -163,11 +162,3 @@ class NodeContainer:
         if cli is not None:
             await asyncio.to_thread(cli.wait)
         self._cid_file.unlink(missing_ok=True)
-        await self._end_guard()
-
-    async def _end_guard(self) -> None:
-        guard = self._guard
-        if guard is not None and guard.poll() is None:
-            guard.kill()
-        if guard is not None:
-            await asyncio.to_thread(guard.wait)
