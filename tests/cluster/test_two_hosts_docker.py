@@ -6,7 +6,7 @@ process reach A's API). Each runs its own ``dockerd`` (own ``--data-root``, ``--
 cgroups stay mounted; the test image is imported into each one (nothing is pulled). Their GPUs
 are NVML doubles, and their Docker has the NVIDIA runtime's double: a runtime named ``nvidia``
 (runc itself, as ``nvidia-ctk runtime configure`` names it) and an ``nvidia-container-runtime-hook``
-that does nothing, so that ``--gpus`` works and the container gets ``NVIDIA_VISIBLE_DEVICES``.
+that does nothing, so that a container with ``--gpus`` starts (with no GPU in it).
 
 ``modelyard serve --cluster`` runs on A (its Docker at ``DOCKER_HOST``), ``modelyard worker join``
 on B (its own). The replica goes to B (the larger GPU), and the steps follow it: it answers
@@ -286,7 +286,17 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDockerHosts]:
         for namespace in made:
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=30)
         for host in (host_a, host_b):
+            _unmount_under(host.folder)
             shutil.rmtree(host.folder, ignore_errors=True)
+
+
+def _unmount_under(folder: Path) -> None:
+    """What a dockerd left mounted under its folder (its exec root's netns bind, overlays of a
+    killed one)."""
+    with open("/proc/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(f"{folder}/")]
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
 
 
 def _instance(client: httpx.Client) -> dict[str, Any] | None:
@@ -421,7 +431,8 @@ def test_an_image_backend_on_the_second_host_restarts_there_fails_over_and_leave
         [container] = host_b.containers()
         assert host_a.containers() == []
         inspected = json.loads(host_b.docker("inspect", container["ID"]).stdout)[0]
-        assert "NVIDIA_VISIBLE_DEVICES=0" in inspected["Config"]["Env"]  # --gpus from the placement
+        [gpus] = inspected["HostConfig"]["DeviceRequests"]  # --gpus from the placement
+        assert gpus["DeviceIDs"] == [str(gpu) for gpu in first["gpu_ids"]] == ["0"]
         labels = inspected["Config"]["Labels"]
         owner = (root / "data" / "server-id").read_text().strip()
         assert labels["modelyard.owner"] == owner and labels["modelyard.runtime"] == "ray"
