@@ -1,17 +1,20 @@
 """An image backend's container on a Ray node lives only as long as its supervisor: a supervisor
 that dies (its worker process killed, its node's raylet gone) takes the container with it, by
-the guard it started (``runtimes/container_guard.py``). Real parts: the session's simulated Ray
-cluster and this host's dockerd."""
+the guard it started (``runtimes/container_guard.py``); an image that is not on the node's Docker
+engine is named with the node. Real parts: the session's simulated Ray cluster and this host's
+dockerd."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.ray_connection import NAMESPACE
 from modelyard.runtimes.ray_names import GangName
 from modelyard.runtimes.ray_runtime import RayRuntime
@@ -65,3 +68,23 @@ async def test_a_container_whose_supervisor_dies_is_removed_from_its_node(
         leftovers = _containers(owner)
         if leftovers:
             subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True, check=False)
+
+
+async def test_an_image_missing_on_the_node_is_named_with_the_node_and_leaves_nothing(
+    ray_cluster: SimulatedCluster, skeleton_image: str, tmp_path: Path
+) -> None:
+    owner = uuid.uuid4().hex
+    under = RuntimeUnderTest(
+        "ray-docker", lambda: RayRuntime(docker_options=docker_options()), skeleton_image, owner, tmp_path
+    )
+    runtime = RayRuntime(docker_options=docker_options())
+    spec = await under.spec(runtime=runtime)
+    absent = replace(spec, image="modelyard-test-absent:0")
+    with pytest.raises(EngineStartFailed) as raised:
+        await runtime.start(absent)
+    await runtime.close()
+    assert raised.value.message.startswith(
+        "image modelyard-test-absent:0 is not on worker head's Docker engine (No such image"
+    )
+    assert raised.value.hint is not None and "docker load" in raised.value.hint
+    assert _containers(owner) == []
