@@ -475,6 +475,16 @@ def test_an_image_backend_on_the_second_host_restarts_there_fails_over_and_leave
         host_b.kill_every_process()
         join.wait(timeout=30)
         killed_at = time.monotonic()
+
+        def host_b_lost() -> bool:
+            with hosts.api() as client:
+                workers = {
+                    worker["name"]: worker for worker in client.get("/api/v1/workers").json()["workers"]
+                }
+            return bool(workers["host-b"]["state"] == "lost")
+
+        wait_until(host_b_lost, START_SECONDS, "host-b lost", interval=0.1)
+        lost = time.monotonic() - killed_at
         with hosts.api() as client:
             _wait_for_instance(
                 client,
@@ -495,7 +505,7 @@ def test_an_image_backend_on_the_second_host_restarts_there_fails_over_and_leave
         assert host_a.containers() == [] and host_b.containers() == []
         print(
             f"\nimage backend on the second host: deploy -> running on host B {to_running:.1f} s; "
-            f"host B SIGKILLed -> running on host A {failover:.1f} s"
+            f"host B SIGKILLed -> lost {lost:.1f} s, -> running on host A {failover:.1f} s"
         )
     finally:
         server.send_signal(signal.SIGTERM)
