@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import EngineStartFailed
+from modelyard.runtimes.docker import DockerRuntime
 from modelyard.runtimes.ray_connection import NAMESPACE
 from modelyard.runtimes.ray_names import GangName
 from modelyard.runtimes.ray_runtime import RayRuntime
@@ -88,3 +89,23 @@ async def test_an_image_missing_on_the_node_is_named_with_the_node_and_leaves_no
     )
     assert raised.value.hint is not None and "docker load" in raised.value.hint
     assert _containers(owner) == []
+
+
+async def test_a_restarted_server_s_docker_runtime_leaves_a_supervisors_container_to_ray(
+    ray_cluster: SimulatedCluster, skeleton_image: str, tmp_path: Path
+) -> None:
+    """On the server's own node both runtimes see the container (one dockerd, one owner): only the
+    Ray runtime may claim it, or the orphan sweep of a restarted server would stop it."""
+    owner = uuid.uuid4().hex
+    under = RuntimeUnderTest(
+        "ray-docker", lambda: RayRuntime(docker_options=docker_options()), skeleton_image, owner, tmp_path
+    )
+    runtime = RayRuntime(docker_options=docker_options())
+    spec = await under.spec(runtime=runtime)
+    started = await runtime.start(spec)
+    try:
+        assert [found.identity for found in await runtime.find_engines(owner)] == [spec.identity]
+        assert await DockerRuntime(docker_options()).find_engines(owner) == []
+    finally:
+        await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+        await runtime.close()

@@ -322,6 +322,9 @@ class DockerRuntime:
         return [
             FoundEngine(handle=_handle(container_id, name), identity=LABEL_MARKERS.read(labels))
             for container_id, name, labels in described
+            # A Ray supervisor's container (on the server's own node, the same dockerd) is the Ray
+            # runtime's: claimed here, a restarted server's orphan sweep would stop it.
+            if labels.get(LABEL_RUNTIME) != "ray"
         ]
 
     async def resume(self, handle: EngineHandle, log_path: Path) -> None:
