@@ -1,6 +1,7 @@
 """Runtimes under test, each a real one: engine processes on this host, containers on a real
 Docker engine (``dockerd``, which ``.ci/run`` starts), supervisor actors on a real Ray cluster
-(the session's simulated one, ``tests/ray_cluster.py``: engines on its head node). The engine
+(the session's simulated one, ``tests/ray_cluster.py``: engines on its head node; ``ray-docker``:
+an image backend's container run by the supervisor through that node's Docker engine). The engine
 in all of them is the project's engine double (``python -m modelyard.bench.reference_server``,
 playing vLLM); in a container it runs on this host's Python, bind-mounted into an imported
 skeleton image (nothing is ever pulled).
@@ -24,7 +25,7 @@ import httpx
 import pytest
 
 from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, Runtime
-from modelyard.runtimes.docker import DockerOptions, DockerRuntime
+from modelyard.runtimes.docker import DockerOptions, DockerRuntime, container_model_path
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
 
@@ -78,7 +79,7 @@ class RuntimeUnderTest:
         engine_arguments = [
             "vllm",
             "serve",
-            runtime.engine_model_path(str(model_dir)),
+            container_model_path(str(model_dir)) if self.image else runtime.engine_model_path(str(model_dir)),
             "--host",
             address.bind_host,
             "--port",
@@ -109,7 +110,7 @@ class RuntimeUnderTest:
         )
 
 
-@pytest.fixture(params=["process", "docker", "ray"])
+@pytest.fixture(params=["process", "docker", "ray", "ray-docker"])
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
     owner = uuid.uuid4().hex
     if request.param == "process":
@@ -122,7 +123,16 @@ def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         yield RuntimeUnderTest("ray", RayRuntime, None, owner, tmp_path)
         return
     image = request.getfixturevalue("skeleton_image")
-    yield RuntimeUnderTest("docker", lambda: DockerRuntime(docker_options()), image, owner, tmp_path)
+    if request.param == "ray-docker":
+        request.getfixturevalue("ray_cluster")
+        from modelyard.runtimes.ray_runtime import RayRuntime
+
+        def make() -> Runtime:
+            return RayRuntime(docker_options=docker_options())
+
+        yield RuntimeUnderTest("ray-docker", make, image, owner, tmp_path)
+    else:
+        yield RuntimeUnderTest("docker", lambda: DockerRuntime(docker_options()), image, owner, tmp_path)
     # Whatever a failed test left behind.
     leftovers = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=modelyard.owner={owner}"], capture_output=True, text=True

@@ -1,5 +1,6 @@
 """The Runtime contract, run against every runtime (``runtimes/base.py`` says what each method
-promises). Each test starts a real engine: a process on this host, or a container on Docker."""
+promises). Each test starts a real engine: a process on this host, a container on Docker, a
+supervisor actor's process on a Ray node, or its container (``ray-docker``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ async def kill_engine(kind: str, runtime: Runtime, handle: EngineHandle) -> None
         pid = (await runtime.engine_pids(handle))[0]
         assert pid is not None
         os.killpg(pid, signal.SIGKILL)  # the simulated nodes run on this host
+    elif kind == "ray-docker":
+        assert isinstance(runtime, RayRuntime)
+        name = await runtime.container_name(handle)
+        subprocess.run(["docker", "kill", str(name)], capture_output=True, check=True)
     else:
         subprocess.run(["docker", "kill", handle.id], capture_output=True, check=True)
 
@@ -57,18 +62,22 @@ def engine_left(kind: str, owner: str) -> list[str]:
             except psutil.Error:
                 continue
         if kind == "ray":
-            import ray
-
-            left += [
-                f"actor {entry['name']}"
-                for entry in ray.util.list_named_actors(all_namespaces=True)
-                if owner in entry["name"]
-            ]
+            left += ray_actors_left(owner)
         return left
     output = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=modelyard.owner={owner}"], capture_output=True, text=True
     ).stdout
-    return output.split()
+    return output.split() + (ray_actors_left(owner) if kind == "ray-docker" else [])
+
+
+def ray_actors_left(owner: str) -> list[str]:
+    import ray
+
+    return [
+        f"actor {entry['name']}"
+        for entry in ray.util.list_named_actors(all_namespaces=True)
+        if owner in entry["name"]
+    ]
 
 
 async def test_started_engine_answers_where_the_runtime_says(runtime_under_test: RuntimeUnderTest) -> None:
@@ -76,7 +85,7 @@ async def test_started_engine_answers_where_the_runtime_says(runtime_under_test:
     spec = await runtime_under_test.spec(runtime=runtime)
     started = await runtime.start(spec)
     try:
-        assert started.handle.runtime == runtime_under_test.kind
+        assert started.handle.runtime == runtime_under_test.kind.removesuffix("-docker")
         await wait_until_healthy(spec.address)
         async with httpx.AsyncClient(trust_env=False) as client:
             models = (await client.get(spec.address.base_url + "/v1/models")).json()
@@ -176,7 +185,7 @@ async def test_a_start_that_cannot_launch_says_why_and_leaves_nothing(
 ) -> None:
     runtime = runtime_under_test.make()
     spec = await runtime_under_test.spec(runtime=runtime)
-    if runtime_under_test.kind in ("process", "ray"):
+    if runtime_under_test.image is None:
         broken = type(spec)(**{**spec.__dict__, "program": ["/nonexistent/engine"]})
         expected = "executable not found"
     else:

@@ -95,10 +95,13 @@ def open_cluster(settings: Settings, *, say: Callable[[str], None]) -> ServerClu
     connect(RayCluster(address=address, token=token, node_ip=settings.ray_node_ip))
     from modelyard.cluster.workers import WorkerDirectory
     from modelyard.runtimes.ray_runtime import RayRuntime
+    from modelyard.runtimes.selection import docker_options
 
     try:
         directory = WorkerDirectory()
-        runtime = RayRuntime(local_engine_ports=settings.engine_ports)
+        runtime = RayRuntime(
+            local_engine_ports=settings.engine_ports, docker_options=docker_options(settings)
+        )
     except Exception:
         disconnect()
         raise

@@ -60,15 +60,21 @@ async def _decide(
             parameters=parameters,
             env=deployment.env,
         )
-    # On a cluster, a container runs here, through this host's Docker engine: only this node will do.
-    on_worker = local_node_id() if context.runtimes.ray is not None and version.runs_in_container else None
-    return decide(context.scheduler, deployment, context.demands[key], on_worker=on_worker)
+    # An image backend goes to a worker whose Docker can run it (as its join recorded).
+    server_worker = local_node_id() if context.runtimes.ray is not None else None
+    return decide(
+        context.scheduler,
+        deployment,
+        context.demands[key],
+        in_container=version.runs_in_container,
+        server_worker=server_worker,
+    )
 
 
 def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:
-    """On a cluster, engine processes run through Ray on the chosen worker; containers, and
-    everything on a single host, run here."""
-    if context.runtimes.ray is not None and not version.runs_in_container:
+    """On a cluster, every engine runs through Ray on the chosen worker (a container through
+    that worker's Docker engine); on a single host, a process or a container here."""
+    if context.runtimes.ray is not None:
         return context.runtimes.ray
     return context.runtimes.for_version(version)
 
@@ -99,6 +105,8 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         )
         return
     runtime = _runtime_for(context, version)
+    # What the engine sees of the model (a container: /models/<folder>, read-only), on any host.
+    seen = context.runtimes.for_version(version)
     ranks = decision.placement.ranks
     gpu_ids = list(ranks[0].gpu_ids)
     on_cluster = runtime.kind == "ray"
@@ -111,7 +119,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         address = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
         launch = render_launch(
             version,
-            model_path=runtime.engine_model_path(deployment.model_path),
+            model_path=seen.engine_model_path(deployment.model_path),
             port=address.port,
             worker_ip=address.bind_host,
             model_name=deployment.name,
@@ -194,7 +202,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         engine_port=address.port,
         gpu_ids=gpu_ids,
         placement=placement_to_json(decision),
-        mounts=[mount.to_json() for mount in runtime.mounts(deployment.model_path)],
+        mounts=[mount.to_json() for mount in seen.mounts(deployment.model_path)],
         command=masked_command([*launch.program, *arguments], secrets),
         log_path=str(log_path),
         start_count=start_number,

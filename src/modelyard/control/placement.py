@@ -17,7 +17,7 @@ from typing import Any
 
 from modelyard.control.instance_store import DeploymentView
 from modelyard.control.memory_demand import MemoryDemand, memory_demand, parse_gpu_memory
-from modelyard.control.scheduler import Placement, PlacementRequest, Scheduler, Worker
+from modelyard.control.scheduler import SHOWN_IN_REASON, Placement, PlacementRequest, Scheduler, Worker
 from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
 from modelyard.runtimes.docker_capability import container_refusal
@@ -25,6 +25,7 @@ from modelyard.runtimes.docker_capability import container_refusal
 __all__ = [
     "Decision",
     "Scheduler",
+    "container_request",
     "decide",
     "demand_of",
     "placement_request",
@@ -124,29 +125,54 @@ def demand_of(
         raise Unschedulable(f"cannot estimate the memory it needs: {error.message}") from error
 
 
-def _pinned(scheduler: Scheduler, request: PlacementRequest, worker_id: str) -> PlacementRequest:
-    """``request`` kept to one worker (the server's own host, for a container on a cluster)."""
-    worker = scheduler.worker(worker_id)
-    names = {worker_id} if worker is None else {worker_id, worker.name}
+def container_request(
+    scheduler: Scheduler, request: PlacementRequest, *, server_worker: str | None = None
+) -> tuple[PlacementRequest, list[str]]:
+    """``request`` for an image backend: kept to the workers whose Docker can run it, as their
+    joins recorded (``container_refusal``: no Docker engine, or GPUs asked for and no NVIDIA
+    runtime), and why each other one was left out. ``Unschedulable`` when none can.
+    ``server_worker``: the server's own node (its refusal says to restart the server, not re-join)."""
     if request.ranks > 1:
         raise Unschedulable(
-            "a container backend runs on the server's own host, through its Docker engine, and cannot "
-            "span nodes: use a backend version that runs a process (it runs through Ray), or nodes 1"
+            "an image backend runs one container per replica and cannot span nodes: use --nodes 1, "
+            "or a backend version that runs a process"
         )
-    if request.workers and not names & set(request.workers):
-        raise Unschedulable(
-            "a container backend runs on the server's own host, through its Docker engine, and the "
-            f"deployment's workers ({', '.join(request.workers)}) do not include it "
-            f"({worker.name if worker is not None else worker_id})"
-        )
-    if worker is not None:
-        # What the node's Docker can do, as recorded when it joined (the head: when it started).
+    wanted = set(request.workers)
+    able: list[str] = []
+    refusals: list[str] = []
+    for worker in scheduler.workers:
+        if not worker.ready or (wanted and not wanted & {worker.id, worker.name}):
+            continue
         refusal = container_refusal(
-            worker.name, worker.labels, needs_gpus=request.gpus_per_rank > 0, server_node=True
+            worker.name,
+            worker.labels,
+            needs_gpus=request.gpus_per_rank > 0,
+            server_node=worker.id == server_worker,
         )
-        if refusal is not None:
-            raise Unschedulable(refusal)
-    return replace(request, workers=(worker_id,))
+        if refusal is None:
+            able.append(worker.id)
+        else:
+            refusals.append(refusal)
+    if not refusals:
+        return request, []
+    if not able:
+        others = f" (and {len(refusals) - 1} more worker(s) like it)" if len(refusals) > 1 else ""
+        raise Unschedulable(f"no worker can run this image backend: {refusals[0]}{others}")
+    return replace(request, workers=tuple(able)), refusals
+
+
+def _place(scheduler: Scheduler, request: PlacementRequest, left_out: list[str]) -> Placement:
+    """``scheduler.place``; a refusal also says which workers an image backend could not use."""
+    try:
+        return scheduler.place(request)
+    except Unschedulable as error:
+        if not left_out:
+            raise
+        shown = "; ".join(left_out[:SHOWN_IN_REASON])
+        more = f"; and {len(left_out) - SHOWN_IN_REASON} more" if len(left_out) > SHOWN_IN_REASON else ""
+        raise Unschedulable(
+            f"{error.message}; not considered for an image backend: {shown}{more}", hint=error.hint
+        ) from error
 
 
 def decide(
@@ -154,17 +180,19 @@ def decide(
     deployment: DeploymentView,
     demand: MemoryDemand | None,
     *,
-    on_worker: str | None = None,
+    in_container: bool = False,
+    server_worker: str | None = None,
 ) -> Decision:
     """Where the next start of ``deployment``'s replica goes (microseconds: it runs on the loop,
-    where the bookings change); ``Unschedulable`` with a bounded reason. ``on_worker``: only that
-    worker will do (a container on a cluster runs on the server's own host)."""
+    where the bookings change); ``Unschedulable`` with a bounded reason. ``in_container``: an
+    image backend, kept to the workers whose Docker can run it (``container_request``)."""
     request = placement_request(deployment, None if demand is None else demand.bytes_per_gpu)
-    if on_worker is not None:
-        request = _pinned(scheduler, request, on_worker)
+    left_out: list[str] = []
+    if in_container:
+        request, left_out = container_request(scheduler, request, server_worker=server_worker)
     if demand is None:
-        return Decision(placement=scheduler.place(request))
-    placement = scheduler.place(request)
+        return Decision(placement=_place(scheduler, request, left_out))
+    placement = _place(scheduler, request, left_out)
     rank = placement.ranks[0]
     worker = scheduler.worker(rank.worker_id)
     assert worker is not None, rank  # placed just now, on the workers the scheduler holds

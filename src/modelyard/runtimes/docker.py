@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -65,6 +66,8 @@ LABEL_MARKERS = MarkerNames(
 )
 LABEL_OWNER = LABEL_MARKERS.owner
 LABEL_LAUNCH_TOKEN = LABEL_MARKERS.launch_token
+# Set on the containers a Ray supervisor runs on a worker (``ray_container.py``).
+LABEL_RUNTIME = "modelyard.runtime"
 MODEL_MOUNT_ROOT = "/models"
 BRIDGE_ENGINE_PORT = 8000
 GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
@@ -127,6 +130,65 @@ def exit_status_from_state(state: dict[str, object]) -> ExitStatus | None:
     return ExitStatus(exit_code=code, signal_number=None, detail=detail)
 
 
+def container_model_path(model_path: str) -> str:
+    """Where a container sees the model directory: ``/models/<folder name>``."""
+    folder = Path(os.path.abspath(model_path)).name or "model"
+    return f"{MODEL_MOUNT_ROOT}/{folder}"
+
+
+def container_mounts(model_path: str, options: DockerOptions) -> list[Mount]:
+    """The model directory read-only, then the server's extra volumes."""
+    model = Mount(os.path.abspath(model_path), container_model_path(model_path), read_only=True)
+    return [model, *options.extra_volumes]
+
+
+def docker_run_arguments(
+    spec: LaunchSpec,
+    options: DockerOptions,
+    executable: str,
+    *,
+    detach: bool = True,
+    remove_on_exit: bool = False,
+    labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The ``docker run`` argv for ``spec``: one function for this host's Docker runtime and for
+    the Ray supervisor on a worker (``detach=False``: the CLI stays attached, its output is the
+    engine's and its exit code the container's; ``remove_on_exit``: ``--rm``, so that a worker's
+    dockerd removes the container when it ends, also when it comes back after a crash)."""
+    if spec.image is None:
+        raise EngineStartFailed("the Docker runtime was given a backend version without an image")
+    name = container_name(spec.identity)
+    argv = [executable, "run"]
+    argv += ["--detach"] if detach else []
+    argv += ["--rm"] if remove_on_exit else []
+    argv += ["--init", "--pull", "never", "--name", name]
+    for key, value in {**LABEL_MARKERS.write(spec.identity), **(labels or {})}.items():
+        argv += ["--label", f"{key}={value}"]
+    if options.network == "host":
+        argv += ["--network", "host"]
+    else:
+        address = spec.address
+        argv += ["--publish", f"{address.reach_host}:{address.reach_port}:{address.port}"]
+    argv += ["--shm-size", options.shm_size] if options.shm_size else ["--ipc", "host"]
+    if spec.gpu_ids:
+        # Docker reads --gpus as CSV: the quotes keep "device=0,1" one field.
+        argv += ["--gpus", '"device=' + ",".join(str(gpu_id) for gpu_id in spec.gpu_ids) + '"']
+    for env_name in spec.env:
+        if env_name != GPU_VARIABLE:  # inside the container the assigned GPUs are numbered from 0
+            argv += ["--env", env_name]
+    for mount in container_mounts(spec.model_path, options):
+        suffix = ":ro" if mount.read_only else ""
+        argv += ["--volume", f"{mount.host_path}:{mount.engine_path}{suffix}"]
+    if spec.program:
+        argv += ["--entrypoint", spec.program[0]]
+    return [*argv, spec.image, *spec.program[1:], *spec.arguments]
+
+
+def container_environment(spec_env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """The Docker CLI's environment: ``--env NAME`` takes each value from here, never an argv."""
+    return {**base, **{key: value for key, value in spec_env.items() if key != GPU_VARIABLE}}
+
+
 class DockerRuntime:
     """See the module docstring."""
 
@@ -146,12 +208,10 @@ class DockerRuntime:
         return "docker"
 
     def engine_model_path(self, model_path: str) -> str:
-        folder = Path(os.path.abspath(model_path)).name or "model"
-        return f"{MODEL_MOUNT_ROOT}/{folder}"
+        return container_model_path(model_path)
 
     def mounts(self, model_path: str) -> list[Mount]:
-        model = Mount(os.path.abspath(model_path), self.engine_model_path(model_path), read_only=True)
-        return [model, *self._options.extra_volumes]
+        return container_mounts(model_path, self._options)
 
     async def allocate_address(self, worker_host: str, *, node_id: str | None = None) -> EngineAddress:
         port = pick_port(
@@ -172,37 +232,14 @@ class DockerRuntime:
 
     def run_arguments(self, spec: LaunchSpec) -> list[str]:
         """The ``docker run`` argv for ``spec`` (shown in ``ps`` and the log's first line)."""
-        if spec.image is None:
-            raise EngineStartFailed("the Docker runtime was given a backend version without an image")
-        name = container_name(spec.identity)
-        argv = [self._cli.executable, "run", "--detach", "--init", "--pull", "never", "--name", name]
-        for key, value in LABEL_MARKERS.write(spec.identity).items():
-            argv += ["--label", f"{key}={value}"]
-        if self._options.network == "host":
-            argv += ["--network", "host"]
-        else:
-            address = spec.address
-            argv += ["--publish", f"{address.reach_host}:{address.reach_port}:{address.port}"]
-        argv += ["--shm-size", self._options.shm_size] if self._options.shm_size else ["--ipc", "host"]
-        if spec.gpu_ids:
-            # Docker reads --gpus as CSV: the quotes keep "device=0,1" one field.
-            argv += ["--gpus", '"device=' + ",".join(str(gpu_id) for gpu_id in spec.gpu_ids) + '"']
-        for env_name in spec.env:
-            if env_name != GPU_VARIABLE:  # inside the container the assigned GPUs are numbered from 0
-                argv += ["--env", env_name]
-        for mount in self.mounts(spec.model_path):
-            suffix = ":ro" if mount.read_only else ""
-            argv += ["--volume", f"{mount.host_path}:{mount.engine_path}{suffix}"]
-        if spec.program:
-            argv += ["--entrypoint", spec.program[0]]
-        return [*argv, spec.image, *spec.program[1:], *spec.arguments]
+        return docker_run_arguments(spec, self._options, self._cli.executable)
 
     async def start(self, spec: LaunchSpec) -> StartedEngine:
         refuse_gangs(spec, "docker")
         argv = self.run_arguments(spec)
         with open_engine_log(spec.log_path) as log_file:
             log_file.write(f"$ {shown_command(argv, spec.secrets)}\n".encode())
-        environment = {**os.environ, **{k: v for k, v in spec.env.items() if k != GPU_VARIABLE}}
+        environment = container_environment(spec.env, os.environ)
         try:
             output = await self._cli.run(argv[1:], env=environment)
         except DockerCliError as error:
@@ -285,6 +322,9 @@ class DockerRuntime:
         return [
             FoundEngine(handle=_handle(container_id, name), identity=LABEL_MARKERS.read(labels))
             for container_id, name, labels in described
+            # A Ray supervisor's container (on the server's own node, the same dockerd) is the Ray
+            # runtime's: claimed here, a restarted server's orphan sweep would stop it.
+            if labels.get(LABEL_RUNTIME) != "ray"
         ]
 
     async def resume(self, handle: EngineHandle, log_path: Path) -> None:

@@ -37,7 +37,7 @@ class DockerCliError(Exception):
         return "no such container" in text or "no such object" in text
 
 
-def _hint_for(stderr: str) -> str | None:
+def hint_for(stderr: str) -> str | None:
     text = stderr.lower()
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
         return "start the Docker daemon (dockerd, or `systemctl start docker`) and let this user use it"
@@ -58,7 +58,7 @@ def _hint_for(stderr: str) -> str | None:
     return None
 
 
-def _meaningful_line(stderr: str) -> str:
+def meaningful_line(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     chosen = (errors or lines or ["no output"])[-1]
@@ -116,7 +116,7 @@ class DockerCli:
             )
         if process.returncode != 0:
             text = stderr.decode(errors="replace")
-            raise DockerCliError(_meaningful_line(text), hint=_hint_for(text))
+            raise DockerCliError(meaningful_line(text), hint=hint_for(text))
         return stdout.decode(errors="replace")
 
     async def container_ids(self, labels: Mapping[str, str], *, include_stopped: bool = False) -> list[str]:

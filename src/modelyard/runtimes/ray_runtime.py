@@ -19,6 +19,10 @@ GPU.
 - ``find_engines``: the named actors of this owner (the names say owner, launch token, rank);
   the identity comes from the actors themselves.
 - ``stop``: every rank at once (SIGTERM, grace, SIGKILL), then the actors and the placement group.
+- An image backend (``spec.image``): the supervisor runs the container through its node's Docker
+  engine (``ray_container.py``) with the Docker runtime's ``docker run`` argv
+  (``docker.docker_run_arguments``, host networking, plus ``--rm`` and the label
+  ``modelyard.runtime=ray``); one node per replica (a container gang is refused).
 
 Ray is imported when the runtime is made, never at the module's import by the single-host server.
 """
@@ -28,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,12 @@ from modelyard.runtimes.base import (
     RuntimeKind,
     SignalTarget,
     StartedEngine,
+)
+from modelyard.runtimes.docker import (
+    LABEL_RUNTIME,
+    DockerOptions,
+    container_name,
+    docker_run_arguments,
 )
 from modelyard.runtimes.engine_ports import (
     ENGINE_PORTS_LABEL,
@@ -69,6 +79,8 @@ NODE_ID_LABEL = "ray.io/node-id"
 BUNDLE_CPU = 0.01
 PLACEMENT_TIMEOUT_SECONDS = 60.0
 ACTOR_CALL_TIMEOUT_SECONDS = 30.0
+# A container start waits for dockerd to make the container (``ray_container.CREATE_TIMEOUT_SECONDS``).
+CONTAINER_START_TIMEOUT_SECONDS = 150.0
 # A status asked every tick must not hold the pass: a rank on a node that just died may not answer.
 STATUS_TIMEOUT_SECONDS = 2.0
 WILDCARD_HOSTS = ("0.0.0.0", "::")
@@ -89,9 +101,12 @@ class RayRuntime:
         *,
         placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS,
         local_engine_ports: PortRange | None = None,
+        docker_options: DockerOptions | None = None,
     ) -> None:
         """``local_engine_ports``: the range of the server's own node when its node has no
-        ``modelyard.io/engine-ports`` label (a head started elsewhere, ``--ray-address``)."""
+        ``modelyard.io/engine-ports`` label (a head started elsewhere, ``--ray-address``).
+        ``docker_options``: how containers run on every node (the server's Docker settings; a
+        worker's engine listens on its own address, so always host networking)."""
         require_ray()
         import ray
 
@@ -108,6 +123,7 @@ class RayRuntime:
         # Ports handed to starts, by node id; one allocation at a time per node.
         self._ports = PortBook()
         self._port_locks: dict[str, asyncio.Lock] = {}
+        self._docker_options = replace(docker_options or DockerOptions(), network="host")
 
     @property
     def kind(self) -> RuntimeKind:
@@ -227,9 +243,7 @@ class RayRuntime:
     async def start(self, spec: LaunchSpec) -> StartedEngine:
         name = GangName(spec.identity.owner, spec.identity.launch_token, spec.rank_count)
         rank0_node = spec.node_id or local_node_id()
-        ranks: list[tuple[str, list[str], dict[str, str]]] = [
-            (rank0_node, [*spec.program, *spec.arguments], spec.env)
-        ]
+        ranks: list[tuple[str, list[str], dict[str, str]]] = [(rank0_node, self._rank0_argv(spec), spec.env)]
         for rank in spec.worker_ranks:
             ranks.append((rank.node_id, [*rank.program, *rank.arguments], {**spec.env, **rank.env}))
         with open_engine_log(spec.log_path) as log_file:
@@ -252,6 +266,26 @@ class RayRuntime:
         self._exited.pop(handle.id, None)
         logger.info("started engine %s on %d Ray node(s)", handle.label, len(ranks))
         return StartedEngine(handle=handle, command=ranks[0][1])
+
+    def _rank0_argv(self, spec: LaunchSpec) -> list[str]:
+        """The engine's argv, or for an image backend the ``docker run`` that starts it."""
+        if spec.image is None:
+            return [*spec.program, *spec.arguments]
+        if spec.worker_ranks:
+            raise EngineStartFailed(
+                "an image backend runs one container per replica; this replica spans "
+                f"{spec.rank_count} nodes",
+                hint="deploy it with --nodes 1, or use a backend version that runs a process for "
+                "multi-node replicas",
+            )
+        return docker_run_arguments(
+            spec,
+            self._docker_options,
+            "docker",  # the node's own Docker CLI, found on its PATH
+            detach=False,
+            remove_on_exit=True,
+            labels={LABEL_RUNTIME: "ray"},
+        )
 
     async def _create_gang(
         self, name: GangName, ranks: list[tuple[str, list[str], dict[str, str]]], spec: LaunchSpec
@@ -291,6 +325,14 @@ class RayRuntime:
                     ),
                 ).remote(identity, rank)
             )
+        if spec.image is not None:
+            name_of_container = container_name(spec.identity)
+            started = await self._call_all(
+                [actors[0].start_container.remote(ranks[0][1], ranks[0][2], name_of_container)],
+                CONTAINER_START_TIMEOUT_SECONDS,
+            )
+            await self._check_container_started(started[0], spec, ranks[0][0])
+            return actors
         started = await self._call_all(
             [
                 actor.start.remote(argv, env, str(spec.working_directory))
@@ -309,6 +351,27 @@ class RayRuntime:
                     )
                 raise EngineStartFailed(f"cannot launch {program!r} (rank {rank}): {result['error']}")
         return actors
+
+    async def _check_container_started(self, result: Any, spec: LaunchSpec, node_id: str) -> None:
+        """Raise what the node's Docker said when the container could not be made."""
+        if not isinstance(result, BaseException) and not result.get("error"):
+            return
+        worker = (await self.node_names()).get(node_id, node_id[:12])
+        if isinstance(result, BaseException):
+            raise EngineStartFailed(
+                f"the supervisor on worker {worker} could not start the container: {result}"
+            )
+        message = str(result["error"])
+        if any(words in message.lower() for words in ("no such image", "unable to find image")):
+            raise EngineStartFailed(
+                f"image {spec.image} is not on worker {worker}'s Docker engine ({message})",
+                hint=f"load it there (`docker load -i FILE`, or `docker pull {spec.image}` on that host); "
+                "the replica is started again by itself; or keep the deployment off that worker "
+                "(--worker)",
+            )
+        raise EngineStartFailed(
+            f"cannot start the container on worker {worker}: {message}", hint=result.get("hint") or None
+        )
 
     async def _call_all(
         self, references: list[Any], timeout: float = ACTOR_CALL_TIMEOUT_SECONDS
@@ -374,6 +437,14 @@ class RayRuntime:
             rank: answer if isinstance(answer, int) else None
             for rank, answer in zip(present, answers, strict=True)
         }
+
+    async def container_name(self, handle: EngineHandle) -> str | None:
+        """The container of an image backend's engine on its node (None: a process engine)."""
+        actors = await self._actors(GangName.from_handle(handle))
+        if not actors or actors[0] is None:
+            return None
+        [answer] = await self._call_all([actors[0].container_name.remote()])
+        return answer if isinstance(answer, str) else None
 
     async def find_engines(self, owner: str) -> list[FoundEngine]:
         listed = await asyncio.to_thread(self._ray.util.list_named_actors, True)

@@ -9,6 +9,10 @@ The actor outlives the server that created it (detached), so a restarted server 
 name and takes the engine back. The engine dies with its actor (``PR_SET_PDEATHSIG``): a
 supervisor that is gone never leaves an engine behind on its node.
 
+An image backend's rank is a container instead (``start_container``): the same ``docker run`` as
+the Docker runtime's, run through this node's Docker engine by ``ray_container.NodeContainer``
+(attached, ``--rm``, with a guard that removes the container when the supervisor dies).
+
 All methods are ``async`` and run on the actor's one event-loop thread, the thread that started
 the engine (the parent-death signal is tied to it).
 """
@@ -28,6 +32,7 @@ from typing import Any
 from modelyard.runtimes.base import EngineIdentity
 from modelyard.runtimes.engine_ports import NoFreeEnginePort, PortRange, pick_port
 from modelyard.runtimes.process import ENV_OWNER, ENV_RUNTIME, identity_env
+from modelyard.runtimes.ray_container import NodeContainer
 
 ENV_RANK = "MODELYARD_RANK"
 LOG_CHUNK_BYTES = 1 << 20
@@ -91,6 +96,7 @@ class EngineSupervisor:
         # How far the server has copied the log (the offset it last asked for).
         self._copied_bytes = 0
         self._start_error: str | None = None
+        self._container: NodeContainer | None = None
 
     async def start(self, argv: list[str], env: dict[str, str], working_directory: str) -> dict[str, Any]:
         """Launch the engine; returns its pid and this node's address, or the launch error."""
@@ -126,15 +132,31 @@ class EngineSupervisor:
                 return {"error": self._start_error, "not_found": isinstance(error, FileNotFoundError)}
         return {"pid": self._child.pid, "error": None}
 
+    async def start_container(self, argv: list[str], env: dict[str, str], name: str) -> dict[str, Any]:
+        """Run the container ``name`` (``argv``: the Docker runtime's ``docker run``) through this
+        node's Docker engine; returns once it exists, or Docker's words and what to do."""
+        self._container = NodeContainer(name, self._log_path)
+        answer = await self._container.start(argv, env)
+        if answer.get("error"):
+            self._start_error = str(answer["error"])
+        return answer
+
     async def identity(self) -> dict[str, Any]:
         return {**self._identity, "rank": self._rank}
 
     async def pid(self) -> int | None:
+        """The engine's pid on this node (None for a container: it is dockerd's child)."""
         return self._child.pid if self._child is not None else None
+
+    async def container_name(self) -> str | None:
+        return self._container.name if self._container is not None else None
 
     async def status(self) -> tuple[int | None, int | None] | None:
         """None while the engine runs; (exit code, signal) once it ended."""
         if self._status is not None:
+            return self._status
+        if self._container is not None:
+            self._status = self._container.status()
             return self._status
         if self._child is None:
             return (127, None) if self._start_error else None
@@ -159,6 +181,9 @@ class EngineSupervisor:
 
     async def stop(self, signal_target: str, grace_seconds: float) -> tuple[int | None, int | None] | None:
         """SIGTERM (the launcher or its process group), up to ``grace_seconds``, then SIGKILL."""
+        if self._container is not None:
+            self._status = await self._container.stop(grace_seconds)
+            return self._status
         child = self._child
         if child is None:
             return await self.status()

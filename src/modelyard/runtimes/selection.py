@@ -26,6 +26,8 @@ class RuntimeSet:
     ray: Runtime | None = None
 
     def for_version(self, version: BackendVersion) -> Runtime:
+        """The runtime of ``version`` on one host; on a cluster every start goes through ``ray``,
+        and this one still says what a container sees (``engine_model_path``, ``mounts``)."""
         return self.docker if version.runs_in_container else self.process
 
     def by_kind(self, kind: str) -> Runtime:
@@ -46,16 +48,24 @@ class RuntimeSet:
     @classmethod
     def from_settings(cls, settings: Settings) -> RuntimeSet:
         """The runtimes ``modelyard serve`` uses (Docker as its settings say)."""
-        if settings.docker_network not in ("host", "bridge"):
-            raise InvalidInput(
-                f"docker network {settings.docker_network!r} is not 'host' or 'bridge'",
-                hint="--docker-network host (the engine on the host's network) or bridge (a published port)",
-            )
-        network: Literal["host", "bridge"] = "host" if settings.docker_network == "host" else "bridge"
-        options = DockerOptions(
-            network=network,
-            shm_size=settings.docker_shm_size,
-            extra_volumes=tuple(parse_volume(volume) for volume in settings.docker_volumes),
-            engine_ports=settings.engine_ports,
+        return cls(
+            process=ProcessRuntime(engine_ports=settings.engine_ports),
+            docker=DockerRuntime(docker_options(settings)),
         )
-        return cls(process=ProcessRuntime(engine_ports=settings.engine_ports), docker=DockerRuntime(options))
+
+
+def docker_options(settings: Settings) -> DockerOptions:
+    """How containers run, from the server's settings (this host's, and every worker's on a
+    cluster: the Ray supervisor builds the same ``docker run``)."""
+    if settings.docker_network not in ("host", "bridge"):
+        raise InvalidInput(
+            f"docker network {settings.docker_network!r} is not 'host' or 'bridge'",
+            hint="--docker-network host (the engine on the host's network) or bridge (a published port)",
+        )
+    network: Literal["host", "bridge"] = "host" if settings.docker_network == "host" else "bridge"
+    return DockerOptions(
+        network=network,
+        shm_size=settings.docker_shm_size,
+        extra_volumes=tuple(parse_volume(volume) for volume in settings.docker_volumes),
+        engine_ports=settings.engine_ports,
+    )

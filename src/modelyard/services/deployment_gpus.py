@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modelyard.control.placement import reference_gpu, request_for
+from modelyard.control.placement import container_request, reference_gpu, request_for
 from modelyard.control.scheduler import Scheduler, Worker
 from modelyard.errors import Unschedulable
 from modelyard.estimate import GpuSpec
@@ -45,13 +45,17 @@ def replica_gpus(
     gpus_per_replica: int,
     gpu_ids: list[int] | None,
     memory_bytes_per_gpu: int | None,
+    in_container: bool = False,
 ) -> ReplicaGpus:
     """The scheduler's choice for one replica on ``workers`` with no bookings; ``Unschedulable``
-    with its reason (the best candidate, free against needed) when none can take it."""
+    with its reason (the best candidate, free against needed) when none can take it.
+    ``in_container``: an image backend, only on workers whose Docker can run it."""
     scheduler = Scheduler()
     scheduler.set_workers(workers)
     request = request_for(selectors, gpus_per_replica, gpu_ids, memory_bytes_per_gpu)
     try:
+        if in_container:
+            request, _ = container_request(scheduler, request)
         placement = scheduler.place(request)
     except Unschedulable as error:
         if memory_bytes_per_gpu is not None:

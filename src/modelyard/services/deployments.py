@@ -296,6 +296,7 @@ def check_deployment(
         model_path=model.path,
         parameters=parameters,
         env=env,
+        in_container=version.runs_in_container,
     )
     replica_inventory = inventory if replica is None else replace(inventory, gpus=list(replica.worker.gpus))
     chosen = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids) if replica is None else replica.gpus
@@ -357,6 +358,7 @@ def _replica_gpus(
     model_path: str,
     parameters: list[str],
     env: dict[str, str],
+    in_container: bool,
 ) -> ReplicaGpus | None:
     """Where the scheduler would put one replica now (``services/deployment_gpus.py``);
     ``Unschedulable`` with its reason when no worker can take it. None: nothing to place (no GPUs
@@ -376,7 +378,12 @@ def _replica_gpus(
             reference=estimate_reference(workers),
         )
     return replica_gpus(
-        workers, placement, gpus_per_replica=gpus_per_replica, gpu_ids=gpu_ids, memory_bytes_per_gpu=memory
+        workers,
+        placement,
+        gpus_per_replica=gpus_per_replica,
+        gpu_ids=gpu_ids,
+        memory_bytes_per_gpu=memory,
+        in_container=in_container,
     )
 
 
