@@ -117,15 +117,37 @@ def test_hybrid_model_counts_only_full_attention_layers_plus_fp32_state() -> Non
     assert cache.state_bytes_per_sequence == 30 * (3 * 8192 * 2 + 32 * 128 * 128 * 4)
 
 
-def test_sliding_window_layers_hold_at_most_the_window(tmp_path: Path) -> None:
+def test_sliding_window_layers_hold_the_window_and_one_chunk_in_vllm(tmp_path: Path) -> None:
+    """vLLM 0.25 admits a sequence's sliding layers for min(window - 1 + max_num_batched_tokens,
+    max_model_len) tokens (``SlidingWindowSpec.max_admission_blocks_per_request``): on an 80 GB
+    card the API server's default batch is 8192 tokens, so 1023 + 8192 = 9215 tokens here."""
     kinds = ["sliding_attention"] * 5 + ["full_attention"]
     path = _config(tmp_path, num_hidden_layers=6, layer_types=kinds, sliding_window=1024)
     cache = _estimate(path).cache
     assert cache.sliding_bytes_per_token == 5 * 128 * 1024 // 32
+    assert cache.sliding_admission_tokens == 1023 + 8192
     assert (
         cache.sequence_bytes(100_000)
-        == 100_000 * cache.kv_bytes_per_token + 1024 * cache.sliding_bytes_per_token
+        == 100_000 * cache.kv_bytes_per_token + 9215 * cache.sliding_bytes_per_token
     )
+    chunked = _estimate(path, arguments="--max-num-batched-tokens 2048").cache
+    assert chunked.sliding_admission_tokens == 1023 + 2048
+
+
+def test_vllm_logs_a_sliding_window_models_tokens_as_concurrency_times_context(tmp_path: Path) -> None:
+    """Gemma-3-1B on the H200 of the memory sweep (tests/estimate/sweep/cases): 4 full and 22
+    sliding layers in groups of 4 (1 full group, 6 sliding), 2,046,067 blocks; a sequence of 8192
+    needs 512 full blocks + 6 x 513 sliding blocks, so vLLM logs 2,046,067 / 3590 x 8192 =
+    4,668,908 tokens, the figure the sweep's log shows."""
+    from modelyard.estimate.kv_tokens import kv_tokens_from_bytes
+
+    config = {"num_hidden_layers": 26, "sliding_window": 512, "sliding_window_pattern": 6}
+    path = _config(tmp_path, num_key_value_heads=1, head_dim=256, **config)
+    cache = _estimate(path, gpus="1xH200", arguments="--max-model-len 8192").cache
+    assert (cache.attention_layer_count, cache.sliding_layer_count) == (4, 22)
+    blocks = 2_046_067
+    tokens, _ = kv_tokens_from_bytes(cache, blocks * 16 * 1024 * 4, 8192, "vllm")
+    assert tokens == 4_668_908
 
 
 def test_weights_from_config_match_llama_8b_size() -> None:

@@ -211,26 +211,19 @@ def test_a_hybrid_models_state_is_booked_per_sequence_in_vllms_aligned_pages() -
     size, so an attention block (2 KV heads x 512 x 2 = 2,048 bytes a token a layer) grows to
     ceil(2,146,304 / 2,048 / 16) x 16 = 1,056 tokens: 2,162,688-byte pages, in groups of 10
     layers (10 attention, 30 linear: 1 attention group, 3 state groups). A sequence of 8,192
-    tokens takes ceil(8192 / 1056) = 8 attention blocks and, with prefix caching, 2 state blocks
-    per state group: 14 x 2,162,688 x 10 = 302,776,320 bytes, not the 232,161,280 of its tokens
-    and one state. The booking for 256 sequences counts 77.5 GB, not 59.4 GB."""
-    estimate = _estimate(
-        QWEN36_35B_FP8,
-        "vllm",
-        "1xH100",
-        ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only"],
-    )
+    tokens takes ceil(8192 / 1056) = 8 attention blocks and one state block per state group (vLLM
+    0.25 leaves prefix caching off for hybrid models by default, ``is_prefix_caching_supported``):
+    11 x 2,162,688 x 10 bytes, not the 232,161,280 of its tokens and one state. With
+    ``--enable-prefix-caching`` (mamba cache mode "align") 2 state blocks per state group:
+    14 x 2,162,688 x 10 = 302,776,320 bytes; the booking for 256 sequences counts 77.5 GB."""
+    flags = ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only"]
+    estimate = _estimate(QWEN36_35B_FP8, "vllm", "1xH100", flags)
     assert estimate.cache.state_bytes_per_layer == 2_146_304
     assert estimate.cache.sequence_bytes(8192) == 232_161_280
-    assert estimate.cache_bytes_for(1) == 302_776_320
-    assert estimate.cache_bytes_for(256) == 256 * 302_776_320
-    without_prefix_caching = _estimate(
-        QWEN36_35B_FP8,
-        "vllm",
-        "1xH100",
-        ["--max-model-len 8192", "--max-num-seqs 256", "--language-model-only", "--no-enable-prefix-caching"],
-    )
-    assert without_prefix_caching.cache_bytes_for(1) == (8 + 3) * 2_162_688 * 10
+    assert estimate.cache_bytes_for(1) == (8 + 3) * 2_162_688 * 10
+    with_prefix_caching = _estimate(QWEN36_35B_FP8, "vllm", "1xH100", [*flags, "--enable-prefix-caching"])
+    assert with_prefix_caching.cache_bytes_for(1) == 302_776_320
+    assert with_prefix_caching.cache_bytes_for(256) == 256 * 302_776_320
 
 
 QWEN35_397B = TESTS / "fixtures" / "configs" / "qwen3.5-397b-a17b.json"

@@ -124,6 +124,13 @@ def _layer_kinds(text: dict[str, Any], layers: int, is_mla: bool) -> tuple[Layer
         # Qwen2/3 apply the window only to layers at or above max_window_layers.
         limit = max_window_layers if isinstance(max_window_layers, int) else layers
         return tuple("full" if index < limit else "sliding" for index in range(layers))
+    # Gemma 2/3, Cohere2: every ``sliding_window_pattern``-th layer is full attention, the others
+    # sliding (transformers derives ``layer_types`` so when the config has none; Gemma 2: 2).
+    every = text.get("sliding_window_pattern")
+    if not isinstance(every, int) and text.get("model_type") == "gemma2":
+        every = 2
+    if uses_window and isinstance(every, int) and every > 1:
+        return tuple("sliding" if (index + 1) % every else "full" for index in range(layers))
     if uses_window:
         return tuple("sliding" for _ in range(layers))
     return tuple("full" for _ in range(layers))

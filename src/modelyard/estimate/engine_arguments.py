@@ -86,8 +86,9 @@ class EngineArguments:
     enforce_eager: bool = False
     language_only: bool = False
     speculative_mtp: bool = False
-    # vLLM prefix caching (on by default); hybrid models then keep two state blocks per sequence.
-    prefix_caching: bool = True
+    # Prefix caching as given (None: the engine's default: on, except vLLM's hybrid models); with it
+    # on, vLLM's hybrid models keep two state blocks per sequence.
+    prefix_caching: bool | None = None
     # --quantization as given: on a checkpoint without quantization, the engine quantizes online.
     quantization: str | None = None
     # vLLM's --enable-chunked-prefill as given (None: the engine decides).
@@ -184,7 +185,10 @@ def parse_engine_arguments(
             result[field_name] = True
     if engine == "vllm":
         result["chunked_prefill"] = parsed.switch("--enable-chunked-prefill")
-    if parsed.switch("--enable-prefix-caching") is False or parsed.given("--disable-radix-cache"):
+    prefix_caching = parsed.switch("--enable-prefix-caching")
+    if prefix_caching is not None:
+        result["prefix_caching"] = prefix_caching
+    if parsed.given("--disable-radix-cache"):
         result["prefix_caching"] = False
     return EngineArguments(**result)  # type: ignore[arg-type]
 

@@ -57,15 +57,11 @@ PER_TOKEN_HEAD_SCALE_BYTES = 4
 # (TurboQuantConfig.get_boundary_skip_layers); hybrid models get no such protection.
 TURBOQUANT_BOUNDARY_LAYERS = 2
 
-# Model types whose linear-attention recurrent state the engines keep in float32 by default.
-_FLOAT32_STATE_MODEL_TYPES = {
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_5_text",
-    "qwen3_6",
-    "qwen3_6_moe",
-}
+# Model types whose linear-attention recurrent state vLLM keeps in float32 when the config names no
+# dtype (vLLM 0.25 models/config.py: NemotronH's DEFAULT_MAMBA_SSM_CACHE_DTYPE). Every other model,
+# Qwen3-Next and a Qwen3.5/3.6 config without ``mamba_ssm_dtype`` among them, keeps it in the model's
+# dtype ("auto"); Qwen3.5/3.6 checkpoints name float32 in their config, which is read first.
+_VLLM_FLOAT32_STATE_MODEL_TYPES = {"nemotron_h"}
 
 
 def serving_dtype(model_dtype: str | None, dtype_flag: str | None) -> str:
@@ -163,14 +159,19 @@ class CacheShape:
     linear_layer_count: int = 0
     kv_bytes_per_token_per_layer: int = 0
     state_bytes_per_layer: int = 0
+    sliding_layer_count: int = 0
+    # vLLM admits a sequence's sliding-window layers for min(window - 1 + max_num_batched_tokens,
+    # max_model_len) tokens (SlidingWindowSpec.max_admission_blocks_per_request); None: the window.
+    sliding_admission_tokens: int | None = None
 
     def sequence_bytes(self, context_tokens: int) -> int:
         """Cache bytes one sequence of ``context_tokens`` holds on one GPU."""
-        window = (
-            context_tokens
-            if self.sliding_window_tokens is None
-            else min(context_tokens, self.sliding_window_tokens)
-        )
+        if self.sliding_admission_tokens is not None:
+            window = min(context_tokens, self.sliding_admission_tokens)
+        elif self.sliding_window_tokens is None:
+            window = context_tokens
+        else:
+            window = min(context_tokens, self.sliding_window_tokens)
         return (
             context_tokens * self.kv_bytes_per_token
             + window * self.sliding_bytes_per_token
@@ -186,7 +187,7 @@ def _state_dtype(shape: ModelShape, model_type: str | None, arguments: EngineArg
         return arguments.state_dtype
     if shape.state_dtype:
         return shape.state_dtype
-    if model_type in _FLOAT32_STATE_MODEL_TYPES or arguments.engine == "sglang":
+    if model_type in _VLLM_FLOAT32_STATE_MODEL_TYPES or arguments.engine == "sglang":
         return "float32"
     return serving
 
@@ -222,7 +223,7 @@ def cache_shape(
             state_dtype, 4
         )
     best = (0, 0, 0)
-    counts = (0, 0)
+    counts = (0, 0, 0)
     for stage in stages or pipeline_stages(
         shape.layer_count, arguments.pipeline_parallel, engine=arguments.engine
     ):
@@ -239,7 +240,7 @@ def cache_shape(
         candidate = (math.ceil(full), math.ceil(sliding), math.ceil(state))
         if sum(candidate) > sum(best):
             best = candidate
-            counts = (kinds.count("full") + kinds.count("mla"), kinds.count("linear"))
+            counts = (kinds.count("full") + kinds.count("mla"), kinds.count("linear"), kinds.count("sliding"))
     per_layer = mla_token_bytes if shape.mla_latent_dim else attention_token_bytes
     return CacheShape(
         kv_dtype=kv_dtype,
@@ -252,4 +253,5 @@ def cache_shape(
         linear_layer_count=counts[1],
         kv_bytes_per_token_per_layer=math.ceil(per_layer),
         state_bytes_per_layer=math.ceil(state_layer_bytes),
+        sliding_layer_count=counts[2],
     )

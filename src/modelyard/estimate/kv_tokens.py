@@ -21,6 +21,38 @@ SGLANG_MAMBA_MEMORY_RATIO = 0.9
 VLLM_BLOCK_TOKENS = 16
 
 
+def _vllm_group_size(first_kind_layers: int, second_kind_layers: int) -> int:
+    """Layers per KV-cache group when two kinds of layers share one page size (vLLM's
+    ``_get_kv_cache_groups_uniform_page_size``): the smaller count, or the larger when it is
+    less than 1.5 times the smaller (less padding); one kind alone is one group."""
+    if not first_kind_layers or not second_kind_layers:
+        return max(first_kind_layers, second_kind_layers, 1)
+    group_size = min(first_kind_layers, second_kind_layers)
+    if max(first_kind_layers, second_kind_layers) < 1.5 * group_size:
+        group_size = max(first_kind_layers, second_kind_layers)
+    return group_size
+
+
+def _vllm_sliding_tokens(cache: CacheShape, kv_cache_bytes: int, context_tokens: int) -> tuple[int, float]:
+    """vLLM's logged tokens for a model with sliding-window layers: max concurrency x context,
+    where a sequence needs its context's blocks in each full-attention group and, in each
+    sliding group, the blocks of ``sliding_admission_tokens`` plus one (the window need not start
+    at a block's edge); every block id holds one page per layer of a group."""
+    full, sliding = cache.attention_layer_count, cache.sliding_layer_count
+    per_layer = cache.kv_bytes_per_token_per_layer
+    if not sliding or not per_layer:
+        per_sequence = cache.sequence_bytes(context_tokens)
+        concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
+        return int(concurrency * context_tokens), concurrency
+    group_size = _vllm_group_size(full, sliding)
+    window = min(context_tokens, cache.sliding_admission_tokens or cache.sliding_window_tokens or context_tokens)
+    blocks_per_sequence = math.ceil(full / group_size) * math.ceil(context_tokens / VLLM_BLOCK_TOKENS)
+    blocks_per_sequence += math.ceil(sliding / group_size) * (math.ceil(window / VLLM_BLOCK_TOKENS) + 1)
+    blocks = kv_cache_bytes // (VLLM_BLOCK_TOKENS * per_layer * group_size)
+    concurrency = blocks / blocks_per_sequence
+    return int(concurrency * context_tokens), concurrency
+
+
 def _vllm_hybrid_pages(cache: CacheShape) -> tuple[int, int, int, int, int]:
     """How vLLM pages a hybrid model (``block_tokens``, ``page_bytes``, ``group_size``,
     ``attention_groups``, ``state_groups``): one page size for every layer, so attention blocks
@@ -30,9 +62,7 @@ def _vllm_hybrid_pages(cache: CacheShape) -> tuple[int, int, int, int, int]:
     per_token_layer = cache.kv_bytes_per_token_per_layer
     block_tokens = max(VLLM_BLOCK_TOKENS, math.ceil(cache.state_bytes_per_layer / per_token_layer / 16) * 16)
     page_bytes = block_tokens * per_token_layer
-    group_size = min(attention_layers, linear_layers)
-    if max(attention_layers, linear_layers) < 1.5 * group_size:
-        group_size = max(attention_layers, linear_layers)
+    group_size = _vllm_group_size(attention_layers, linear_layers)
     return (
         block_tokens,
         page_bytes,
@@ -62,13 +92,16 @@ def _vllm_hybrid_tokens(
 
 
 def sequences_cache_bytes(
-    cache: CacheShape, context_tokens: int, engine: str, sequences: int = 1, *, prefix_caching: bool = True
+    cache: CacheShape, context_tokens: int, engine: str, sequences: int = 1, *, prefix_caching: bool | None = None
 ) -> int:
     """The cache bytes ``sequences`` sequences of ``context_tokens`` need on one GPU, as the engine
     pages them: vLLM in whole blocks, a hybrid model's state in aligned pages, two state blocks a
     sequence with prefix caching (one without), so the state is counted per sequence of
     ``--max-num-seqs``; SGLang (page size 1) by the bytes, a hybrid model's pool large enough that
-    its KV part (1 / 1.9) holds the tokens and its state part (0.9 / 1.9) the states."""
+    its KV part (1 / 1.9) holds the tokens and its state part (0.9 / 1.9) the states.
+
+    ``prefix_caching`` None is the engine's default: vLLM 0.25 turns it off for hybrid models
+    (``ModelConfig.is_prefix_caching_supported``), so their state takes one block a sequence."""
     if engine != "vllm":
         if cache.state_bytes_per_sequence:
             # SGLang splits the pool 1 : 0.9 between KV tokens and states: both must fit their part.
@@ -88,7 +121,7 @@ def sequences_cache_bytes(
 
 
 def kv_tokens_from_bytes(
-    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool = True
+    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool | None = None
 ) -> tuple[int, float]:
     """KV tokens and max concurrency at ``context_tokens`` that ``kv_cache_bytes`` hold on one GPU.
 
@@ -111,7 +144,7 @@ def kv_tokens_from_bytes(
     per_sequence = cache.sequence_bytes(context_tokens)
     concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
     if cache.sliding_bytes_per_token:
-        return int(concurrency * context_tokens), concurrency
+        return _vllm_sliding_tokens(cache, kv_cache_bytes, context_tokens)
     blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)
     tokens = int(blocks * VLLM_BLOCK_TOKENS)
     return tokens, tokens / context_tokens if context_tokens else 0.0

@@ -120,7 +120,7 @@ class MemoryEstimate:
     stages: list[StageEstimate] = field(default_factory=list)
     limiting_stage: int | None = None
     # vLLM prefix caching (hybrid models then keep two state blocks a sequence).
-    prefix_caching: bool = True
+    prefix_caching: bool | None = None
 
     def cache_bytes_for(self, sequences: int) -> int:
         """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as
@@ -262,6 +262,9 @@ def _prepare(
         batched = sglang_04_chunked_prefill(gpu.memory_total_bytes)
     else:
         batched = batched_tokens_default(engine, gpu.memory_total_bytes, gpu.name)
+    if engine == "vllm" and not v0_engine and cache.sliding_window_tokens:
+        admission = min(cache.sliding_window_tokens - 1 + batched, context)
+        cache = replace(cache, sliding_admission_tokens=admission)
     sequences = arguments.max_sequences or max_sequences_default(
         "vllm", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
     )

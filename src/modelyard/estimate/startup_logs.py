@@ -223,7 +223,7 @@ def evaluate(cases: list[StartupCase]) -> list[CaseResult]:
             kv_bytes,
             context,
             case.engine,
-            prefix_caching="--no-enable-prefix-caching" not in case.arguments,
+            prefix_caching=estimate.prefix_caching,
         )
         results.append(CaseResult(case, estimate, kv_bytes, tokens))
     return results
