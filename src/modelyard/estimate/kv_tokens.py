@@ -45,7 +45,8 @@ def _vllm_sliding_tokens(cache: CacheShape, kv_cache_bytes: int, context_tokens:
         concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
         return int(concurrency * context_tokens), concurrency
     group_size = _vllm_group_size(full, sliding)
-    window = min(context_tokens, cache.sliding_admission_tokens or cache.sliding_window_tokens or context_tokens)
+    window = cache.sliding_admission_tokens or cache.sliding_window_tokens or context_tokens
+    window = min(context_tokens, window)
     blocks_per_sequence = math.ceil(full / group_size) * math.ceil(context_tokens / VLLM_BLOCK_TOKENS)
     blocks_per_sequence += math.ceil(sliding / group_size) * (math.ceil(window / VLLM_BLOCK_TOKENS) + 1)
     blocks = kv_cache_bytes // (VLLM_BLOCK_TOKENS * per_layer * group_size)
@@ -92,7 +93,12 @@ def _vllm_hybrid_tokens(
 
 
 def sequences_cache_bytes(
-    cache: CacheShape, context_tokens: int, engine: str, sequences: int = 1, *, prefix_caching: bool | None = None
+    cache: CacheShape,
+    context_tokens: int,
+    engine: str,
+    sequences: int = 1,
+    *,
+    prefix_caching: bool | None = None,
 ) -> int:
     """The cache bytes ``sequences`` sequences of ``context_tokens`` need on one GPU, as the engine
     pages them: vLLM in whole blocks, a hybrid model's state in aligned pages, two state blocks a
@@ -121,7 +127,12 @@ def sequences_cache_bytes(
 
 
 def kv_tokens_from_bytes(
-    cache: CacheShape, kv_cache_bytes: int, context_tokens: int, engine: str, *, prefix_caching: bool | None = None
+    cache: CacheShape,
+    kv_cache_bytes: int,
+    context_tokens: int,
+    engine: str,
+    *,
+    prefix_caching: bool | None = None,
 ) -> tuple[int, float]:
     """KV tokens and max concurrency at ``context_tokens`` that ``kv_cache_bytes`` hold on one GPU.
 
@@ -141,8 +152,6 @@ def kv_tokens_from_bytes(
         return int(tokens), tokens / context_tokens if context_tokens else 0.0
     if cache.state_bytes_per_sequence:
         return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, 2 if prefix_caching else 1)
-    per_sequence = cache.sequence_bytes(context_tokens)
-    concurrency = kv_cache_bytes / per_sequence if per_sequence else 0.0
     if cache.sliding_bytes_per_token:
         return _vllm_sliding_tokens(cache, kv_cache_bytes, context_tokens)
     blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)
