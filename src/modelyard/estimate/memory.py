@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
@@ -60,6 +60,9 @@ from modelyard.estimate.weights import (
     weight_bytes_per_gpu,
 )
 from modelyard.modeldir import ModelFacts
+
+if TYPE_CHECKING:
+    from modelyard.estimate.correction import KvCorrection
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +117,8 @@ class MemoryEstimate:
     safe_memory_fraction: float
     max_context_tokens_at_safe_fraction: int
     notes: list[str] = field(default_factory=list)
+    # Put on by ``correction.apply_correction`` from the starts logged on this installation.
+    correction: KvCorrection | None = None
 
     @property
     def fits(self) -> bool:
@@ -123,6 +128,7 @@ class MemoryEstimate:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["fits"] = self.fits
+        data["correction"] = self.correction.to_json() if self.correction is not None else None
         return data
 
 
