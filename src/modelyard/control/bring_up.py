@@ -38,6 +38,7 @@ from modelyard.control.readiness import (
 )
 from modelyard.control.rotation import publish_one, unpublish_one
 from modelyard.control.stall_watch import StallWatch
+from modelyard.control.start_check import check_start
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
 from modelyard.control.verification import (
@@ -153,6 +154,7 @@ async def bring_up(
         ready_at=context.clock.now(),
         **fields,
     )
+    await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()
 
 

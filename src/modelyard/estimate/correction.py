@@ -188,7 +188,8 @@ class KvCorrection:
 
     def describe(self) -> str:
         """ "corrected by 3 starts on this cluster (these settings), last error +0.4 %"."""
-        last = f"last error {self.last_error * 100:+.1f} %"
+        percent = round(self.last_error * 100, 1) or 0.0  # never "-0.0 %"
+        last = f"last error {percent:+.1f} %"
         if not self.applied:
             return f"not corrected: {self.note} ({last})"
         outliers = f", {self.outliers} outlier(s) left out" if self.outliers else ""
