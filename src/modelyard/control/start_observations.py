@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from modelyard.estimate.correction import MAX_AGE_DAYS, StartKey, StartObservation
 from modelyard.store.database import Database
@@ -49,17 +50,24 @@ def load_observations(
 ) -> list[StartObservation]:
     """The starts of one engine version of the last ``MAX_AGE_DAYS`` days, oldest first."""
     with database.session() as session:
-        rows = session.scalars(
-            select(StartObservationRow)
-            .where(
-                StartObservationRow.engine == engine,
-                StartObservationRow.engine_version == engine_version,
-                StartObservationRow.observed_at >= now - timedelta(days=MAX_AGE_DAYS),
-            )
-            .order_by(StartObservationRow.observed_at.desc(), StartObservationRow.id.desc())
-            .limit(READ_LIMIT_ROWS)
+        return read_observations(session, engine=engine, engine_version=engine_version, now=now)
+
+
+def read_observations(
+    session: Session, *, engine: str, engine_version: str, now: datetime
+) -> list[StartObservation]:
+    """``load_observations`` in a session the caller holds."""
+    rows = session.scalars(
+        select(StartObservationRow)
+        .where(
+            StartObservationRow.engine == engine,
+            StartObservationRow.engine_version == engine_version,
+            StartObservationRow.observed_at >= now - timedelta(days=MAX_AGE_DAYS),
         )
-        return [observation_of(row) for row in reversed(list(rows))]
+        .order_by(StartObservationRow.observed_at.desc(), StartObservationRow.id.desc())
+        .limit(READ_LIMIT_ROWS)
+    )
+    return [observation_of(row) for row in reversed(list(rows))]
 
 
 def add_observation(database: Database, row: StartObservationRow) -> None:

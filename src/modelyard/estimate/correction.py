@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -169,6 +169,29 @@ class StartObservation:
     def shown_error(self) -> float:
         """What modelyard showed against what the engine logged (+ = it showed more)."""
         return self.shown_kv_tokens / self.logged_kv_tokens - 1 if self.logged_kv_tokens else 0.0
+
+
+def observation_from_json(row: Mapping[str, Any]) -> StartObservation:
+    """A start as ``GET /api/v1/start-observations`` lists it (the ``start_observations`` row)."""
+    return StartObservation(
+        key=StartKey(
+            engine=str(row["engine"]),
+            engine_version=str(row["engine_version"]),
+            gpu_model=str(row["gpu_model"]),
+            architecture=str(row["architecture"]),
+            memory_fraction=float(row["memory_fraction"]),
+            context_tokens=int(row["context_tokens"]),
+            enforce_eager=bool(row["enforce_eager"]),
+            kv_dtype=str(row["kv_dtype"]),
+            tensor_parallel=int(row["tensor_parallel"]),
+        ),
+        observed_at=datetime.fromisoformat(str(row["observed_at"])),
+        predicted_kv_bytes=int(row["predicted_kv_bytes"]),
+        predicted_kv_tokens=int(row["predicted_kv_tokens"]),
+        shown_kv_tokens=int(row["shown_kv_tokens"]),
+        logged_kv_bytes=int(row["logged_kv_bytes"]),
+        logged_kv_tokens=int(row["logged_kv_tokens"]),
+    )
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ on the deployment to show in ``ps`` and the console.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
+from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.hub.verification import UNVERIFIED, shown_paths
 from modelyard.runtimes.base import Mount
@@ -121,6 +122,7 @@ def run_preflight(
     replica_gpus: list[GpuInfo] | None = None,
     mounts: list[Mount] | None = None,
     worker_model_check: WorkerModelCheck | None = None,
+    start_observations: Sequence[StartObservation] = (),
 ) -> list[dict[str, Any]]:
     """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
 
@@ -148,6 +150,7 @@ def run_preflight(
         env=raw_env,
         gpus=replica_gpus,
         gpu_count=gpus_per_replica,
+        start_observations=start_observations,
     )
     findings += _host_findings(
         model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
