@@ -242,9 +242,11 @@ def check_deployment(
     runtimes: RuntimeSet | None = None,
     worker_model_check: WorkerModelCheck | None = None,
     workers: list[Worker] | None = None,
+    estimate_summaries: list[dict[str, Any]] | None = None,
 ) -> Deployment:
     """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
-    added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
+    added to the session (the console's preflight, ``services/deployment_preflight.py``, which
+    passes ``estimate_summaries`` for the memory estimate it shows)."""
     model = _usable_model(session, request.model)
     name = check_name(request.name if request.name is not None else model.name, "deployment")
     existing = find_deployment(session, name)
@@ -337,6 +339,7 @@ def check_deployment(
         mounts=runtime.mounts(model.path),
         worker_model_check=worker_model_check,
         start_observations=observations,
+        estimate_summaries=estimate_summaries,
     )
     deployment = Deployment(
         name=name,
