@@ -12,6 +12,11 @@ each GPU; once the GPU is chosen the knob is set so that the engine takes exactl
 - SGLang ``--mem-fraction-static`` is a fraction of the memory FREE when it starts, for weights
   and the KV pool only: it depends on what the GPU's other engines already hold.
 
+The booking carries headroom for the estimate's measured error, so that the engine gets at least
+the KV cache it was booked for: the correction from this installation's recorded starts where
+there is one (the KV bytes the engine lacked, plus their spread), else the estimator's median
+error on its evaluation split (``estimate/correction.py``, ``booking_headroom_bytes``).
+
 A deployment whose parameters set the knob themselves keeps it, and books what it implies.
 Without ``gpu_memory`` a deployment books whole GPUs, as before.
 """
