@@ -256,4 +256,6 @@ async def reverify(
     if not asked_by_user:
         fields["ready_at"] = context.clock.now()  # it takes traffic from now on
     await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True, **fields)
+    if not asked_by_user:  # the start reaches running only now: its KV cache is checked now
+        await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()

@@ -216,7 +216,8 @@ async def check_start(
     row.instance_uid = instance.uid
     row.replica_index = instance.replica_index
     row.start_number = instance.start_number
-    await asyncio.to_thread(add_observation, database, row)
+    if not await asyncio.to_thread(add_observation, database, row):
+        return
     context.demands.clear()  # placements estimate again, with this start's correction
     if facts.booked_kv_tokens is not None and logged.tokens < facts.booked_kv_tokens:
         knob = instance.placement.get("memory_knob")

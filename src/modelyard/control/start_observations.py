@@ -70,10 +70,21 @@ def read_observations(
     return [observation_of(row) for row in reversed(list(rows))]
 
 
-def add_observation(database: Database, row: StartObservationRow) -> None:
+def add_observation(database: Database, row: StartObservationRow) -> bool:
+    """Record a start once: False when that start of that instance is recorded already (an
+    engine re-adopted, or verified again, reaches running again)."""
     with database.session() as session:
+        recorded = session.scalar(
+            select(StartObservationRow.id).where(
+                StartObservationRow.instance_uid == row.instance_uid,
+                StartObservationRow.start_number == row.start_number,
+            )
+        )
+        if recorded is not None:
+            return False
         session.add(row)
         session.commit()
+        return True
 
 
 def row_to_json(row: StartObservationRow) -> dict[str, Any]:
