@@ -134,7 +134,7 @@ def plan_memory_findings(
             estimate,
             engine_version=context.version,
             architecture=context.model.architecture,
-            parameters=context.parameters.argv,
+            parameters=context.parameters,
         )
         correction = correction_for(key, observations, now=datetime.now(UTC))
         if correction is not None:

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.estimate.engine_arguments import parse_engine_arguments
 from modelyard.estimate.memory import MemoryEstimate, MemoryPlan
 
@@ -125,11 +126,12 @@ def start_key(
     *,
     engine_version: str,
     architecture: str | None,
-    parameters: Sequence[str],
+    parameters: Sequence[str] | ParsedParameters,
     knob_known: bool = True,
 ) -> StartKey:
-    """The key of a start of ``estimate`` (``parameters``: the engine's flags, knob included)."""
-    arguments = parse_engine_arguments(estimate.engine, list(parameters), engine_version)
+    """The key of a start of ``estimate`` (``parameters``: the engine's flags, knob included, as
+    lines or parsed, as ``estimate_memory`` took them)."""
+    arguments = parse_engine_arguments(estimate.engine, parameters, engine_version)
     return StartKey(
         engine=estimate.engine,
         engine_version=engine_version,
