@@ -39,19 +39,33 @@ SGLANG_KV_LINE = re.compile(r"max_total_num_tokens=(\d+)")
 def local_gpu_spec(count: int = 1) -> str:
     """This machine's GPU as ``modelyard estimate --gpus`` takes it: ``1xH100`` on an H100,
     ``1xH200`` on an H200, else ``1x<total GiB>GiB`` (the estimate must be for the card the engine
-    ran on; the kv-shared step once estimated an H200 whatever the card)."""
+    ran on; the kv-shared step once estimated an H200 whatever the card). nvidia-smi reads it;
+    without it (a rehearsal), modelyard's NVML reading, which the NVML double answers."""
     try:
         line = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, check=True, timeout=30,
         ).stdout.splitlines()[0]  # fmt: skip
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return f"{count}xH200"  # no nvidia-smi: the rehearsal's NVML double is one H200
-    name, total_mib = (part.strip() for part in line.split(","))
+        name, total_mib = (part.strip() for part in line.split(","))
+        total_bytes = int(total_mib) << 20
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        # No nvidia-smi (the rehearsal): NVML as modelyard reads it, which the NVML double answers.
+        from modelyard.hardware.gpus import read_gpu_inventory
+
+        inventory = read_gpu_inventory()
+        if not inventory.gpus:
+            raise SystemExit(f"no GPU to estimate for: {inventory.unavailable_reason}") from None
+        name, total_bytes = inventory.gpus[0].name, inventory.gpus[0].memory_total_bytes
+    return gpu_spec_for(name, total_bytes, count)
+
+
+def gpu_spec_for(name: str, total_bytes: int, count: int = 1) -> str:
+    """``modelyard estimate --gpus`` for ``count`` GPUs named ``name``: the board where the estimator
+    knows it (``1xH100``), else the size (``1x47GiB``)."""
     for known in ("H200", "H100", "A100", "L40S", "L4"):
         if known in name:
             return f"{count}x{known}"
-    return f"{count}x{int(total_mib) // 1024}GiB"
+    return f"{count}x{total_bytes >> 30}GiB"
 
 
 def cli_environment() -> dict[str, str]:

@@ -194,6 +194,22 @@ class ApiClient:
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self._json(self._send("GET", path, params=params))
 
+    def get_or_none(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """The JSON answer, or None when no server answers or it answers an error: for what a
+        command can do without (the estimate's correction by the server's recorded starts)."""
+        import httpx
+
+        try:
+            response = self._http.request("GET", path, params=params, timeout=5.0)
+        except httpx.HTTPError:
+            return None
+        if response.status_code >= 400:
+            return None
+        try:
+            return response.json()
+        except json.JSONDecodeError:
+            return None
+
     def get_if_exists(self, path: str) -> Any:
         """Like ``get``, but None when the server answers 404."""
         response = self._send("GET", path, missing_ok=True)

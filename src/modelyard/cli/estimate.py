@@ -7,15 +7,20 @@ Exit status 1 when the requested context does not fit.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 
+from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
+from modelyard.backends.shell_words import split_words
+from modelyard.cli.client import ApiClient
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.output import print_fields, print_json, print_table
 from modelyard.doctor.memory import memory_findings
-from modelyard.errors import InvalidInput
+from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.estimate import MemoryEstimate, estimate_memory, gpu_specs_from_inventory, parse_gpu_specs
+from modelyard.estimate.correction import apply_correction, correction_for, observation_from_json, start_key
 from modelyard.hardware.gpus import read_gpu_inventory
 from modelyard.modeldir import read_model_facts
 
@@ -31,6 +36,7 @@ def _mib(size_bytes: int) -> str:
 
 
 def estimate_command(
+    ctx: typer.Context,
     model: Path = typer.Argument(
         ..., help="A model directory, or a config.json (weights need not be there)."
     ),
@@ -47,6 +53,11 @@ def estimate_command(
         None, "--engine-version", help="Engine version (defaults differ)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    correct: bool = typer.Option(
+        True,
+        "--correct/--no-correct",
+        help="Correct by the starts the server (--url) recorded for this engine version and GPU model.",
+    ),
 ) -> None:
     """Estimate weights, KV cache and overheads per GPU, and whether the context fits."""
     if gpus is not None:
@@ -61,6 +72,8 @@ def estimate_command(
         specs = gpu_specs_from_inventory(inventory)
     facts = read_model_facts(model)
     estimate = estimate_memory(facts, backend.lower(), specs, list(args), engine_version=engine_version)
+    if correct:
+        estimate = _corrected(ctx, estimate, facts.architecture, list(args), engine_version)
     findings = memory_findings(estimate)
     if as_json:
         print_json({**estimate.to_json(), "findings": [finding.to_json() for finding in findings]})
@@ -73,6 +86,37 @@ def estimate_command(
                     stderr.print(f"  fix: {finding.fix}", highlight=False)
     if not estimate.fits:
         raise typer.Exit(1)
+
+
+def _corrected(
+    ctx: typer.Context,
+    estimate: MemoryEstimate,
+    architecture: str | None,
+    arguments: list[str],
+    engine_version: str | None,
+) -> MemoryEstimate:
+    """The estimate corrected by the server's recorded starts of this engine version and GPU model
+    (``estimate/correction.py``); unchanged when no server answers or it has none."""
+    version = engine_version or _default_version(estimate.engine)
+    if version is None:
+        return estimate
+    answer = ApiClient.from_context(ctx).get_or_none(
+        "/start-observations", params={"engine": estimate.engine, "engine_version": version, "limit": 2000}
+    )
+    if not isinstance(answer, dict) or not answer.get("starts"):
+        return estimate
+    observations = [observation_from_json(row) for row in answer["starts"]]
+    words = [word for argument in arguments for word in split_words(argument)]
+    key = start_key(estimate, engine_version=version, architecture=architecture, parameters=words)
+    correction = correction_for(key, observations, now=datetime.now(UTC))
+    return estimate if correction is None else apply_correction(estimate, correction)
+
+
+def _default_version(engine: str) -> str | None:
+    try:
+        return BackendCatalog(builtin=load_builtin_backends()).resolve_version(engine, None).version
+    except ModelyardError:
+        return None
 
 
 def _print_estimate(architecture: str | None, dtype: str | None, estimate: MemoryEstimate) -> None:
@@ -118,6 +162,8 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
         f"longest context at the safe maximum: {estimate.max_context_tokens_at_safe_fraction:,} tokens",
         highlight=False,
     )
+    if estimate.correction is not None:
+        stdout.print(f"correction: {estimate.correction.describe()}", highlight=False)
     _print_stages(estimate)
 
 

@@ -38,6 +38,7 @@ from modelyard.control.readiness import (
 )
 from modelyard.control.rotation import publish_one, unpublish_one
 from modelyard.control.stall_watch import StallWatch
+from modelyard.control.start_check import check_start
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
 from modelyard.control.verification import (
@@ -157,6 +158,7 @@ async def bring_up(
         ready_at=context.clock.now(),
         **fields,
     )
+    await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()
 
 
@@ -258,4 +260,6 @@ async def reverify(
     if not asked_by_user:
         fields["ready_at"] = context.clock.now()  # it takes traffic from now on
     await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True, **fields)
+    if not asked_by_user:  # the start reaches running only now: its KV cache is checked now
+        await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()

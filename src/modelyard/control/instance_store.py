@@ -120,6 +120,10 @@ class InstanceStore:
     def __init__(self, database: Database) -> None:
         self._database = database
 
+    @property
+    def database(self) -> Database:
+        return self._database
+
     def load_deployments(self) -> list[DeploymentView]:
         with self._database.session() as session:
             deployments = session.scalars(

@@ -24,7 +24,9 @@ from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cor
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import DeploymentView, InstanceView
+from modelyard.control.memory_demand import KNOB_FLAGS
 from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
+from modelyard.control.start_observations import load_observations
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError, Unschedulable
 from modelyard.runtimes.base import EngineIdentity, LaunchSpec, RankLaunch, Runtime
@@ -51,14 +53,29 @@ async def _decide(
     version of its parameters), then the scheduler's decision (on the loop: microseconds)."""
     key = (deployment.id, "\0".join(deployment.backend_parameters) + f"|{deployment.placement}")
     if key not in context.demands:
+        engine = context.engine_family(deployment)
+        now = context.clock.now()
+        observations = (
+            await asyncio.to_thread(
+                load_observations,
+                context.store.database,
+                engine=engine,
+                engine_version=version.version,
+                now=now,
+            )
+            if engine in KNOB_FLAGS and deployment.placement.get("gpu_memory")
+            else []
+        )
         context.demands[key] = await asyncio.to_thread(
             demand_of,
             context.scheduler.workers,
             deployment,
-            engine=context.engine_family(deployment),
+            engine=engine,
             engine_version=version.version,
             parameters=parameters,
             env=deployment.env,
+            observations=observations,
+            now=now,
         )
     # An image backend goes to a worker whose Docker can run it (as its join recorded).
     server_worker = local_node_id() if context.runtimes.ray is not None else None

@@ -12,6 +12,11 @@ each GPU; once the GPU is chosen the knob is set so that the engine takes exactl
 - SGLang ``--mem-fraction-static`` is a fraction of the memory FREE when it starts, for weights
   and the KV pool only: it depends on what the GPU's other engines already hold.
 
+The booking carries headroom for the estimate's measured error, so that the engine gets at least
+the KV cache it was booked for: the correction from this installation's recorded starts where
+there is one (the KV bytes the engine lacked, plus their spread), else the estimator's median
+error on its evaluation split (``estimate/correction.py``, ``booking_headroom_bytes``).
+
 A deployment whose parameters set the knob themselves keeps it, and books what it implies.
 Without ``gpu_memory`` a deployment books whole GPUs, as before.
 """
@@ -19,12 +24,15 @@ Without ``gpu_memory`` a deployment books whole GPUs, as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
 from modelyard.estimate.budgets import vllm_graphs_in_budget
+from modelyard.estimate.correction import StartObservation, booking_headroom_bytes, correction_for, start_key
 from modelyard.estimate.overheads import CUDA_CONTEXT_BYTES
 from modelyard.modeldir import read_model_facts
 
@@ -48,6 +56,15 @@ class MemoryDemand:
     outside_budget_bytes: int
     # The user set the knob: its value, kept.
     fixed_fraction: float | None = None
+    # Added to the estimate so that the engine gets at least the booked KV: the correction's
+    # offset and spread from this installation's starts, else the estimator's known error.
+    headroom_bytes: int = 0
+    # "corrected by 3 starts on this cluster ...", or how the headroom was chosen.
+    headroom_source: str = ""
+
+    @property
+    def kv_tokens_booked(self) -> int:
+        return self.kv_sequences * self.context_tokens
 
     @property
     def knob(self) -> str:
@@ -58,6 +75,11 @@ class MemoryDemand:
             f"{self.bytes_per_gpu / GIB:.1f} GiB per GPU: weights {self.weights_bytes / GIB:.1f} GiB, "
             f"KV cache {self.kv_cache_bytes / GIB:.2f} GiB ({self.kv_sequences} x {self.context_tokens:,} "
             f"tokens), the rest activations, CUDA context and graphs"
+            + (
+                f"; headroom {self.headroom_bytes / GIB:.2f} GiB ({self.headroom_source})"
+                if self.headroom_bytes
+                else ""
+            )
         )
 
     def fraction_for(self, gpu_total_bytes: int, free_before_start_bytes: int) -> float:
@@ -109,9 +131,12 @@ def memory_demand(
     gpu_memory: int | str,
     gpu_count: int,
     gpu: GpuSpec,
+    observations: Sequence[StartObservation] = (),
+    now: datetime | None = None,
 ) -> MemoryDemand:
     """The demand of one replica GPU of ``gpu``'s kind. ``InvalidInput`` for an engine the
-    estimator does not model (memory placement is for vLLM and SGLang)."""
+    estimator does not model (memory placement is for vLLM and SGLang). ``observations``: this
+    installation's starts of the engine version; their correction sets the booking's headroom."""
     if engine not in KNOB_FLAGS:
         raise InvalidInput(
             f"placement by memory needs an engine with a memory knob (vLLM, SGLang), not {engine!r}",
@@ -137,7 +162,26 @@ def memory_demand(
         inside += 16 * estimate.cache.kv_bytes_per_token  # one block of slack
     else:
         inside = estimate.weights_bytes + kv
+    key = start_key(
+        estimate,
+        engine_version=engine_version,
+        architecture=facts.architecture,
+        parameters=parameters,
+        knob_known=False,
+    )
+    correction = correction_for(key, observations, now=now or datetime.now(UTC)) if observations else None
+    headroom = booking_headroom_bytes(engine, correction)
+    if correction is not None and correction.applied:
+        source = correction.describe()
+    else:
+        source = "the estimator's median error on its evaluation split" + (
+            f"; {correction.describe()}" if correction is not None else ""
+        )
     fixed = None if estimate.memory_fraction_is_default else estimate.memory_fraction
+    if fixed is None and not isinstance(gpu_memory, int):
+        inside += headroom
+    else:
+        headroom, source = 0, ""
     if fixed is not None:
         inside = int(fixed * gpu.memory_total_bytes)
     elif isinstance(gpu_memory, int):
@@ -157,4 +201,6 @@ def memory_demand(
         context_tokens=context,
         outside_budget_bytes=outside,
         fixed_fraction=fixed,
+        headroom_bytes=headroom,
+        headroom_source=source,
     )

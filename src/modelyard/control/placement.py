@@ -11,8 +11,9 @@ changes (a GPU freed, a worker joined or left, GPUs read again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from modelyard.control.instance_store import DeploymentView
@@ -20,6 +21,7 @@ from modelyard.control.memory_demand import MemoryDemand, memory_demand, parse_g
 from modelyard.control.scheduler import SHOWN_IN_REASON, Placement, PlacementRequest, Scheduler, Worker
 from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
+from modelyard.estimate.correction import StartObservation
 from modelyard.runtimes.docker_capability import container_refusal
 
 __all__ = [
@@ -41,6 +43,8 @@ class Decision:
     demand: MemoryDemand | None = None
     # The knob's value on rank 0's GPU (set from the estimate), when placed by memory.
     memory_fraction: float | None = None
+    # Free on that GPU once its other engines hold their bookings (SGLang's knob is a share of it).
+    free_before_start_bytes: int | None = None
 
     def knob_arguments(self, parameters: list[str]) -> list[str]:
         """The knob flag to add to the engine's arguments (none when the user set it)."""
@@ -100,9 +104,12 @@ def demand_of(
     engine_version: str,
     parameters: list[str],
     env: dict[str, str],
+    observations: Sequence[StartObservation] = (),
+    now: datetime | None = None,
 ) -> MemoryDemand | None:
     """The replica's memory demand per GPU (None: whole GPUs). Reads the model directory's
-    headers: run it in a thread. ``Unschedulable`` when it cannot be estimated."""
+    headers: run it in a thread. ``Unschedulable`` when it cannot be estimated. ``observations``:
+    this installation's starts of the engine version, whose correction sets the headroom."""
     wanted = parse_gpu_memory(deployment.placement.get("gpu_memory"))
     gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
     if wanted is None or gpus == 0:
@@ -120,6 +127,8 @@ def demand_of(
             gpu_memory=wanted,
             gpu_count=gpus,
             gpu=reference,
+            observations=observations,
+            now=now,
         )
     except InvalidInput as error:
         raise Unschedulable(f"cannot estimate the memory it needs: {error.message}") from error
@@ -206,6 +215,7 @@ def decide(
         placement=Placement(ranks=placement.ranks, memory_bytes_per_gpu=max(booked, demand.bytes_per_gpu)),
         demand=demand,
         memory_fraction=fraction,
+        free_before_start_bytes=free,
     )
 
 
@@ -220,6 +230,9 @@ def placement_to_json(decision: Decision) -> dict[str, Any]:
             memory_knob=decision.demand.knob,
             memory_fraction=decision.memory_fraction,
             demand=decision.demand.summary(),
+            kv_cache_tokens_booked=decision.demand.kv_tokens_booked,
+            headroom_bytes=decision.demand.headroom_bytes,
+            free_before_start_bytes=decision.free_before_start_bytes,
         )
     return data
 

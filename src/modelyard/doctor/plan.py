@@ -19,7 +19,9 @@ Usage::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.graph_headroom import graph_headroom_findings
@@ -29,6 +31,7 @@ from modelyard.doctor.memory_knob import knob_findings
 from modelyard.doctor.parameters import ParameterContext, bounded, run_parameter_checks
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
+from modelyard.estimate.correction import StartObservation, apply_correction, correction_for, start_key
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts
 
@@ -52,6 +55,8 @@ class DeploymentPlan:
     host: HostFacts | None = None
     deployment_name: str | None = None
     model_argument: str | None = None
+    # This installation's starts of the engine version: the estimate is corrected by them.
+    start_observations: tuple[StartObservation, ...] = ()
 
 
 def _gpu_infos(gpus: list[GpuSpec]) -> list[GpuInfo]:
@@ -90,11 +95,13 @@ def check_plan(plan: DeploymentPlan) -> list[Finding]:
     """The parameter, model-config, environment, machine and memory findings of ``plan``."""
     context = plan_context(plan)
     findings = run_parameter_checks(context)
-    findings.extend(plan_memory_findings(context, plan.gpus))
+    findings.extend(plan_memory_findings(context, plan.gpus, plan.start_observations))
     return bounded(findings)
 
 
-def plan_memory_findings(context: ParameterContext, gpus: list[GpuSpec]) -> list[Finding]:
+def plan_memory_findings(
+    context: ParameterContext, gpus: list[GpuSpec], observations: Sequence[StartObservation] = ()
+) -> list[Finding]:
     """The memory knob against the GPUs (no model needed), then the estimator's fit (with one)."""
     if context.engine not in MEMORY_ENGINES or not gpus:
         return []
@@ -123,6 +130,16 @@ def plan_memory_findings(context: ParameterContext, gpus: list[GpuSpec]) -> list
         # A config the estimator cannot read must not block a deployment: say so, and go on.
         logger.exception("memory estimate failed for %s", context.model.directory)
         return [*findings, _estimate_failed(f"{type(error).__name__}: {error}", "")]
+    if observations and context.version:
+        key = start_key(
+            estimate,
+            engine_version=context.version,
+            architecture=context.model.architecture,
+            parameters=context.parameters,
+        )
+        correction = correction_for(key, observations, now=datetime.now(UTC))
+        if correction is not None:
+            estimate = apply_correction(estimate, correction)
     # The engine's own failure (SGLang's graph capture) replaces the estimator's warning of that id.
     findings.extend(
         graph_headroom_findings(estimate, cuda_graphs=not context.parameters.switch("--disable-cuda-graph"))

@@ -24,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from modelyard.backends.spec import BackendVersion
@@ -33,6 +34,7 @@ from modelyard.doctor.parameters.chat_template import judges_chat_template
 from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec
+from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts, read_model_facts
 
@@ -50,6 +52,7 @@ def preflight_deployment(
     gpus: list[GpuInfo] | None,
     gpu_count: int | None = None,
     host: HostFacts | None = None,
+    start_observations: Sequence[StartObservation] = (),
 ) -> list[Finding]:
     """Run the model directory, parameter and memory checks of one deployment.
 
@@ -58,6 +61,8 @@ def preflight_deployment(
     that stray whitespace and broken lines can be seen. ``gpus`` are the GPUs of one replica;
     ``gpu_count`` stands in when only their number is known (planning for other hardware).
     ``host``: the machine the engine starts on (default: this one, as the local runtime starts it).
+    ``start_observations``: this installation's starts of the engine version, which correct the
+    memory estimate (``estimate/correction.py``).
     """
     directory = Path(model_dir)
     version_text = version.version if isinstance(version, BackendVersion) else version
@@ -80,6 +85,7 @@ def preflight_deployment(
         gpu_count=count,
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
+        start_observations=tuple(start_observations),
     )
     if judges_chat_template(engine, plan.model):
         # The plan's check knows --chat-template and the pooling flags: it decides this id.

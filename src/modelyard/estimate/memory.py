@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
@@ -64,6 +64,9 @@ from modelyard.estimate.weights import (
     weight_bytes_per_stage,
 )
 from modelyard.modeldir import ModelFacts
+
+if TYPE_CHECKING:
+    from modelyard.estimate.correction import KvCorrection
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +132,9 @@ class MemoryEstimate:
             self.cache, self.context_tokens, self.engine, sequences, prefix_caching=self.prefix_caching
         )
 
+    # Put on by ``correction.apply_correction`` from the starts logged on this installation.
+    correction: KvCorrection | None = None
+
     @property
     def fits(self) -> bool:
         plan = self.plan_on_free or self.plan_on_total
@@ -137,6 +143,7 @@ class MemoryEstimate:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["fits"] = self.fits
+        data["correction"] = self.correction.to_json() if self.correction is not None else None
         return data
 
 

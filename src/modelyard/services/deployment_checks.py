@@ -7,12 +7,13 @@ on the deployment to show in ``ps`` and the console.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
+from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.hub.verification import UNVERIFIED, shown_paths
 from modelyard.runtimes.base import Mount
@@ -121,12 +122,16 @@ def run_preflight(
     replica_gpus: list[GpuInfo] | None = None,
     mounts: list[Mount] | None = None,
     worker_model_check: WorkerModelCheck | None = None,
+    start_observations: Sequence[StartObservation] = (),
+    estimate_summaries: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run doctor's checks; raise ``PreflightFailed`` on errors, return the warnings as JSON.
 
     ``replica_gpus``: the GPUs one replica gets (the scheduler's choice, among ``inventory``'s);
     default: the explicit ids, else the first ``gpus_per_replica``.
     ``worker_model_check``: on a cluster, the model directory is checked on every GPU worker.
+    ``start_observations``: this installation's starts, which correct the memory estimate;
+    ``estimate_summaries``: given, the estimate's ``memory.summary`` finding is added to it.
 
     The parameters and env go in as the user typed them, so that doctor sees stray whitespace.
     """
@@ -148,6 +153,7 @@ def run_preflight(
         env=raw_env,
         gpus=replica_gpus,
         gpu_count=gpus_per_replica,
+        start_observations=start_observations,
     )
     findings += _host_findings(
         model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
@@ -167,5 +173,7 @@ def run_preflight(
             hint=first.fix or None,
             findings=[finding.to_json() for finding in findings],
         )
+    if estimate_summaries is not None:  # the console's preflight shows the estimate itself
+        estimate_summaries.extend(f.to_json() for f in findings if f.check_id == "memory.summary")
     # Kept on the deployment: warnings only (info findings are for `modelyard doctor`).
     return [finding.to_json() for finding in findings if finding.severity is Severity.WARNING]

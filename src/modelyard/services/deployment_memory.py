@@ -15,11 +15,13 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from modelyard.control.memory_demand import KNOB_FLAGS, memory_demand, parse_gpu_memory
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec
+from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInfo
 
 
@@ -56,6 +58,7 @@ def bytes_per_gpu(
     gpu_memory: int | str,
     gpu_count: int,
     reference: GpuSpec,
+    observations: Sequence[StartObservation] = (),
 ) -> int:
     """What the controller will book on each GPU of a replica (its estimate for ``reference``,
     the largest GPU of the ready workers), for the deploy-time placement check."""
@@ -69,6 +72,7 @@ def bytes_per_gpu(
         gpu_memory=gpu_memory,
         gpu_count=gpu_count,
         gpu=reference,
+        observations=observations,
     )
     return demand.bytes_per_gpu
 
@@ -87,6 +91,7 @@ def preflight_parameters(
     env: dict[str, str],
     gpu_memory: int | str,
     gpus: list[GpuInfo],
+    observations: Sequence[StartObservation] = (),
 ) -> str | list[str]:
     """The engine's flags as the doctor should judge them: the user's, plus the knob the placement
     will set on the replica's GPU (``gpus``: those the scheduler would choose, their free memory
@@ -105,6 +110,7 @@ def preflight_parameters(
         gpu_memory=gpu_memory,
         gpu_count=len(gpus),
         gpu=GpuSpec(name=gpu.name, memory_total_bytes=gpu.memory_total_bytes),
+        observations=observations,
     )
     fraction = demand.fraction_for(gpu.memory_total_bytes, gpu.memory_free_bytes)
     added = f"{knob} {fraction:g}"

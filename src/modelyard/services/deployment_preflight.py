@@ -53,12 +53,16 @@ def preflight_deployment_request(
     session: Session, request: DeploymentRequest, inventory: GpuInventory, workers: list[Worker] | None = None
 ) -> PreflightVerdict:
     """``workers``: as the controller last read them (default: this host alone)."""
+    summaries: list[dict[str, Any]] = []
     try:
-        deployment = check_deployment(session, request, inventory, workers=workers)
+        deployment = check_deployment(
+            session, request, inventory, workers=workers, estimate_summaries=summaries
+        )
     except PreflightFailed as error:
         return PreflightVerdict(ok=False, findings=error.details["findings"], error=error)
     except ModelyardError as error:
         return PreflightVerdict(ok=False, error=error)
     finally:
         session.rollback()
-    return PreflightVerdict(ok=True, findings=list(deployment.warnings), deployment=deployment)
+    # The warnings it would keep, and the memory estimate (corrected by this installation's starts).
+    return PreflightVerdict(ok=True, findings=[*deployment.warnings, *summaries], deployment=deployment)

@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,11 @@ from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.control.endpoints import DEFAULT_ROUTING, ROUTING_POLICIES
+from modelyard.control.memory_demand import KNOB_FLAGS
 from modelyard.control.scheduler import LOCAL_WORKER, Worker, check_request_fits, local_worker
+from modelyard.control.start_observations import read_observations
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
+from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
@@ -238,9 +242,11 @@ def check_deployment(
     runtimes: RuntimeSet | None = None,
     worker_model_check: WorkerModelCheck | None = None,
     workers: list[Worker] | None = None,
+    estimate_summaries: list[dict[str, Any]] | None = None,
 ) -> Deployment:
     """Every check of ``create_deployment``, storing nothing: the deployment it would create, not
-    added to the session (the console's preflight, ``services/deployment_preflight.py``)."""
+    added to the session (the console's preflight, ``services/deployment_preflight.py``, which
+    passes ``estimate_summaries`` for the memory estimate it shows)."""
     model = _usable_model(session, request.model)
     name = check_name(request.name if request.name is not None else model.name, "deployment")
     existing = find_deployment(session, name)
@@ -286,6 +292,11 @@ def check_deployment(
         backend_supports_cpu(spec, version),
         by_memory=bool(placement.get("gpu_memory")),
     )
+    observations = (
+        read_observations(session, engine=spec.family, engine_version=version.version, now=utc_now())
+        if spec.family in KNOB_FLAGS
+        else []
+    )
     replica = _replica_gpus(
         workers if workers is not None else [local_worker(inventory, LOCAL_WORKER)],
         placement,
@@ -297,6 +308,7 @@ def check_deployment(
         parameters=parameters,
         env=env,
         in_container=version.runs_in_container,
+        observations=observations,
     )
     replica_inventory = inventory if replica is None else replace(inventory, gpus=list(replica.worker.gpus))
     chosen = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids) if replica is None else replica.gpus
@@ -311,6 +323,7 @@ def check_deployment(
             env=env,
             gpu_memory=placement["gpu_memory"],
             gpus=chosen,
+            observations=observations,
         )
     limits = checked_limits(request.limits)
     warnings = run_preflight(
@@ -326,6 +339,8 @@ def check_deployment(
         replica_gpus=chosen,
         mounts=runtime.mounts(model.path),
         worker_model_check=worker_model_check,
+        start_observations=observations,
+        estimate_summaries=estimate_summaries,
     )
     deployment = Deployment(
         name=name,
@@ -359,6 +374,7 @@ def _replica_gpus(
     parameters: list[str],
     env: dict[str, str],
     in_container: bool,
+    observations: Sequence[StartObservation] = (),
 ) -> ReplicaGpus | None:
     """Where the scheduler would put one replica now (``services/deployment_gpus.py``);
     ``Unschedulable`` with its reason when no worker can take it. None: nothing to place (no GPUs
@@ -376,6 +392,7 @@ def _replica_gpus(
             gpu_memory=placement["gpu_memory"],
             gpu_count=gpus_per_replica,
             reference=estimate_reference(workers),
+            observations=observations,
         )
     return replica_gpus(
         workers,

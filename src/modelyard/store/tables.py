@@ -317,3 +317,42 @@ class UsageRecord(Base):
     # Made by the gateway for each request; a row replayed from the usage journal after a crash
     # is skipped when it was written already (None: rows from before the journal).
     request_id: Mapped[str | None] = mapped_column(String(32), unique=True, nullable=True)
+
+
+class StartObservationRow(Base):
+    """One engine start: the KV cache the estimator predicted for it against what the engine
+    logged, per GPU, under the key the correction groups starts by (``estimate/correction.py``).
+    ``shown_kv_tokens``: what modelyard showed (corrected where a correction applied);
+    ``booked_kv_tokens``: what a placement by memory booked (None: whole GPUs). The components
+    (weights, activations, memory outside torch) are kept where the engine logged them."""
+
+    __tablename__ = "start_observations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    observed_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
+    deployment_name: Mapped[str] = mapped_column(String(128), index=True)
+    deployment_uid: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    instance_uid: Mapped[str] = mapped_column(String(32), index=True)
+    replica_index: Mapped[int] = mapped_column(Integer)
+    start_number: Mapped[int] = mapped_column(Integer)
+    engine: Mapped[str] = mapped_column(String(32))
+    engine_version: Mapped[str] = mapped_column(String(64))
+    gpu_model: Mapped[str] = mapped_column(String(128))
+    architecture: Mapped[str] = mapped_column(String(128))
+    memory_fraction: Mapped[float] = mapped_column()
+    context_tokens: Mapped[int] = mapped_column(Integer)
+    enforce_eager: Mapped[bool] = mapped_column()
+    kv_dtype: Mapped[str] = mapped_column(String(32))
+    tensor_parallel: Mapped[int] = mapped_column(Integer)
+    predicted_kv_bytes: Mapped[int] = mapped_column(BigInteger)
+    predicted_kv_tokens: Mapped[int] = mapped_column(BigInteger)
+    shown_kv_tokens: Mapped[int] = mapped_column(BigInteger)
+    logged_kv_bytes: Mapped[int] = mapped_column(BigInteger)
+    logged_kv_tokens: Mapped[int] = mapped_column(BigInteger)
+    booked_kv_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_weights_bytes: Mapped[int] = mapped_column(BigInteger)
+    logged_weights_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_activation_bytes: Mapped[int] = mapped_column(BigInteger)
+    logged_activation_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    predicted_non_torch_bytes: Mapped[int] = mapped_column(BigInteger)
+    logged_non_torch_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -24,6 +24,9 @@ from typing import Literal
 
 from modelyard.errors import InvalidInput
 
+GIB = 1 << 30
+VLLM_BLOCK_TOKENS = 16
+
 Flavor = Literal["vllm", "sglang", "transformers"]
 FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "transformers")
 
@@ -77,6 +80,9 @@ class ReferenceConfig:
     headless: bool = False
     """Server processes sharing the port (the program only); limits and metrics are per process."""
     ignored_arguments: list[str] = field(default_factory=list)
+    # The KV memory it logs ("Available KV cache memory", SGLang's K and V sizes), when its memory
+    # model is on (``--double-gpu-memory-gib``): None logs tokens only.
+    kv_cache_memory_gib: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -165,6 +171,15 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--slow-requests", type=int, default=0)
     parser.add_argument("--slow-request-extra-ms", type=float, default=0.0)
     parser.add_argument("--kv-cache-tokens", type=int, default=262_144)
+    # The engines' memory knobs, and the double's memory model: with --double-gpu-memory-gib its KV
+    # cache is GPU x knob - overhead, in tokens of --double-kv-bytes-per-position (16-token blocks),
+    # as vLLM sizes it; a test sets the overhead to put the double's KV where it wants it.
+    parser.add_argument(
+        "--gpu-memory-utilization", "--mem-fraction-static", dest="memory_fraction", type=float
+    )
+    parser.add_argument("--double-gpu-memory-gib", type=float, default=None)
+    parser.add_argument("--double-overhead-gib", type=float, default=0.0)
+    parser.add_argument("--double-kv-bytes-per-position", type=int, default=None)
     parser.add_argument("--workers", type=int, default=1, help="Server processes sharing the port.")
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
@@ -199,6 +214,12 @@ def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None 
     port = arguments.port
     if port is None:
         port = _DEFAULT_PORTS[arguments.flavor] if engine is not None else 0
+    kv_tokens, kv_memory_gib = arguments.kv_cache_tokens, None
+    gpu_gib, per_token = arguments.double_gpu_memory_gib, arguments.double_kv_bytes_per_position
+    if gpu_gib and arguments.memory_fraction and per_token:
+        kv_memory_gib = gpu_gib * arguments.memory_fraction - arguments.double_overhead_gib
+        blocks = int(max(0.0, kv_memory_gib) * GIB) // (per_token * VLLM_BLOCK_TOKENS)
+        kv_tokens = blocks * VLLM_BLOCK_TOKENS
     return ReferenceConfig(
         flavor=arguments.flavor,
         served_model_names=arguments.served_model_name or [model_path],
@@ -218,7 +239,8 @@ def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None 
         startup_delay_s=arguments.startup_delay_s,
         slow_requests=arguments.slow_requests,
         slow_request_extra_ms=arguments.slow_request_extra_ms,
-        kv_cache_tokens=arguments.kv_cache_tokens,
+        kv_cache_tokens=kv_tokens,
+        kv_cache_memory_gib=kv_memory_gib,
         max_model_len=arguments.max_model_len or 32_768,
         api_key=api_key,
         port_file=arguments.port_file,

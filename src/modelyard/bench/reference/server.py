@@ -154,6 +154,17 @@ async def serve_reference(
     async def warm_up() -> None:
         if config.startup_delay_s > 0:
             await asyncio.sleep(config.startup_delay_s)
+        if config.kv_cache_memory_gib is not None:
+            half = f"{config.kv_cache_memory_gib / 2:.2f}"
+            engine_log.info(
+                _engine_line(
+                    config,
+                    "INFO",
+                    "",
+                    f"KV Cache is allocated. #tokens: {config.kv_cache_tokens}, K size: {half} GB, "
+                    f"V size: {half} GB",
+                )
+            )
         engine_log.info(
             _engine_line(
                 config,
@@ -170,6 +181,15 @@ async def serve_reference(
         engine_log.info(_engine_line(config, "INFO", "", "The server is fired up and ready to roll!"))
 
     if flavor == "vllm":
+        if config.kv_cache_memory_gib is not None:
+            engine_log.info(
+                _engine_line(
+                    config,
+                    "INFO",
+                    "gpu_worker.py:298",
+                    f"Available KV cache memory: {config.kv_cache_memory_gib:.2f} GiB",
+                )
+            )
         size = f"{config.kv_cache_tokens:,}"
         engine_log.info(
             _engine_line(config, "INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {size} tokens")

@@ -19,6 +19,7 @@ from modelyard.server.api import (
     logs,
     models,
     presets,
+    start_observations,
     system,
     tasks,
     usage,
@@ -46,5 +47,6 @@ for module in (
     usage,
     benchmarks,
     workers,
+    start_observations,
 ):
     api_router.include_router(module.router)

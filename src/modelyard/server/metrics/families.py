@@ -215,3 +215,24 @@ def gpu_families(workers: Sequence[WorkerGpus]) -> list[Metric]:
             if gpu.power_watts is not None:
                 power.add_metric(values, gpu.power_watts)
     return [available, utilization, used, total, temperature, power]
+
+
+def booking_families(shortfalls: Sequence[tuple[str, int, int, int]]) -> list[Metric]:
+    """Replicas placed by memory: the KV tokens booked for the current start, and how many the
+    engine logged fewer (0: it got at least its booking), from ``control/start_check.py``."""
+    labels = ["deployment", "replica"]
+    booked = GaugeMetricFamily(
+        f"{PREFIX}_kv_booking_tokens",
+        "KV-cache tokens booked for the replica's current start (placement by memory).",
+        labels=labels,
+    )
+    short = GaugeMetricFamily(
+        f"{PREFIX}_kv_booking_shortfall_tokens",
+        "KV-cache tokens the engine logged fewer than its booking, for the current start (0: none).",
+        labels=labels,
+    )
+    for deployment, replica, booked_tokens, logged_tokens in sorted(shortfalls):
+        values = [deployment, str(replica)]
+        booked.add_metric(values, booked_tokens)
+        short.add_metric(values, max(0, booked_tokens - logged_tokens))
+    return [booked, short]

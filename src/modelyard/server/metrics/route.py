@@ -26,11 +26,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from modelyard.control.start_observations import latest_shortfalls
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.metrics.engine_scrape import scrape_engines
 from modelyard.server.metrics.families import (
     PREFIX,
     WorkerGpus,
+    booking_families,
     controller_families,
     gateway_families,
     gpu_families,
@@ -118,8 +120,9 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
     gateway = context.gateway
     counts = gateway.gateway_counts() if gateway is not None else GatewayCounts()
     workers = gateway.requests_by_worker() if gateway is not None else {}
-    instances, engines = await asyncio.gather(
+    instances, shortfalls, engines = await asyncio.gather(
         asyncio.to_thread(read_instances, context.database),
+        asyncio.to_thread(latest_shortfalls, context.database),
         scrape_engines(context.endpoints.all_endpoints(), timeout_s=ENGINE_SCRAPE_TIMEOUT_S),
     )
     worker_count = GaugeMetricFamily(
@@ -131,6 +134,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         throttle_family(context),
         *gateway_families(counts, workers),
         *controller_families(instances),
+        *booking_families(shortfalls),
         *gpu_families(worker_gpus(context)),
         *engines,
     ]
