@@ -6,6 +6,7 @@ constant); ``--split fitting`` shows the starts the constants came from, ``--cas
     python scripts/estimate_accuracy.py
     python scripts/estimate_accuracy.py --cases
     python scripts/estimate_accuracy.py --split fitting
+    python scripts/estimate_accuracy.py --directory tests/estimate/sweep/cases --cases   # the memory sweep
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=sorted(DIRECTORIES), default="evaluation")
     parser.add_argument("--cases", action="store_true", help="print each case")
+    parser.add_argument(
+        "--directory", type=Path, default=None, help="cases of another folder (e.g. the memory sweep's)"
+    )
     args = parser.parse_args()
     split: Split = args.split
-    results = evaluate(load_cases(DIRECTORIES[split], split))
+    results = evaluate(load_cases(args.directory or DIRECTORIES[split], split))
     sources = sorted({result.case.source for result in results})
-    print(f"{split} split: {len(results)} startup logs from {len(sources)} sources ({', '.join(sources)})")
+    label = str(args.directory) if args.directory else f"{split} split"
+    print(f"{label}: {len(results)} startup logs from {len(sources)} sources ({', '.join(sources)})")
     print("KV memory: what the estimator predicts for the KV cache of one GPU (on its total memory)")
     print("against what the engine logged; tokens: the tokens that memory holds.\n")
     if args.cases:

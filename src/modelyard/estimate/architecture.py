@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 LayerKind = Literal["full", "sliding", "linear", "mla"]
+_OUTPUT_GATE_MODEL_TYPE_PREFIXES = ("qwen3_next", "qwen3_5", "qwen3_6")
 
 _LINEAR_NAMES = {"linear_attention", "mamba", "mamba2", "gated_delta_net", "deltanet", "kda", "linear"}
 _SLIDING_NAMES = {"sliding_attention", "sliding_window", "local_attention", "chunked_attention"}
@@ -43,8 +44,10 @@ class LinearAttentionShape:
     def conv_channels(self) -> int:
         return 2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
 
-    def conv_state_elements(self, tensor_parallel: int) -> int:
-        return (self.conv_kernel - 1) * self.conv_channels // tensor_parallel
+    def conv_state_elements(self, tensor_parallel: int, speculative_tokens: int = 0) -> int:
+        """The convolution state keeps ``conv_kernel - 1`` columns, and one more per speculative
+        token (vLLM's ``gated_delta_net_state_shape(num_spec=...)``)."""
+        return (self.conv_kernel - 1 + speculative_tokens) * self.conv_channels // tensor_parallel
 
     def recurrent_state_elements(self, tensor_parallel: int) -> int:
         return self.value_heads * self.key_head_dim * self.value_head_dim // tensor_parallel
@@ -229,6 +232,13 @@ def _attention_parameters(
     standard = (
         hidden * heads * head_dim + hidden * kv_heads * (head_dim + value_dim) + heads * value_dim * hidden
     )
+    # Qwen3-Next / Qwen3.5 / 3.6 gate the attention output: q_proj also yields the gate, one more
+    # heads x head_dim per token (transformers' default ``attn_output_gate=True`` for them).
+    gate = text.get("attn_output_gate")
+    if gate is None:
+        gate = str(text.get("model_type", "")).startswith(_OUTPUT_GATE_MODEL_TYPE_PREFIXES)
+    if gate:
+        standard += hidden * heads * head_dim
     counts = {"full": standard, "sliding": standard}
     kv_lora = _int(text, "kv_lora_rank")
     if kv_lora:

@@ -86,6 +86,9 @@ class EngineArguments:
     enforce_eager: bool = False
     language_only: bool = False
     speculative_mtp: bool = False
+    # ``num_speculative_tokens`` of --speculative-config: vLLM's hybrid models keep that many more
+    # state blocks per sequence and conv-state columns per layer.
+    speculative_tokens: int = 0
     # Prefix caching as given (None: the engine's default: on, except vLLM's hybrid models); with it
     # on, vLLM's hybrid models keep two state blocks per sequence.
     prefix_caching: bool | None = None
@@ -174,6 +177,7 @@ def parse_engine_arguments(
             result["language_only"] = _all_zero(value)
         elif field_name == "speculative_config":
             result["speculative_mtp"] = "mtp" in (value or "").lower()
+            result["speculative_tokens"] = _speculative_tokens(value)
         elif field_name == "encoder_tensor_parallel_mode":
             result["encoder_data_parallel"] = (value or "").strip().lower() == "data"
         elif field_name == "speculative_algorithm":
@@ -191,6 +195,15 @@ def parse_engine_arguments(
     if parsed.given("--disable-radix-cache"):
         result["prefix_caching"] = False
     return EngineArguments(**result)  # type: ignore[arg-type]
+
+
+def _speculative_tokens(value: str | None) -> int:
+    try:
+        config = json.loads(value or "")
+    except json.JSONDecodeError:
+        return 0
+    tokens = config.get("num_speculative_tokens") if isinstance(config, dict) else None
+    return tokens if isinstance(tokens, int) and tokens > 0 else 0
 
 
 def _all_zero(value: str | None) -> bool:

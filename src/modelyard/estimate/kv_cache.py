@@ -160,6 +160,8 @@ class CacheShape:
     kv_bytes_per_token_per_layer: int = 0
     state_bytes_per_layer: int = 0
     sliding_layer_count: int = 0
+    # vLLM: a hybrid model's state blocks per sequence beyond the first (``num_speculative_blocks``).
+    speculative_state_blocks: int = 0
     # vLLM admits a sequence's sliding-window layers for min(window - 1 + max_num_batched_tokens,
     # max_model_len) tokens (SlidingWindowSpec.max_admission_blocks_per_request); None: the window.
     sliding_admission_tokens: int | None = None
@@ -218,7 +220,9 @@ def cache_shape(
     state_dtype = _state_dtype(shape, model_type, arguments, serving) if shape.linear else None
     state_layer_bytes = 0.0
     if shape.linear is not None and state_dtype is not None:
-        state_layer_bytes = shape.linear.conv_state_elements(tensor_parallel) * dtype_bytes(serving)
+        speculative = arguments.speculative_tokens if arguments.engine == "vllm" else 0
+        conv = shape.linear.conv_state_elements(tensor_parallel, speculative)
+        state_layer_bytes = conv * dtype_bytes(serving)
         state_layer_bytes += shape.linear.recurrent_state_elements(tensor_parallel) * dtype_bytes(
             state_dtype, 4
         )
@@ -254,4 +258,5 @@ def cache_shape(
         kv_bytes_per_token_per_layer=math.ceil(per_layer),
         state_bytes_per_layer=math.ceil(state_layer_bytes),
         sliding_layer_count=counts[2],
+        speculative_state_blocks=arguments.speculative_tokens if arguments.engine == "vllm" else 0,
     )

@@ -118,7 +118,8 @@ def sequences_cache_bytes(
         return cache.sequence_bytes(context_tokens) * sequences
     if cache.state_bytes_per_sequence and cache.attention_layer_count and cache.kv_bytes_per_token_per_layer:
         _, page_bytes, group_size, _, _ = _vllm_hybrid_pages(cache)
-        blocks = _vllm_hybrid_blocks_per_sequence(cache, context_tokens, 2 if prefix_caching else 1)
+        state_blocks = (2 if prefix_caching else 1) + cache.speculative_state_blocks
+        blocks = _vllm_hybrid_blocks_per_sequence(cache, context_tokens, state_blocks)
         return blocks * page_bytes * group_size * sequences
     if cache.state_bytes_per_sequence:
         return cache.state_bytes_per_sequence * sequences
@@ -151,7 +152,8 @@ def kv_tokens_from_bytes(
         tokens = pool // per_token if per_token else 0
         return int(tokens), tokens / context_tokens if context_tokens else 0.0
     if cache.state_bytes_per_sequence:
-        return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, 2 if prefix_caching else 1)
+        state_blocks = (2 if prefix_caching else 1) + cache.speculative_state_blocks
+        return _vllm_hybrid_tokens(cache, kv_cache_bytes, context_tokens, state_blocks)
     if cache.sliding_bytes_per_token:
         return _vllm_sliding_tokens(cache, kv_cache_bytes, context_tokens)
     blocks = kv_cache_bytes // (cache.kv_bytes_per_token * VLLM_BLOCK_TOKENS)

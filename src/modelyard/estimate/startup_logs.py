@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import re
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,11 +199,12 @@ class CaseResult:
 
 
 def estimate_case(case: StartupCase) -> MemoryEstimate:
+    # A case's arguments are argv words; joined into one shell line so a JSON value keeps its quotes.
     return estimate_memory(
         read_model_facts(case.config_path),
         case.engine,
         parse_gpu_specs(case.gpu),
-        case.arguments,
+        [shlex.join(case.arguments)] if case.arguments else [],
         engine_version=case.engine_version,
         env=case.env,
     )
