@@ -4,7 +4,7 @@
 # kit leaves out: the MoE kernels (Qwen3-MoE, Mixtral, DeepSeek), compressed-tensors with loguru
 # (imported by the Qwen3.5/3.6 model code) and blake3 (multimodal models' cache keys).
 # Run from the project root: bash scripts/field/build-sweep-kit.sh [KITDIR] (default .sweep-kit).
-# Leaves KITDIR/p1..pN (parts of at most 40 MiB, one device call each) and KITDIR/kit (checksum,
+# Leaves KITDIR/p0..pN (parts of at most 43 MiB, one device call each beside the 17 MB tree) and KITDIR/kit (checksum,
 # unpack script). The GPU machine must have Python 3.12 with torch 2.11.0+cu130, as the field one.
 set -euo pipefail
 KIT=${1:-.sweep-kit}
@@ -37,7 +37,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$STAGE" \
          vllm/third_party/fmha_sm100/cutlass/tools/util/include bin )
 tar -C "$STAGE" -cf - . | xz -T0 -6 > "$KIT/site.tar.xz"
 rm -rf "$STAGE" "$KIT/whl"
-( cd "$KIT" && split -b 40M -d -a 1 site.tar.xz site.tar.xz.part- \
+( cd "$KIT" && split -b 43M -d -a 1 site.tar.xz site.tar.xz.part- \
   && sha256sum site.tar.xz > kit/SHA256SUMS && rm site.tar.xz \
   && for part in site.tar.xz.part-*; do n=${part##*-}; mkdir -p "p$n" && mv "$part" "p$n/"; done )
 cat > "$KIT/kit/unpack.sh" <<'UNPACK'
