@@ -181,6 +181,31 @@ class WorkerDirectory:
                 problems[name] = str(answer)
         return [worker.name for worker in workers], problems
 
+    def node_id_of(self, worker: str) -> str | None:
+        """The Ray node id of the ready worker named ``worker`` (None: no such ready worker)."""
+        for status in self.last_read():
+            if status.state == "ready" and worker in (status.worker.name, status.worker.id):
+                return status.worker.id
+        return None
+
+    def run_on(self, worker: str, function: Any, *arguments: Any) -> Any:
+        """``function(*arguments)`` as a Ray task on the ready worker named ``worker`` (blocking,
+        up to the probe timeout); ``LookupError`` when it is not ready, ``TimeoutError`` when it
+        does not answer."""
+        node_id = self.node_id_of(worker)
+        if node_id is None:
+            raise LookupError(worker)
+        reference = (
+            self._ray.remote(function)
+            .options(num_cpus=0, scheduling_strategy=self._strategy(node_id=node_id, soft=False))
+            .remote(*arguments)
+        )
+        ready, _ = self._ray.wait([reference], timeout=self._timeout * 3)
+        if not ready:
+            self._ray.cancel(reference, force=True)
+            raise TimeoutError(f"worker {worker} did not answer within {self._timeout * 3:.0f} s")
+        return self._ray.get(reference)
+
     def last_read(self) -> list[WorkerStatus]:
         """The workers as last read, without reading again (the API's view; any thread)."""
         known = list(self._known.values())
