@@ -169,3 +169,25 @@ def test_a_damaged_file_in_place_is_replaced_by_a_push(
     assert result.damaged_files == ["weights/model.safetensors"]
     assert result.bytes_sent == BIG_FILE_BYTES and result.files_in_place == 1
     assert _sha256(weights) == _sha256(directory / "weights" / "model.safetensors")
+
+
+def test_an_exported_bundle_is_pushed_from_its_archive_with_the_same_checks(
+    pusher: RayModelPusher, push_worker: str, source: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    from modelyard.cluster.model_push import bundle_source
+    from modelyard.hub.bundle import export_bundle, read_bundle_manifest
+
+    directory, manifest = source
+    archive = tmp_path / "model.modelyard.tar"
+    export_bundle(directory, manifest, archive)
+    listed = read_bundle_manifest(archive)
+    target = tmp_path / "from-the-bundle"
+    first = Observer(StopSignal(), stop_after_bytes=BIG_FILE_BYTES // 2)
+    with pytest.raises(TransferStopped):
+        pusher.push(push_worker, bundle_source(archive), listed.files, str(target), first, first.stop)
+    result = pusher.push(
+        push_worker, bundle_source(archive), listed.files, str(target), Observer(StopSignal()), StopSignal()
+    )
+    assert result.resumed_files == 1 and result.bytes_sent == listed.size_bytes - first.received
+    for file in listed.files:
+        assert _sha256(target / file.path) == file.sha256

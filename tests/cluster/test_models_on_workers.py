@@ -9,6 +9,7 @@ only the files copied there. Everything goes through the CLI and the REST API.
   replaces a file in place with a flipped byte (caught by its SHA-256 on the worker);
 - a model whose files only one worker has, registered there (``models add --worker``), checked
   there and not on the server, deployed there;
+- an exported bundle pushed to a worker, its model registered as on the workers only;
 - a worker that leaves is shown lost beside its copies.
 """
 
@@ -228,6 +229,23 @@ def test_a_model_only_on_a_worker_is_checked_there_registered_and_deployed_there
     assert answer.status_code == 200, answer.text
     with cluster.server.api() as client:
         assert client.delete("/api/v1/deployments/only").status_code == 202
+
+
+def test_an_exported_bundle_is_pushed_to_a_worker_and_its_model_registered_there(hosts: Hosts) -> None:
+    cluster = hosts.cluster
+    archive = cluster.root / "tiny.modelyard.tar"
+    exported = cluster.cli("models", "export", "tiny", str(archive))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    target = hosts.shared / "bundled"
+    pushed = cluster.cli(
+        "models", "push", "from-bundle", "--bundle", str(archive), "--worker", "node-q", "--to", str(target)
+    )
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert "every SHA-256 checked on the worker" in pushed.stderr
+    model = hosts.model("from-bundle")
+    assert model["on_server"] is False and model["path"] == str(target) and model["source"] == "bundle"
+    assert hosts.copies("from-bundle")["node-q"]["state"] == "verified"
+    assert not target.exists()  # on node-q only
 
 
 def test_a_worker_that_leaves_is_shown_lost_beside_its_copies(hosts: Hosts) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from modelyard.cli.client import ApiClient
+from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.output import format_bytes, print_json, print_table
 from modelyard.cli.task_progress import follow_task
@@ -152,12 +152,25 @@ def import_bundle(
 
 def push(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="The model to copy (its files on the server's host)."),
+    name: str | None = typer.Argument(
+        None, help="The model to copy (its files on the server's host); with --bundle, the name to register."
+    ),
     worker: list[str] | None = typer.Option(
         None, "--worker", help="A worker to copy it to (repeatable; names from `modelyard workers`)."
     ),
     every_worker: bool = typer.Option(
         False, "--all", help="Every ready worker that has no verified copy yet."
+    ),
+    bundle: Path | None = typer.Option(
+        None,
+        "--bundle",
+        help="Push a bundle (`models export`, on the server's host) instead: its model is registered "
+        "as on the workers only.",
+    ),
+    to: Path | None = typer.Option(
+        None,
+        "--to",
+        help="With --bundle: the model directory on the workers (default: <models root>/<name>).",
     ),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the tasks are queued."),
     as_json: bool = typer.Option(False, "--json", help="Print the tasks as JSON."),
@@ -168,9 +181,24 @@ def push(
     (`modelyard tasks resume ID`). The files go to the model's path on each worker.
     """
     client = ApiClient.from_context(ctx)
-    tasks: list[dict[str, Any]] = client.post(
-        f"/models/{name}/push", {"workers": worker or [], "all": every_worker}
-    )
+    tasks: list[dict[str, Any]]
+    if bundle is not None:
+        if every_worker:
+            fail("--all pushes a registered model; a bundle goes to the workers named with --worker")
+        tasks = client.post(
+            "/models/push",
+            {
+                "bundle": str(bundle.expanduser().absolute()),
+                "workers": worker or [],
+                "name": name,
+                "target_dir": str(to) if to is not None else None,
+            },
+        )
+        name = str(tasks[0]["model"]) if tasks else name
+    elif name is None:
+        fail("name the model to push (modelyard models push NAME --worker W), or give --bundle FILE")
+    else:
+        tasks = client.post(f"/models/{name}/push", {"workers": worker or [], "all": every_worker})
     finished = []
     for task in tasks:
         stderr.print(

@@ -58,6 +58,22 @@ def directory_source(directory: Path) -> SourceOpener:
     return open_file
 
 
+def bundle_source(archive: Path) -> SourceOpener:
+    """The files of a bundle (``hub/bundle.py``), read in place from the archive: each member's
+    data starts at its offset in the tar (an uncompressed archive), so a resume seeks there."""
+    import tarfile
+
+    with tarfile.open(archive, mode="r:") as tar:
+        offsets = {member.name: member.offset_data for member in tar.getmembers() if member.isfile()}
+
+    def open_file(path: str) -> tuple[BinaryIO, int]:
+        if path not in offsets:
+            raise TransferFailed(path, f"it is not a member of {archive}")
+        return archive.open("rb"), offsets[path]
+
+    return open_file
+
+
 @dataclass
 class PushResult:
     files: int = 0

@@ -1,6 +1,7 @@
 """A push task, in its worker thread: a model's files from the server's host to one worker.
 
-The files are those of the model's manifest; a model with none (a local directory) is hashed
+The files are those of the model's manifest (or of a bundle, read in place from its archive:
+``models push --bundle``); a model with none (a local directory) is hashed
 first and its manifest stored, so that the worker's copy is checked against the same SHA-256
 values as every later push, survey and export. The worker's copy is ``copying`` while the task
 runs, ``verified`` when every file arrived with its hash; a failed or stopped push leaves it to
@@ -20,10 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelyard.cluster.model_copies import COPYING, VERIFIED
-from modelyard.cluster.model_push import PushResult, SourceOpener, directory_source
+from modelyard.cluster.model_push import PushResult, SourceOpener, bundle_source, directory_source
 from modelyard.downloads.progress import TaskProgress
 from modelyard.downloads.records import TaskData, set_reason
 from modelyard.errors import InvalidInput, ModelyardError
+from modelyard.hub.bundle import read_bundle_manifest
 from modelyard.hub.manifest import Manifest, ManifestFile, build_manifest
 from modelyard.hub.transfer import StopSignal, TransferFailed, TransferObserver, TransferStopped
 from modelyard.store.database import Database
@@ -83,6 +85,8 @@ def _manifest(database: Database, task: TaskData, progress: TaskProgress) -> tup
         if record is None:
             raise ModelyardError(f"the model {task.model_name!r} was removed before its push ran")
         model_id, manifest = record.id, stored_manifest(record)
+    if task.options.get("bundle"):
+        return model_id, read_bundle_manifest(Path(task.source))
     if manifest is not None:
         return model_id, manifest
     progress.phase = "hashing"
@@ -118,10 +122,13 @@ def run_push(
     set_reason(database, task.id, f"copying to worker {worker}")
     with database.session() as session:
         mark_copy(session, model_id, worker, COPYING, f"push task {task.id} is copying it")
+    source = (
+        bundle_source(Path(task.source))
+        if task.options.get("bundle")
+        else directory_source(Path(task.source))
+    )
     try:
-        result = pusher.push(
-            worker, directory_source(Path(task.source)), manifest.files, task.target_path, progress, stop
-        )
+        result = pusher.push(worker, source, manifest.files, task.target_path, progress, stop)
     except (TransferFailed, TransferStopped, ModelyardError, OSError) as error:
         how = "stopped" if isinstance(error, TransferStopped) else f"failed: {error}"
         with database.session() as session:

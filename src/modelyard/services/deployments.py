@@ -288,8 +288,9 @@ def check_deployment(
     )
     if placement.get("gpu_memory") and model.on_server is False:
         raise InvalidInput(
-            f"--gpu-memory {placement['gpu_memory']} needs the estimate, which reads the model's config and "
-            f"weight headers on the server's host, and model {model.name!r} has its files on the workers only",
+            f"--gpu-memory {placement['gpu_memory']} needs the estimate, which reads the model's config "
+            f"and weight headers on the server's host, and model {model.name!r} has its files on the "
+            "workers only",
             hint="give whole GPUs (leave --gpu-memory out), or register a copy on the server's host",
         )
     replica = _replica_gpus(

@@ -24,10 +24,12 @@ from modelyard.cluster.model_copies import COPYING, PRESENT, VERIFIED
 from modelyard.downloads.options import DownloadOptions
 from modelyard.downloads.progress import PENDING
 from modelyard.errors import Conflict, InvalidInput, InvalidModelDirectory, NotFound
+from modelyard.hub.bundle import read_bundle_manifest
 from modelyard.hub.disk import format_size
 from modelyard.hub.manifest import directory_files
+from modelyard.hub.verification import UNVERIFIED
 from modelyard.services.model_files import DEPLOYABLE_MODEL_STATES, get_model, stored_manifest
-from modelyard.services.model_tasks import check_model_name_free
+from modelyard.services.model_tasks import check_model_name_free, directory_name
 from modelyard.services.names import check_name, commit_new
 from modelyard.store.tables import ModelFile, ModelTask, WorkerModel, utc_now
 
@@ -203,6 +205,96 @@ def _entries(record: ModelFile) -> list[dict[str, Any]]:
     ]
 
 
+def _check_workers(workers: list[str], ready: list[str]) -> None:
+    if not workers:
+        raise InvalidInput("name the workers to push to (--worker W, repeatable) or --all")
+    unknown = [worker for worker in workers if worker not in ready]
+    if unknown:
+        raise NotFound(
+            f"no ready worker named {', '.join(unknown)}",
+            hint=f"ready workers: {', '.join(ready) or 'none'} (see `modelyard workers`)",
+        )
+
+
+def create_bundle_push_tasks(
+    session: Session,
+    archive: str,
+    *,
+    name: str | None,
+    target_dir: str | None,
+    workers: list[str],
+    ready: list[str],
+    models_root: Path,
+) -> list[ModelTask]:
+    """Register the bundle's model as one whose files are on the workers (at ``target_dir``,
+    default ``<models root>/<name>``) and queue a push of the bundle's files to each worker."""
+    archive_path = Path(archive)
+    if not archive_path.is_absolute() or not archive_path.is_file():
+        raise InvalidInput(
+            f"no archive at {archive}", hint="give the absolute path of a bundle on the server's host"
+        )
+    manifest = read_bundle_manifest(archive_path)
+    model_name = check_name(name if name is not None else str(manifest.facts.get("name") or ""), "model")
+    check_model_name_free(session, model_name)
+    _check_workers(workers, ready)
+    target = Path(target_dir) if target_dir else models_root / directory_name(model_name)
+    if not target.is_absolute():
+        raise InvalidInput(f"target directory {target_dir!r} is relative", hint="give the absolute path")
+    facts = manifest.facts
+    verification = manifest.verification
+    unverified = verification is not None and not verification.verified
+    record = ModelFile(
+        name=model_name,
+        source="bundle",
+        path=str(target),
+        state=UNVERIFIED if unverified else "valid",
+        reasons=[verification.reason()] if verification is not None and unverified else [],
+        architecture=facts.get("architecture"),
+        model_type=facts.get("model_type"),
+        dtype=facts.get("dtype"),
+        parameter_count=facts.get("parameter_count"),
+        size_bytes=manifest.size_bytes,
+        repo_id=facts.get("repo_id"),
+        revision=facts.get("revision"),
+        details={"manifest": manifest.to_json(), "bundle": str(archive_path), "registered_on": "a bundle"},
+        on_server=False,
+    )
+    if verification is not None:
+        record.details["verification"] = verification.to_json()
+    session.add(record)
+    entries = [
+        {
+            "path": file.path,
+            "size": file.size,
+            "sha256": file.sha256,
+            "state": PENDING,
+            "bytes": 0,
+            "retries": 0,
+            "restarts": 0,
+            "error": None,
+        }
+        for file in manifest.files
+    ]
+    tasks = []
+    for worker in dict.fromkeys(workers):
+        task = ModelTask(
+            kind="push",
+            model_name=model_name,
+            source=str(archive_path),
+            target_path=str(target),
+            options={"worker": worker, "bundle": True},
+            files=[dict(entry) for entry in entries],
+            total_bytes=manifest.size_bytes,
+            done_bytes=0,
+            reason=f"queued: {len(entries)} files, {format_size(manifest.size_bytes)} from "
+            f"{archive_path.name} to worker {worker}",
+        )
+        session.add(task)
+        tasks.append(task)
+    commit_new(session, "model", model_name)
+    return tasks
+
+
 def create_push_tasks(
     session: Session,
     name: str,
@@ -226,7 +318,7 @@ def create_push_tasks(
             f"model {name!r} has no copy on the server's host (it was registered on worker "
             f"{(record.details or {}).get('registered_on', '?')}), and a push copies from there",
             hint="copy it to the server's host and register it there (modelyard models add PATH), "
-            "or export a bundle on that worker and push the bundle",
+            "or export a bundle of it and push the bundle (modelyard models push --bundle FILE)",
         )
     if not Path(record.path).is_dir():
         raise InvalidInput(f"the model directory {record.path} is gone from the server's host")
@@ -238,14 +330,7 @@ def create_push_tasks(
         workers = [worker for worker in ready if copies.get(worker) != VERIFIED]
         if not workers:
             raise Conflict(f"every ready worker has a verified copy of {name!r}", hint="nothing to push")
-    if not workers:
-        raise InvalidInput("name the workers to push to (--worker W, repeatable) or --all")
-    unknown = [worker for worker in workers if worker not in ready]
-    if unknown:
-        raise NotFound(
-            f"no ready worker named {', '.join(unknown)}",
-            hint=f"ready workers: {', '.join(ready) or 'none'} (see `modelyard workers`)",
-        )
+    _check_workers(workers, ready)
     busy = session.scalars(
         select(ModelTask).where(
             ModelTask.kind == "push",

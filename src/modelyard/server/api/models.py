@@ -46,6 +46,20 @@ class ModelCreate(BaseModel):
     worker: str | None = Field(default=None, min_length=1, max_length=MAXIMUM_NAME_LENGTH)
 
 
+class BundlePushBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Absolute path of a bundle (``models export``) on the server's host.
+    bundle: str = Field(min_length=1, max_length=MAXIMUM_PATH_CHARACTERS)
+    workers: list[Annotated[str, Field(min_length=1, max_length=MAXIMUM_NAME_LENGTH)]] = Field(
+        min_length=1, max_length=256
+    )
+    # Default: the bundle's.
+    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
+    # Absolute, on the workers; default: <models root>/<name>.
+    target_dir: str | None = Field(default=None, max_length=MAXIMUM_PATH_CHARACTERS)
+
+
 class PushBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -206,6 +220,39 @@ def _create_push(session: Session, name: str, body: PushBody, context: ServerCon
         options=context.downloads.options,
     )
     return [task_to_json(task) for task in tasks]
+
+
+def _create_bundle_push(
+    session: Session, body: BundlePushBody, context: ServerContext
+) -> list[dict[str, Any]]:
+    if context.cluster is None:
+        raise InvalidInput(
+            "this server runs no cluster, so it has no workers to push to",
+            hint="import the bundle here instead: modelyard models import FILE",
+        )
+    options = context.downloads.options
+    tasks = worker_models.create_bundle_push_tasks(
+        session,
+        body.bundle,
+        name=body.name,
+        target_dir=body.target_dir,
+        workers=list(body.workers),
+        ready=sorted(_ready_workers(context) or ()),
+        models_root=options.models_directory(context.settings.models_dir),
+    )
+    return [task_to_json(task) for task in tasks]
+
+
+@router.post("/models/push", status_code=202)
+async def push_bundle(
+    body: BundlePushBody, context: ServerContext = Depends(server_context)
+) -> list[dict[str, Any]]:
+    """A bundle's files to workers: its model registered as on the workers only, one push task per worker."""
+    tasks = await in_session(context, _create_bundle_push, body, context)
+    context.downloads.poke()
+    if context.model_survey is not None:
+        context.model_survey.poke()
+    return tasks
 
 
 @router.post("/models/{name:path}/push", status_code=202)
