@@ -372,6 +372,8 @@ def main() -> None:
             "push_with_manifest_task_seconds": round(again_seconds, 3),
             "push_with_manifest_mb_per_second": round(total / 1e6 / again_seconds, 1),
             "push_with_manifest_over_baseline": round(again_seconds / baseline, 2),
+            "push_reason": task["reason"],
+            "push_with_manifest_reason": again["reason"],
             "interrupted_at_bytes_on_b": kept,
             "interrupted_at_fraction": round(kept / total, 3),
             "resumed_run_sent_bytes": resent,

@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,9 @@ def bundle_source(archive: Path) -> SourceOpener:
 class PushResult:
     files: int = 0
     bytes_sent: int = 0
+    # Until the receiver on the worker answered (a Ray worker process started there), then the rest.
+    receiver_start_seconds: float = 0.0
+    copy_seconds: float = 0.0
     # Files that were already in place and verified (nothing sent).
     files_in_place: int = 0
     # Files continued from an interrupted push's part file, and the bytes they kept.
@@ -91,7 +95,12 @@ class PushResult:
     def sentence(self, total_bytes: int) -> str:
         from modelyard.hub.disk import format_size
 
-        parts = [f"{self.files} files, {format_size(total_bytes)}: sent {format_size(self.bytes_sent)}"]
+        rate = f", {format_size(int(self.bytes_sent / self.copy_seconds))}/s" if self.copy_seconds > 0 else ""
+        parts = [
+            f"{self.files} files, {format_size(total_bytes)}: sent {format_size(self.bytes_sent)} in "
+            f"{self.copy_seconds:.1f} s{rate} (the receiver on the worker started in "
+            f"{self.receiver_start_seconds:.1f} s)"
+        ]
         if self.files_in_place:
             parts.append(f"{self.files_in_place} already in place with their SHA-256")
         if self.resumed_files:
@@ -139,10 +148,14 @@ class RayModelPusher:
             num_cpus=0, scheduling_strategy=self._strategy(node_id=node_id, soft=False)
         ).remote(target_dir)
         result = PushResult(files=len(files))
+        started = time.monotonic()
         try:
+            self._call(receiver.__ray_ready__.remote(), "")
+            result.receiver_start_seconds = time.monotonic() - started
             for file in files:
                 self._push_file(receiver, source, file, observer, stop, result)
             result.fingerprint = self._call(receiver.close.remote([file.path for file in files]), "")
+            result.copy_seconds = time.monotonic() - started - result.receiver_start_seconds
         finally:
             self._ray.kill(receiver)
         return result
