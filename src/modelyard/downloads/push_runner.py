@@ -27,7 +27,7 @@ from modelyard.downloads.records import TaskData, set_reason
 from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.hub.bundle import read_bundle_manifest
 from modelyard.hub.manifest import Manifest, ManifestFile, build_manifest
-from modelyard.hub.transfer import StopSignal, TransferFailed, TransferObserver, TransferStopped
+from modelyard.hub.transfer import StopSignal, TransferObserver, TransferStopped
 from modelyard.store.database import Database
 from modelyard.store.tables import ModelFile, WorkerModel, utc_now
 
@@ -129,7 +129,7 @@ def run_push(
     )
     try:
         result = pusher.push(worker, source, manifest.files, task.target_path, progress, stop)
-    except (TransferFailed, TransferStopped, ModelyardError, OSError) as error:
+    except BaseException as error:  # whatever ends the push, the copy is no longer "copying"
         how = "stopped" if isinstance(error, TransferStopped) else f"failed: {error}"
         with database.session() as session:
             mark_copy(

@@ -191,6 +191,19 @@ def remove_model(session: Session, name: str) -> None:
             f"model {name!r} is being {'downloaded' if task.kind == 'pull' else 'imported'} (task {task.id})",
             hint=f"cancel it first: modelyard tasks cancel {task.id}",
         )
+    pushing = session.scalar(
+        select(ModelTask.id).where(
+            ModelTask.kind == "push",
+            ModelTask.model_name == record.name,
+            ModelTask.state.in_(("queued", "running")),
+        )
+    )
+    if pushing is not None:
+        raise Conflict(
+            f"model {name!r} is being pushed to a worker (task {pushing})",
+            hint=f"wait for it (modelyard tasks wait {pushing}), or cancel it (modelyard tasks cancel "
+            f"{pushing})",
+        )
     if using:
         raise Conflict(
             f"model {name!r} is used by deployment{'s' if len(using) > 1 else ''} {', '.join(using)}",

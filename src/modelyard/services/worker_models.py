@@ -144,11 +144,21 @@ def survey_input(session: Session) -> list[dict[str, Any]]:
     ]
 
 
+def pushing_to(session: Session, worker: str) -> set[str]:
+    """The models a push task to ``worker`` is queued or running for."""
+    tasks = session.scalars(
+        select(ModelTask).where(ModelTask.kind == "push", ModelTask.state.in_(("queued", "running")))
+    )
+    return {task.model_name for task in tasks if (task.options or {}).get("worker") == worker}
+
+
 def record_survey(
     session: Session, worker: str, models: list[dict[str, Any]], answers: dict[str, dict[str, Any]]
 ) -> None:
     """Write one worker's answers; a copy stays ``verified`` while its files are the ones whose
-    hashes were checked (same fingerprint), and ``copying`` while a push runs."""
+    hashes were checked (same fingerprint), and ``copying`` while a push to it is queued or runs
+    (a push the server was killed in, and that no task will finish, is surveyed again)."""
+    pushing = pushing_to(session, worker)
     rows = {
         row.model_file_id: row
         for row in session.scalars(select(WorkerModel).where(WorkerModel.worker == worker))
@@ -165,7 +175,7 @@ def record_survey(
             )
             session.add(row)
         row.checked_at = now
-        if row.state == COPYING:
+        if row.state == COPYING and str(model["name"]) in pushing:
             continue
         verified_print = (row.details or {}).get("verified_fingerprint")
         if (
