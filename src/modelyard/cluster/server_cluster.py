@@ -60,7 +60,10 @@ class ServerCluster:
         return self.directory.model_directory_problems(model_path)
 
     def node_id_of(self, worker: str) -> str | None:
-        """The Ray node id of the ready worker named ``worker``."""
+        """The Ray node id of the ready worker named ``worker`` (blocking: reads the workers first
+        when they were never read, as right after a restart, when interrupted pushes resume)."""
+        if not self.directory.last_read():
+            self.directory.read()
         return self.directory.node_id_of(worker)
 
     def run_on(self, worker: str, function: Any, *arguments: Any) -> Any:
