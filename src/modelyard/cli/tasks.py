@@ -1,4 +1,5 @@
-"""``modelyard tasks list|show|wait|cancel|resume``: the server's model tasks (pulls, imports, exports, pushes)."""
+"""``modelyard tasks list|show|wait|cancel|resume``: the server's model tasks (pulls, imports,
+exports, pushes)."""
 
 from __future__ import annotations
 
