@@ -92,6 +92,8 @@ class WorkerDirectory:
         self._model_check = ray.remote(model_directory_problem)
         self._timeout = probe_timeout_seconds
         self._known: dict[str, WorkerStatus] = {}
+        # ``run_on``'s functions as Ray remote functions, made once each.
+        self._remote_functions: dict[Any, Any] = {}
 
     def read(self) -> list[WorkerStatus]:
         """Every worker now (blocking: run it in a thread)."""
@@ -195,11 +197,12 @@ class WorkerDirectory:
         node_id = self.node_id_of(worker)
         if node_id is None:
             raise LookupError(worker)
-        reference = (
-            self._ray.remote(function)
-            .options(num_cpus=0, scheduling_strategy=self._strategy(node_id=node_id, soft=False))
-            .remote(*arguments)
-        )
+        remote = self._remote_functions.get(function)
+        if remote is None:
+            remote = self._remote_functions[function] = self._ray.remote(function)
+        reference = remote.options(
+            num_cpus=0, scheduling_strategy=self._strategy(node_id=node_id, soft=False)
+        ).remote(*arguments)
         ready, _ = self._ray.wait([reference], timeout=self._timeout * 3)
         if not ready:
             self._ray.cancel(reference, force=True)
