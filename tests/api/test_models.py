@@ -87,3 +87,24 @@ def test_unused_model_is_removed(api: ApiHarness, tiny_model_dir: Path) -> None:
     assert api.client.delete("/api/v1/models/tiny").status_code == 204
     assert _model_rows(api) == []
     assert api.client.get("/api/v1/models/tiny").status_code == 404
+
+
+def test_a_model_on_a_worker_needs_a_cluster_and_says_so(api: ApiHarness, tiny_model_dir: Path) -> None:
+    response = api.client.post(
+        "/api/v1/models", json={"name": "remote", "path": str(tiny_model_dir), "worker": "gpu-2"}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", "--worker needs a cluster")
+    assert "serve --cluster" in response.json()["error"]["hint"]
+    assert _model_rows(api) == []
+
+
+def test_a_push_needs_a_cluster_and_a_single_host_lists_no_copies(
+    api: ApiHarness, tiny_model_dir: Path
+) -> None:
+    add_model(api, tiny_model_dir)
+    response = api.client.post("/api/v1/models/tiny/push", json={"workers": ["gpu-2"]})
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", "no cluster")
+    [model] = api.client.get("/api/v1/models").json()
+    assert model["workers"] == [] and model["on_server"] is True

@@ -251,12 +251,20 @@ def test_a_host_without_the_model_directory_is_named_before_the_deploy_and_at_it
     assert "is not usable on 1 of 2 GPU workers (node-c: " in warning["message"]
     assert warning["details"]["problems"].keys() == {"node-c"}
 
-    def refused_at_start() -> bool:
+    def waiting_for_the_files() -> bool:
         with cluster.server.api() as client:
-            [instance] = client.get("/api/v1/deployments/pinned").json()["instances"]
-        return "missing on the worker this replica was placed on (node-c: " in (instance["reason"] or "")
+            instances = client.get("/api/v1/deployments/pinned").json()["instances"]
+        # Not placed there once the survey of the workers' models has seen node-c (a start placed
+        # before that fails at once, naming the missing directory, and is placed again).
+        return any(
+            instance["state"] == "pending"
+            and "the files of model tiny are on none of the workers it may use (node-c: missing); "
+            "copy them there: modelyard models push tiny --worker node-c"
+            in (instance["reason"] or "")
+            for instance in instances
+        )
 
-    wait_until(refused_at_start, FAILOVER_SECONDS, "the start on node-c refused for its model directory")
+    wait_until(waiting_for_the_files, FAILOVER_SECONDS, "the replica waiting for its files on node-c")
     with cluster.server.api() as client:
         assert client.delete("/api/v1/deployments/pinned").status_code == 202
     cluster.kill_worker("node-b")

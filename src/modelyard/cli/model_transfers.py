@@ -1,4 +1,5 @@
-"""``modelyard models pull|export|import``: model files from hubs and as offline bundles.
+"""``modelyard models pull|export|import|push``: model files from hubs, as offline bundles, and
+copied to the cluster's workers.
 
 The server does the work (a task it owns, resumed after a restart); these commands ask for it,
 print the plan, and follow the task with a progress display until it ends (``--no-wait`` returns
@@ -12,7 +13,7 @@ from typing import Any
 
 import typer
 
-from modelyard.cli.client import ApiClient
+from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
 from modelyard.cli.output import format_bytes, print_json, print_table
 from modelyard.cli.task_progress import follow_task
@@ -149,6 +150,71 @@ def import_bundle(
     _finish(client, task, no_wait, as_json)
 
 
+def push(
+    ctx: typer.Context,
+    name: str | None = typer.Argument(
+        None, help="The model to copy (its files on the server's host); with --bundle, the name to register."
+    ),
+    worker: list[str] | None = typer.Option(
+        None, "--worker", help="A worker to copy it to (repeatable; names from `modelyard workers`)."
+    ),
+    every_worker: bool = typer.Option(
+        False, "--all", help="Every ready worker that has no verified copy yet."
+    ),
+    bundle: Path | None = typer.Option(
+        None,
+        "--bundle",
+        help="Push a bundle (`models export`, on the server's host) instead: its model is registered "
+        "as on the workers only.",
+    ),
+    to: Path | None = typer.Option(
+        None,
+        "--to",
+        help="With --bundle: the model directory on the workers (default: <models root>/<name>).",
+    ),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return once the tasks are queued."),
+    as_json: bool = typer.Option(False, "--json", help="Print the tasks as JSON."),
+) -> None:
+    """Copy a model's files to workers of the cluster, each file checked by its SHA-256 there.
+
+    One task per worker, in the background; an interrupted push resumes where each file stopped
+    (`modelyard tasks resume ID`). The files go to the model's path on each worker.
+    """
+    client = ApiClient.from_context(ctx)
+    tasks: list[dict[str, Any]]
+    if bundle is not None:
+        if every_worker:
+            fail("--all pushes a registered model; a bundle goes to the workers named with --worker")
+        tasks = client.post(
+            "/models/push",
+            {
+                "bundle": str(bundle.expanduser().absolute()),
+                "workers": worker or [],
+                "name": name,
+                "target_dir": str(to) if to is not None else None,
+            },
+        )
+        name = str(tasks[0]["model"]) if tasks else name
+    elif name is None:
+        fail("name the model to push (modelyard models push NAME --worker W), or give --bundle FILE")
+    else:
+        tasks = client.post(f"/models/{name}/push", {"workers": worker or [], "all": every_worker})
+    finished = []
+    for task in tasks:
+        stderr.print(
+            f"push task {task['id']}: {name} -> worker {task['options']['worker']}:{task['target']}: "
+            f"{len(task['files'])} files, {format_bytes(task['total_bytes'])}",
+            highlight=False,
+        )
+    for task in tasks:
+        finished.append(task if no_wait else follow_task(client, task["id"]))
+    if no_wait and not as_json:
+        for task in tasks:
+            stderr.print(f"follow it with: modelyard tasks wait {task['id']}", highlight=False)
+    if as_json:
+        print_json(finished)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``pull``, ``export`` and ``import`` to ``modelyard models``."""
     from modelyard.cli.models import models_app
@@ -156,3 +222,4 @@ def register(app: typer.Typer) -> None:
     models_app.command("pull")(pull)
     models_app.command("export")(export)
     models_app.command("import")(import_bundle)
+    models_app.command("push")(push)

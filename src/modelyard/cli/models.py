@@ -1,4 +1,8 @@
-"""``modelyard models add|list|show|rm``: model directories registered with the server."""
+"""``modelyard models add|list|show|rm``: model directories registered with the server.
+
+On a cluster, ``models add PATH --worker W`` registers a model that only worker W has, and
+``models`` / ``models show`` say per worker whether each model is there and verified.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 
 import typer
 
-from modelyard.cli.client import ApiClient
+from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stdout
 from modelyard.cli.output import format_bytes, format_count, print_fields, print_json, print_table
 
@@ -23,11 +27,20 @@ def add(
     ctx: typer.Context,
     path: Path = typer.Argument(..., help="The model directory (config.json, weights, tokenizer)."),
     name: str | None = typer.Option(None, "--name", help="Name to register it under (default: folder name)."),
+    worker: str | None = typer.Option(
+        None,
+        "--worker",
+        help="A worker of the cluster that has the files (an absolute path there); checked on that "
+        "worker, not on the server's host.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Validate a model directory and register it. Nothing is stored when it is not servable."""
     client = ApiClient.from_context(ctx)
-    model = client.post("/models", {"path": str(path.expanduser().absolute()), "name": name})
+    if worker is not None and not path.is_absolute():
+        fail(f"model path {str(path)!r} is relative", "with --worker, give the absolute path on that worker")
+    where = str(path) if worker is not None else str(path.expanduser().absolute())
+    model = client.post("/models", {"path": where, "name": name, "worker": worker})
     if as_json:
         print_json(model)
         return
@@ -37,6 +50,8 @@ def add(
         f"{format_bytes(model['size_bytes'])}",
         highlight=False,
     )
+    if worker is not None:
+        stdout.print(f"its files are on worker {worker} only; replicas go there", highlight=False)
     stdout.print(f"deploy it with: modelyard deploy {model['name']}", highlight=False)
 
 
@@ -49,8 +64,10 @@ def list_models(
     if as_json:
         print_json(models)
         return
+    on_workers = any(model.get("workers") for model in models)
     print_table(
-        ["NAME", "STATE", "ARCHITECTURE", "PARAMETERS", "DTYPE", "SIZE", "DEPLOYMENTS", "PATH"],
+        ["NAME", "STATE", "ARCHITECTURE", "PARAMETERS", "DTYPE", "SIZE", "DEPLOYMENTS", "PATH"]
+        + (["WORKERS"] if on_workers else []),
         [
             [
                 model["name"],
@@ -60,11 +77,22 @@ def list_models(
                 model["dtype"],
                 format_bytes(model["size_bytes"]),
                 model.get("deployment_count", 0),
-                model["path"],
+                model["path"] if model.get("on_server", True) else f"{model['path']} (workers only)",
             ]
+            + ([copies_summary(model.get("workers") or [])] if on_workers else [])
             for model in models
         ],
     )
+
+
+def copy_state(copy: dict[str, Any]) -> str:
+    """A worker's copy in a word or two: ``verified``, ``missing``, ``present (worker lost)``."""
+    return str(copy["state"]) + (" (worker lost)" if copy.get("worker_state") == "lost" else "")
+
+
+def copies_summary(copies: list[dict[str, Any]]) -> str:
+    """``gpu-1 verified, gpu-2 missing``; ``-`` when no worker was looked at."""
+    return ", ".join(f"{copy['worker']} {copy_state(copy)}" for copy in copies) or "-"
 
 
 @models_app.command("show")
@@ -82,7 +110,7 @@ def show(
     print_fields(
         [
             ("name", model["name"]),
-            ("path", model["path"]),
+            ("path", model["path"] + ("" if model.get("on_server", True) else " (on the workers only)")),
             ("state", model["state"]),
             (
                 "source",
@@ -104,6 +132,36 @@ def show(
         stdout.print(
             f"  [red]{problem['problem']}[/red] {problem['path']}: {problem['detail']}", highlight=False
         )
+    copies = model.get("workers") or []
+    if copies:
+        stdout.print("on the workers:", highlight=False)
+        print_table(
+            ["WORKER", "STATE", "VERIFIED AT", "CHECKED AT", "REASON"],
+            [
+                [
+                    copy["worker"],
+                    copy_state(copy),
+                    format_time(copy.get("verified_at")),
+                    format_time(copy.get("checked_at")),
+                    copy.get("reason") or "-",
+                ]
+                for copy in copies
+            ],
+        )
+        lacking = [copy["worker"] for copy in copies if copy["state"] not in ("verified", "present")]
+        if lacking and model.get("on_server", True):
+            stdout.print(
+                f"copy it there: modelyard models push {model['name']} "
+                + " ".join(f"--worker {name}" for name in lacking),
+                highlight=False,
+            )
+
+
+def format_time(text: str | None) -> str:
+    """An ISO time from the API as ``2026-12-06 22:40:01 UTC``; ``-`` for none."""
+    if not text:
+        return "-"
+    return text.replace("T", " ")[:19] + " UTC"
 
 
 def _files_fields(model: dict[str, Any]) -> list[tuple[str, Any]]:

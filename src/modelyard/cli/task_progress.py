@@ -160,7 +160,9 @@ def follow_task(
         )
         raise typer.Exit(130) from None
     if task["state"] != "completed":
-        hint = f"resume it with `modelyard tasks resume {task_id}`" if task["kind"] == "pull" else None
+        hint = (
+            f"resume it with `modelyard tasks resume {task_id}`" if task["kind"] in ("pull", "push") else None
+        )
         fail(f"{task['kind']} task {task_id} {task['state']}: {task['reason']}", hint)
     stderr.print(f"[green]{task['kind']} task {task_id} completed[/green]: {task['reason']}", highlight=False)
     return task

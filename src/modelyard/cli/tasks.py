@@ -1,4 +1,5 @@
-"""``modelyard tasks list|show|wait|cancel|resume``: the server's model tasks (pulls, imports, exports)."""
+"""``modelyard tasks list|show|wait|cancel|resume``: the server's model tasks (pulls, imports,
+exports, pushes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from modelyard.cli.output import format_bytes, print_fields, print_json, print_t
 from modelyard.cli.task_progress import follow_task, format_rate, task_line
 
 tasks_app = typer.Typer(
-    help="Model tasks: pulls from hubs, bundle imports and exports.", no_args_is_help=True
+    help="Model tasks: pulls from hubs, bundle imports and exports, pushes to workers.", no_args_is_help=True
 )
 
 
@@ -89,7 +90,7 @@ def wait(ctx: typer.Context, task_id: int = typer.Argument(..., help="The task's
 
 @tasks_app.command("cancel")
 def cancel(ctx: typer.Context, task_id: int = typer.Argument(..., help="The task's id.")) -> None:
-    """Stop a task; a cancelled pull keeps its partial files and can be resumed."""
+    """Stop a task; a cancelled pull or push keeps its partial files and can be resumed."""
     task: dict[str, Any] = ApiClient.from_context(ctx).post(f"/tasks/{task_id}/cancel")
     stderr.print(
         f"task {task['id']} {'cancelled' if task['state'] == 'cancelled' else 'stops at its next chunk'}",

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelyard.cluster.head import HeadRecord, start_head, stop_head
 from modelyard.cluster.token import ENV_CLUSTER_TOKEN, cluster_token
@@ -58,6 +58,17 @@ class ServerCluster:
     def model_directory_problems(self, model_path: str) -> tuple[list[str], dict[str, str]]:
         """The doctor's model directory inspection on every ready GPU worker (blocking)."""
         return self.directory.model_directory_problems(model_path)
+
+    def node_id_of(self, worker: str) -> str | None:
+        """The Ray node id of the ready worker named ``worker`` (blocking: reads the workers first
+        when they were never read, as right after a restart, when interrupted pushes resume)."""
+        if not self.directory.last_read():
+            self.directory.read()
+        return self.directory.node_id_of(worker)
+
+    def run_on(self, worker: str, function: Any, *arguments: Any) -> Any:
+        """``function(*arguments)`` as a Ray task on ``worker`` (blocking)."""
+        return self.directory.run_on(worker, function, *arguments)
 
     def close(self) -> None:
         disconnect()

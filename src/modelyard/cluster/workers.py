@@ -92,6 +92,8 @@ class WorkerDirectory:
         self._model_check = ray.remote(model_directory_problem)
         self._timeout = probe_timeout_seconds
         self._known: dict[str, WorkerStatus] = {}
+        # ``run_on``'s functions as Ray remote functions, made once each.
+        self._remote_functions: dict[Any, Any] = {}
 
     def read(self) -> list[WorkerStatus]:
         """Every worker now (blocking: run it in a thread)."""
@@ -180,6 +182,32 @@ class WorkerDirectory:
             if answer is not None:
                 problems[name] = str(answer)
         return [worker.name for worker in workers], problems
+
+    def node_id_of(self, worker: str) -> str | None:
+        """The Ray node id of the ready worker named ``worker`` (None: no such ready worker)."""
+        for status in self.last_read():
+            if status.state == "ready" and worker in (status.worker.name, status.worker.id):
+                return status.worker.id
+        return None
+
+    def run_on(self, worker: str, function: Any, *arguments: Any) -> Any:
+        """``function(*arguments)`` as a Ray task on the ready worker named ``worker`` (blocking,
+        up to the probe timeout); ``LookupError`` when it is not ready, ``TimeoutError`` when it
+        does not answer."""
+        node_id = self.node_id_of(worker)
+        if node_id is None:
+            raise LookupError(worker)
+        remote = self._remote_functions.get(function)
+        if remote is None:
+            remote = self._remote_functions[function] = self._ray.remote(function)
+        reference = remote.options(
+            num_cpus=0, scheduling_strategy=self._strategy(node_id=node_id, soft=False)
+        ).remote(*arguments)
+        ready, _ = self._ray.wait([reference], timeout=self._timeout * 3)
+        if not ready:
+            self._ray.cancel(reference, force=True)
+            raise TimeoutError(f"worker {worker} did not answer within {self._timeout * 3:.0f} s")
+        return self._ray.get(reference)
 
     def last_read(self) -> list[WorkerStatus]:
         """The workers as last read, without reading again (the API's view; any thread)."""

@@ -180,9 +180,10 @@ class ControlContext:
     engines: dict[int, LiveEngine] = field(default_factory=dict)
     # Workers, their GPUs and the bookings of the instances that hold engines (scheduler.py).
     scheduler: Scheduler = field(default_factory=Scheduler)
-    # Instances refused a placement, with the scheduler's epoch then: placed again only once it
-    # changed (a GPU freed, a worker joined), not every tick.
-    unplaced: dict[int, int] = field(default_factory=dict)
+    # Instances refused a placement, with the scheduler's epoch and the model's copies on the
+    # workers then: placed again only once one changed (a GPU freed, a worker joined, a push
+    # ended), not every tick.
+    unplaced: dict[int, str] = field(default_factory=dict)
     # Memory demands per deployment (id, updated parameters) from the estimator, computed once.
     demands: dict[tuple[int, str], MemoryDemand | None] = field(default_factory=dict)
     # Consecutive failed starts per instance (the back-off's exponent).

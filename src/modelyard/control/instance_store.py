@@ -18,7 +18,15 @@ from modelyard.control.states import InstanceState, check_transition
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.process import process_handle
 from modelyard.store.database import Database
-from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, new_uid, utc_now
+from modelyard.store.tables import (
+    CustomBackend,
+    Deployment,
+    Instance,
+    InstanceEvent,
+    WorkerModel,
+    new_uid,
+    utc_now,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ class DeploymentView:
     instances: list[InstanceView]
     # Memory, nodes and selectors (``deployments.placement``); empty: whole GPUs on any worker.
     placement: dict[str, Any] = field(default_factory=dict)
+    model_name: str = ""
+    # On a cluster: the model's copy on each worker the survey looked at (worker name -> state:
+    # verified, present, missing, ...); None when no worker was looked at (a single host).
+    model_copies: dict[str, str] | None = None
 
 
 def _handle(instance: Instance) -> EngineHandle | None:
@@ -129,6 +141,11 @@ class InstanceStore:
             deployments = session.scalars(
                 select(Deployment).options(selectinload(Deployment.instances)).order_by(Deployment.id)
             ).all()
+            copies: dict[int, dict[str, str]] = {}
+            for model_file_id, worker, state in session.execute(
+                select(WorkerModel.model_file_id, WorkerModel.worker, WorkerModel.state)
+            ):
+                copies.setdefault(model_file_id, {})[worker] = state
             return [
                 DeploymentView(
                     id=deployment.id,
@@ -147,6 +164,8 @@ class InstanceStore:
                     model_details=dict(deployment.model_file.details or {}),
                     instances=[_instance_view(instance) for instance in deployment.instances],
                     placement=dict(deployment.placement or {}),
+                    model_name=deployment.model_file.name,
+                    model_copies=copies.get(deployment.model_file_id),
                 )
                 for deployment in deployments
             ]

@@ -102,14 +102,16 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     except ModelyardError as error:
         await _wait(context, instance, f"waiting for the backend: {error}")
         return
-    if context.unplaced.get(instance.id) == context.scheduler.epoch:
-        return  # refused at this epoch: nothing has changed that could let it fit
+    # What a refusal depends on: the scheduler's state, and where the model's files are.
+    marker = f"{context.scheduler.epoch}|{sorted((deployment.model_copies or {}).items())}"
+    if context.unplaced.get(instance.id) == marker:
+        return  # refused in this state: nothing has changed that could let it fit
     parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
     env = context.secrets.reveal_env(deployment.env)
     try:
         decision = await _decide(context, deployment, version, parameters)
     except Unschedulable as error:
-        context.unplaced[instance.id] = context.scheduler.epoch
+        context.unplaced[instance.id] = marker
         await _wait(context, instance, f"waiting for placement: {error}")
         return
     context.unplaced.pop(instance.id, None)

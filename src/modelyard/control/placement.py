@@ -184,6 +184,50 @@ def _place(scheduler: Scheduler, request: PlacementRequest, left_out: list[str])
         ) from error
 
 
+# Copies a replica may be placed on (``cluster/model_copies.SERVABLE_STATES``).
+_SERVABLE_COPIES = ("verified", "present")
+COPIES_SHOWN = 3
+
+
+def with_model_copies(
+    scheduler: Scheduler, request: PlacementRequest, model_name: str, copies: Mapping[str, str] | None
+) -> PlacementRequest:
+    """``request`` kept to the workers that have the model's files (verified or present), as
+    the survey of the workers last found them; ``Unschedulable`` naming the workers that lack
+    them and the command that copies them there. ``copies`` None: no worker was looked at, so
+    nothing is known and nothing is narrowed (a single host)."""
+    if copies is None:
+        return request
+    allowed = [worker for worker in scheduler.workers if worker.ready and worker.gpus]
+    if request.workers:
+        wanted = set(request.workers)
+        allowed = [worker for worker in allowed if worker.id in wanted or worker.name in wanted]
+    if request.labels:
+        allowed = [
+            worker
+            for worker in allowed
+            if all(worker.labels.get(key) == value for key, value in request.labels.items())
+        ]
+    having = [worker for worker in allowed if copies.get(worker.name) in _SERVABLE_COPIES]
+    if having:
+        chosen = tuple(worker.id for worker in having)
+        return replace(request, workers=chosen)
+    if not allowed:
+        return request  # no worker may take it at all: the scheduler says why
+    lacking = [worker.name for worker in allowed]
+    shown = ", ".join(
+        f"{name}: {copies.get(name, 'not looked at yet')}" for name in lacking[:COPIES_SHOWN]
+    ) + (f" and {len(lacking) - COPIES_SHOWN} more" if len(lacking) > COPIES_SHOWN else "")
+    command = f"modelyard models push {model_name} " + " ".join(
+        f"--worker {name}" for name in lacking[:COPIES_SHOWN]
+    )
+    return_reason = (
+        f"the files of model {model_name} are on none of the workers it may use ({shown}); "
+        f"copy them there: {command}"
+    )
+    raise Unschedulable(return_reason)
+
+
 def decide(
     scheduler: Scheduler,
     deployment: DeploymentView,
@@ -199,6 +243,7 @@ def decide(
     left_out: list[str] = []
     if in_container:
         request, left_out = container_request(scheduler, request, server_worker=server_worker)
+    request = with_model_copies(scheduler, request, deployment.model_name, deployment.model_copies)
     if demand is None:
         return Decision(placement=_place(scheduler, request, left_out))
     placement = _place(scheduler, request, left_out)

@@ -23,11 +23,20 @@ def _where(problems: dict[str, str]) -> str:
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def worker_model_findings(model_path: str, workers: list[str], problems: dict[str, str]) -> list[Finding]:
-    """An error when no GPU worker can read the model, a warning naming the ones that cannot."""
+def worker_model_findings(
+    model_path: str, workers: list[str], problems: dict[str, str], *, model_name: str | None = None
+) -> list[Finding]:
+    """An error when no GPU worker can read the model, a warning naming the ones that cannot;
+    with ``model_name``, the fix is the command that copies it there (``models push``)."""
     lacking = {name: problem for name, problem in problems.items() if name in workers}
     if not workers or not lacking:
         return []
+    names = sorted(lacking)[:NAMES_SHOWN]
+    push = (
+        f"modelyard models push {model_name} " + " ".join(f"--worker {name}" for name in names)
+        if model_name
+        else None
+    )
     details = {"model_path": model_path, "workers": workers, "problems": lacking}
     if len(lacking) == len(workers):
         return [
@@ -36,8 +45,13 @@ def worker_model_findings(model_path: str, workers: list[str], problems: dict[st
                 severity=Severity.ERROR,
                 message=f"the model directory {model_path} is not usable on any GPU worker "
                 f"({_where(lacking)})",
-                fix=f"copy the model to {model_path} on the workers (the same path as on the server), or "
-                "mount a shared file system there",
+                fix=(
+                    f"copy it there: {push} (or put it at {model_path} on the workers yourself, or mount a "
+                    "shared file system there)"
+                    if push
+                    else f"copy the model to {model_path} on the workers (the same path as on the "
+                    "server), or mount a shared file system there"
+                ),
                 details=details,
             )
         ]
@@ -46,9 +60,13 @@ def worker_model_findings(model_path: str, workers: list[str], problems: dict[st
             check_id="model.missing-on-some-workers",
             severity=Severity.WARNING,
             message=f"the model directory {model_path} is not usable on {len(lacking)} of {len(workers)} GPU "
-            f"workers ({_where(lacking)}): a replica placed there fails to start",
-            fix=f"copy the model to {model_path} on those workers, or keep the deployment off them with a "
-            "placement selector (--worker, --worker-label)",
+            f"workers ({_where(lacking)}): replicas are placed only on the workers that have it",
+            fix=(
+                f"copy it there: {push}"
+                if push
+                else f"copy the model to {model_path} on those workers, or keep the deployment off them "
+                "with a placement selector (--worker, --worker-label)"
+            ),
             details=details,
         )
     ]

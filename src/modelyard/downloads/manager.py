@@ -1,4 +1,4 @@
-"""The server's download manager: runs model tasks (pull, import, export) in the background.
+"""The server's download manager: runs model tasks (pull, import, export, push) in the background.
 
 The API stores a task as ``queued`` and pokes the manager. The manager, in the server's event
 loop, claims queued tasks (at most ``parallel_tasks`` at once) and runs each on its own daemon
@@ -25,12 +25,14 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from modelyard.downloads.options import DownloadOptions
 from modelyard.downloads.progress import TaskProgress
+from modelyard.downloads.push_runner import ModelPusher
 from modelyard.downloads.records import (
     cancel_requests,
     claim_queued,
@@ -59,8 +61,19 @@ class _Running:
 class DownloadManager:
     """Implements ``DownloadsHandle`` (``server/context.py``) for the API."""
 
-    def __init__(self, database: Database, models_dir: Path, options: DownloadOptions) -> None:
+    def __init__(
+        self,
+        database: Database,
+        models_dir: Path,
+        options: DownloadOptions,
+        *,
+        pusher: ModelPusher | None = None,
+        on_push_done: Callable[[], None] | None = None,
+    ) -> None:
         self.database = database
+        # How a push reaches the workers (``serve --cluster``), and who hears that one ended.
+        self._pusher = pusher
+        self._on_push_done = on_push_done
         self.options = options
         self.models_dir = options.models_directory(models_dir)
         self._running: dict[int, _Running] = {}
@@ -181,8 +194,12 @@ class DownloadManager:
 
         def work() -> None:
             try:
-                run_task(self.database, self.options, task_id, run, running.progress, running.stop)
+                run_task(
+                    self.database, self.options, task_id, run, running.progress, running.stop, self._pusher
+                )
             finally:
+                if task.kind == "push" and self._on_push_done is not None:
+                    self._on_push_done()
                 loop.call_soon_threadsafe(finished)
 
         threading.Thread(target=work, name=f"modelyard-task-{task_id}", daemon=True).start()

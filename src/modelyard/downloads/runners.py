@@ -1,4 +1,5 @@
-"""What a task does, in its worker thread: pull from a hub, import a bundle, export a bundle.
+"""What a task does, in its worker thread: pull from a hub, import a bundle, export a bundle, push
+to a worker (``push_runner.py``).
 
 Each runner reads its task, checks the disk before the first byte, does the work through the hub
 library (``modelyard.hub``) reporting to the task's ``TaskProgress``, and records the outcome:
@@ -21,6 +22,7 @@ from sqlalchemy import select
 
 from modelyard.downloads.options import DownloadOptions
 from modelyard.downloads.progress import VERIFIED, TaskProgress
+from modelyard.downloads.push_runner import ModelPusher, run_push
 from modelyard.downloads.records import TaskData, finish_task, load_task, set_reason
 from modelyard.errors import ModelyardError
 from modelyard.hub.bundle import export_bundle, import_bundle, read_bundle_manifest
@@ -203,8 +205,10 @@ def run_task(
     run: int,
     progress: TaskProgress,
     stop: StopSignal,
+    pusher: ModelPusher | None = None,
 ) -> None:
-    """Run one task to its end and record it (as run number ``run``); never raises for what it met."""
+    """Run one task to its end and record it (as run number ``run``); never raises for what it met.
+    ``pusher``: how a push reaches the cluster's workers (None without a cluster)."""
     task = load_task(database, task_id)
     if task is None:
         return
@@ -214,7 +218,10 @@ def run_task(
         finish_task(database, task_id, state, reason, files, done, run=run)
 
     try:
-        summary = _RUNNERS[task.kind](database, options, task, progress, stop)
+        if task.kind == "push":
+            summary = run_push(database, task, progress, stop, pusher)
+        else:
+            summary = _RUNNERS[task.kind](database, options, task, progress, stop)
     except TransferStopped as stopped:
         if stopped.reason == SHUTDOWN:
             finish("queued", "interrupted by a server shutdown; it resumes at the next start")

@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -29,6 +30,10 @@ from modelyard.server.errors import install_error_handlers
 from modelyard.server.gateway.startup import start_gateway
 from modelyard.server.metrics.route import metrics_router
 from modelyard.server.openapi_docs import install_openapi
+
+if TYPE_CHECKING:
+    from modelyard.cluster.model_survey import WorkerModelSurvey
+    from modelyard.downloads.push_runner import ModelPusher
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +51,19 @@ async def _cancel_background_tasks(context: ServerContext) -> None:
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     context.background_tasks.clear()
+
+
+async def _start_model_survey(context: ServerContext) -> tuple[WorkerModelSurvey | None, ModelPusher | None]:
+    """On a cluster: the survey of models on the workers, and the pusher that copies them there."""
+    if context.cluster is None:
+        return None, None
+    from modelyard.cluster.model_push import RayModelPusher
+    from modelyard.cluster.model_survey import WorkerModelSurvey
+
+    survey = WorkerModelSurvey(context.database, context.cluster)
+    await survey.start()
+    context.model_survey = survey
+    return survey, RayModelPusher(context.cluster)
 
 
 def create_app(
@@ -73,7 +91,14 @@ def create_app(
         # The engines start while the gateway workers import (seconds on a loaded host).
         await controller.start()
         context.controller = controller
-        downloads = DownloadManager(context.database, context.settings.models_dir, downloads_options)
+        survey, pusher = await _start_model_survey(context)
+        downloads = DownloadManager(
+            context.database,
+            context.settings.models_dir,
+            downloads_options,
+            pusher=pusher,
+            on_push_done=survey.poke if survey is not None else None,
+        )
         await downloads.start()
         context.downloads = downloads
         await gateway.serving()
@@ -83,6 +108,8 @@ def create_app(
             yield
         finally:
             await downloads.shutdown()
+            if survey is not None:
+                await survey.shutdown()
             await _cancel_background_tasks(context)
             await controller.shutdown(stop_engines=True)
             await gateway.close()

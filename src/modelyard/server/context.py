@@ -61,6 +61,20 @@ class ClusterHandle(Protocol):
         """The ready GPU workers, and what is wrong with ``model_path`` on each that cannot serve
         it (a Ray task on each; blocking: call it in a thread)."""
 
+    def node_id_of(self, worker: str) -> str | None:
+        """The Ray node id of the ready worker named ``worker`` (None: none is ready by that name)."""
+
+    def run_on(self, worker: str, function: Any, *arguments: Any) -> Any:
+        """``function(*arguments)`` as a Ray task on ``worker``, blocking; ``LookupError`` when
+        it is not ready, ``TimeoutError`` when it does not answer."""
+
+
+class ModelSurveyHandle(Protocol):
+    """What the API needs of the survey of models on workers (``cluster/model_survey.py``)."""
+
+    def poke(self) -> None:
+        """Look at every worker's models again now."""
+
 
 class DownloadsHandle(Protocol):
     """What the API needs of the download manager (``modelyard.downloads.DownloadManager``)."""
@@ -172,6 +186,8 @@ class ServerContext:
     runtimes: RuntimeSet = field(default_factory=RuntimeSet)
     # The Ray cluster engines run on (``serve --cluster``); None: this host only.
     cluster: ClusterHandle | None = None
+    # Which worker has which model (``serve --cluster`` only).
+    model_survey: ModelSurveyHandle | None = None
     # Wrong admin credentials and wrong API keys per client address (server/throttle.py).
     login_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="login"))
     key_throttle: FailureThrottle = field(default_factory=lambda: FailureThrottle(what="API key"))

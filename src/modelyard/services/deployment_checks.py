@@ -155,6 +155,9 @@ def run_preflight(
         gpu_count=gpus_per_replica,
         start_observations=start_observations,
     )
+    if model.on_server is False:
+        # Only the workers have the files: the directory is checked there (below), not here.
+        findings = [finding for finding in findings if not finding.check_id.startswith("model.")]
     findings += _host_findings(
         model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
     )
@@ -162,7 +165,7 @@ def run_preflight(
         from modelyard.doctor.worker_model import worker_model_findings
 
         workers, problems = worker_model_check(model.path)
-        findings += worker_model_findings(model.path, workers, problems)
+        findings += worker_model_findings(model.path, workers, problems, model_name=model.name)
     findings += unverified_model_findings(model)
     errors = [finding for finding in findings if finding.severity is Severity.ERROR]
     if errors:

@@ -157,7 +157,7 @@ def _usable_model(session: Session, name: str) -> ModelFile:
             if model.state == "incomplete"
             else "fix the directory, then remove and add the model again",
         )
-    if not Path(model.path).is_dir():
+    if model.on_server is not False and not Path(model.path).is_dir():
         raise InvalidModelDirectory(
             f"model {name!r}: its directory {model.path} no longer exists",
             hint="restore the files, or remove the model (modelyard models rm) and add it again",
@@ -297,6 +297,13 @@ def check_deployment(
         if spec.family in KNOB_FLAGS
         else []
     )
+    if placement.get("gpu_memory") and model.on_server is False:
+        raise InvalidInput(
+            f"--gpu-memory {placement['gpu_memory']} needs the estimate, which reads the model's config "
+            f"and weight headers on the server's host, and model {model.name!r} has its files on the "
+            "workers only",
+            hint="give whole GPUs (leave --gpu-memory out), or register a copy on the server's host",
+        )
     replica = _replica_gpus(
         workers if workers is not None else [local_worker(inventory, LOCAL_WORKER)],
         placement,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
@@ -19,7 +19,7 @@ from modelyard.hub.manifest import FileProblem, Manifest, check_files
 from modelyard.hub.verification import UNVERIFIED
 from modelyard.modeldir import ModelDirectoryReport, inspect_model_directory
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import Deployment, ModelFile, ModelTask
+from modelyard.store.tables import Deployment, ModelFile, ModelTask, WorkerModel
 
 # Models a deployment may use: ``unverified`` ones (a file the hub gave no hash for) with a warning.
 DEPLOYABLE_MODEL_STATES = ("valid", UNVERIFIED)
@@ -50,6 +50,8 @@ def model_to_json(record: ModelFile, deployments: list[str] | None = None) -> di
         # How the files were checked against their hub (pulled and imported models), else None.
         "verification": (record.details or {}).get("verification"),
         "details": record.details,
+        # False: the files are only on the cluster's workers (``workers`` says which).
+        "on_server": record.on_server is not False,
         "created_at": record.created_at.isoformat(),
     }
     if deployments is not None:
@@ -189,10 +191,24 @@ def remove_model(session: Session, name: str) -> None:
             f"model {name!r} is being {'downloaded' if task.kind == 'pull' else 'imported'} (task {task.id})",
             hint=f"cancel it first: modelyard tasks cancel {task.id}",
         )
+    pushing = session.scalar(
+        select(ModelTask.id).where(
+            ModelTask.kind == "push",
+            ModelTask.model_name == record.name,
+            ModelTask.state.in_(("queued", "running")),
+        )
+    )
+    if pushing is not None:
+        raise Conflict(
+            f"model {name!r} is being pushed to a worker (task {pushing})",
+            hint=f"wait for it (modelyard tasks wait {pushing}), or cancel it (modelyard tasks cancel "
+            f"{pushing})",
+        )
     if using:
         raise Conflict(
             f"model {name!r} is used by deployment{'s' if len(using) > 1 else ''} {', '.join(using)}",
             hint="remove those deployments first (modelyard rm NAME)",
         )
+    session.execute(delete(WorkerModel).where(WorkerModel.model_file_id == record.id))
     session.delete(record)
     session.commit()

@@ -244,6 +244,11 @@ def create_export_task(session: Session, name: str, archive: str, options: Downl
             "(an unverified one stays unverified where its bundle is imported)",
             hint="see `modelyard models show " + name + "`",
         )
+    if not model.on_server:
+        raise Conflict(
+            f"model {name!r} has its files on the workers only; an export reads them on the server's host",
+            hint="copy the directory to the server's host and register it there (modelyard models add PATH)",
+        )
     archive_path = _absolute(archive, "archive")
     if archive_path.exists():
         raise InvalidInput(f"{archive_path} already exists", hint="remove it or choose another file name")

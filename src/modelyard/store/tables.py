@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -129,8 +130,36 @@ class ModelFile(Base):
     parameter_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # False: the files are only on the cluster's workers (``models add --worker``, ``models push
+    # --bundle``); ``path`` is where they are there, and the server's host has no copy.
+    on_server: Mapped[bool] = mapped_column(default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
+
+
+class WorkerModel(Base):
+    """One model's files on one worker of a cluster, as the server last found them
+    (``cluster/model_survey.py``) or as a push left them (``cluster/model_push.py``).
+
+    ``state``: ``verified`` (every file's SHA-256 matched the model's manifest when ``verified_at``
+    says, and every file still has its size), ``present`` (servable there, hashes not checked),
+    ``missing``, ``incomplete`` (files missing or of another size; ``details["problems"]``),
+    ``damaged`` (a SHA-256 did not match), ``invalid`` (not a servable model directory there),
+    ``copying`` (a push to it runs). Rows are kept when the worker leaves (the API says ``lost``).
+    """
+
+    __tablename__ = "worker_models"
+    __table_args__ = (UniqueConstraint("model_file_id", "worker", name="uq_worker_models_model_worker"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_file_id: Mapped[int] = mapped_column(ForeignKey("model_files.id", ondelete="CASCADE"), index=True)
+    # The worker's name (``modelyard.io/worker``, as ``modelyard workers`` shows it).
+    worker: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    verified_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    checked_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
 
 
 class ModelTask(Base):

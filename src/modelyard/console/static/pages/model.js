@@ -1,5 +1,5 @@
 // One model file: every field the API gives (architecture, dtype, parameters, size, files...), delete.
-import { api, errorBox, facts, formatBytes, formatCount, h, main, pathName, replace } from "../console.js";
+import { api, badge, errorBox, facts, formatBytes, formatCount, h, main, pathName, replace, table } from "../console.js";
 
 const name = main().dataset.name;
 
@@ -10,9 +10,35 @@ async function load() {
   const shown = { ...model, verification, size_bytes: formatBytes(model.size_bytes), parameter_count: formatCount(model.parameter_count) };
   const details = shown.details ?? {};
   delete shown.details;
+  const workers = shown.workers ?? [];
+  delete shown.workers;
+  // On a cluster: the model's copy on each worker, and the command that copies it where it lacks.
+  const lacking = workers.filter((copy) => !["verified", "present"].includes(copy.state)).map((copy) => copy.worker);
+  const onWorkers = workers.length
+    ? h(
+        "section",
+        { class: "card", "aria-labelledby": "workers-heading" },
+        h("h2", { id: "workers-heading" }, "On the workers"),
+        table(
+          [
+            ["worker", (c) => c.worker + (c.worker_state === "lost" ? " (lost)" : "")],
+            ["state", (c) => badge(c.state)],
+            ["verified at", (c) => c.verified_at ?? "–"],
+            ["checked at", (c) => c.checked_at ?? "–"],
+            ["reason", (c) => c.reason || "–"],
+          ],
+          workers,
+          { caption: "The model's files on each worker" },
+        ),
+        lacking.length && model.on_server !== false
+          ? h("p", {}, "Copy it there: ", h("code", {}, `modelyard models push ${name} ${lacking.map((w) => `--worker ${w}`).join(" ")}`))
+          : null,
+      )
+    : null;
   replace(
     document.getElementById("model"),
     h("section", { class: "card" }, h("h2", {}, "Facts"), facts(shown, { labels: { size_bytes: "size", parameter_count: "parameters" } })),
+    onWorkers,
     Object.keys(details).length ? h("section", { class: "card" }, h("h2", {}, "Details"), facts(details)) : null,
   );
   const remove = h("button", { type: "button", class: "danger", id: "delete-model" }, "Delete");

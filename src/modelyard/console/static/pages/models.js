@@ -6,8 +6,23 @@ import { ModelPulls } from "./model_pulls.js";
 const form = document.getElementById("add-model");
 const result = document.getElementById("add-result");
 
+// A model's copy on each worker of a cluster ("node-b verified", "node-c missing (worker lost)").
+function copies(model) {
+  const rows = model.workers ?? [];
+  if (!rows.length) return "–";
+  return h(
+    "ul",
+    { class: "plain" },
+    rows.map((copy) =>
+      h("li", { title: copy.reason || copy.state }, `${copy.worker} `, badge(copy.state),
+        copy.worker_state === "lost" ? " (worker lost)" : ""),
+    ),
+  );
+}
+
 async function refresh() {
   const models = await api("/models");
+  const onWorkers = models.some((m) => (m.workers ?? []).length);
   replace(
     document.getElementById("models"),
     table(
@@ -19,7 +34,8 @@ async function refresh() {
         ["parameters", (m) => formatCount(m.parameter_count)],
         ["size", (m) => formatBytes(m.size_bytes)],
         ["deployments", (m) => String(m.deployment_count ?? 0)],
-        ["path", (m) => h("code", {}, m.path)],
+        ["path", (m) => h("code", {}, m.on_server === false ? `${m.path} (workers only)` : m.path)],
+        ...(onWorkers ? [["workers", copies]] : []),
       ],
       models,
       { empty: "No model files yet: add a directory above." },

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011_start_observations"
-down_revision = "0008_verification"
+down_revision = "0010_worker_models"
 branch_labels = None
 depends_on = None
 
