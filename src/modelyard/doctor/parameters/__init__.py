@@ -27,6 +27,7 @@ from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
 from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
 from modelyard.doctor.parameters.flags_any_release import check_flags_any_release
+from modelyard.doctor.parameters.kv_cache_dtype import check_kv_cache_dtype
 from modelyard.doctor.parameters.launcher import check_launcher_options
 from modelyard.doctor.parameters.layout import check_layout
 from modelyard.doctor.parameters.machine import check_machine
@@ -66,6 +67,7 @@ CHECKS: tuple[Check, ...] = (
     check_layout,
     check_nodes,
     check_model_config,
+    check_kv_cache_dtype,
     check_scheduler_limits,
     check_proxy,
     check_hub_ids,
