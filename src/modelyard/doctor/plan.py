@@ -52,6 +52,9 @@ class DeploymentPlan:
     host: HostFacts | None = None
     deployment_name: str | None = None
     model_argument: str | None = None
+    # True where ``backend_parameters`` is another launcher's command list, each item one argument
+    # to the engine (Compose, Kubernetes, GPUStack), not modelyard's lines split by shell rules.
+    items_are_arguments: bool = False
 
 
 def _gpu_infos(gpus: list[GpuSpec]) -> list[GpuInfo]:
@@ -83,6 +86,7 @@ def plan_context(plan: DeploymentPlan) -> ParameterContext:
         gpu_count=plan.gpu_count if plan.gpu_count is not None else (len(plan.gpus) if plan.gpus else None),
         host=plan.host,
         model_argument=plan.model_argument,
+        items_are_arguments=plan.items_are_arguments,
     )
 
 
