@@ -29,6 +29,12 @@ WORKED = [
         "plain JSON",
     ),
     (
+        "launch_server.py: error: argument --json-model-override-args: invalid loads value: "
+        "\"{'rope_scaling': {'rope_type': 'yarn'}}\"",
+        "log.launcher-mangled-json",
+        "plain JSON",
+    ),
+    (
         "  Value error, rope_scaling should have a 'rope_type' key [type=value_error, input_value=ArgsKwargs",
         "log.launcher-mangled-json",
         "--hf-overrides",
@@ -65,6 +71,7 @@ NEAR_MISSES = [
     "INFO [parallel_state.py] world_size=16 rank=3 backend=gloo connected",
     "INFO 08-27 [custom_all_reduce.py:41] Custom allreduce is disabled because it's not supported",
     "vllm serve: error: argument --max-model-len: invalid int value: 'abc'",
+    "RuntimeError: CUDA error: invalid argument: CUDA kernel errors might be asynchronously reported",
     "INFO Using KV cache dtype fp8_e5m2 with the Triton backend",
     "INFO Using supplied chat template: /templates/qwen.jinja",
     "INFO 02-26 executor_base.py:111] # cuda blocks: 4681, # CPU blocks: 4681",

@@ -2,10 +2,12 @@
 JSON values a launcher mangled on the way.
 
 llama.cpp's ``common/arg.cpp`` looks every argument up whole (``error: invalid argument: X`` and
-exits); llama-box prints ``Unknown argument: X`` and goes on with its defaults. vLLM's parser turns
-a JSON flag's value with ``json.loads`` and argparse reports ``argument --X: Value V cannot be
-converted to <function loads ...>``; a setting handed over as a string where vLLM expects a
-mapping reaches its config check as ``rope_scaling should have a 'rope_type' key``.
+exits); llama-box prints ``Unknown argument: X`` and goes on with its defaults. vLLM reads a JSON
+flag's value through ``parse_type(json.loads)`` (``vllm/engine/arg_utils.py``), which reports
+``argument --X: Value V cannot be converted to <function loads ...>``; releases and engines that
+give argparse ``json.loads`` itself get argparse's ``argument --X: invalid loads value: 'V'``. A
+setting handed over as a string where vLLM expects a mapping reaches its config check as
+``rope_scaling should have a 'rope_type' key``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _explain_llama_cpp_argument(match: re.Match[str], context: LogContext) -> tu
 
 def _explain_json_not_converted(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     flag = match["flag"]
-    value = match["value"].strip()
+    value = (match["value"] or match["quoted"] or "").strip()
     escaped = "\\" in value
     cause = (
         'the value reached it with its quotes and commas escaped (\\" and \\,): something between the '
@@ -66,7 +68,8 @@ SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.unrecognized-arguments",
         Severity.ERROR,
-        re.compile(r"error: invalid argument: (?P<argument>[^\n]+)"),
+        # At the start of a line: CUDA's "CUDA error: invalid argument" is another failure.
+        re.compile(r"^error: invalid argument: (?P<argument>[^\n]+)", re.MULTILINE),
         _explain_llama_cpp_argument,
         "llama.cpp common/arg.cpp (common_params_parse_ex)",
     ),
@@ -82,11 +85,12 @@ SIGNATURES: tuple[LogSignature, ...] = (
         "log.launcher-mangled-json",
         Severity.ERROR,
         re.compile(
-            r"error: argument (?P<flag>--[\w-]+): Value (?P<value>[^\n]*?) cannot be converted to "
-            r"<function loads"
+            r"error: argument (?P<flag>--[\w-]+): (?:Value (?P<value>[^\n]*?) cannot be converted to "
+            r"<function loads|invalid loads value: (?P<quoted>[^\n]*))"
         ),
         _explain_json_not_converted,
-        "argparse (_get_value: 'cannot be converted to'), vllm/engine/arg_utils.py (json.loads types)",
+        "vllm/engine/arg_utils.py (parse_type: 'cannot be converted to'); argparse (_get_value: "
+        "'invalid %(type)s value')",
     ),
     LogSignature(
         "log.launcher-mangled-json",
