@@ -11,7 +11,8 @@ Case fields: ``source_url``, ``summary``, ``category``, ``engine``, ``engine_ver
 the report does not say), ``backend_parameters``, ``env``, ``gpus`` (``2xRTX3090``) and/or
 ``gpu_count``, ``gpu_free_gib``, ``host`` (``in_container``, ``shm_bytes``, ``driver_version``,
 ``ports_in_use``), ``model_argument``, ``config`` or ``config_file``, ``log`` or ``log_file``,
-``stalled``, ``expected``; ``log_is_outcome: true`` when the outcome is the engine's own words.
+``stalled``, ``expected``, ``items_are_arguments`` (the launcher hands each list item to the engine
+as one argument: a Compose command list); ``log_is_outcome: true`` when the outcome is the engine's own words.
 Reports added from 2025 on also give ``reported`` (the date of the post the case is read from),
 ``engine_did`` (``exited``, ``hung``, ``served wrong``: what the engine did), and ``log_verbatim``
 (the ``log`` is the report's own startup-log lines, copied, not retold). A fit case no check
@@ -86,6 +87,8 @@ class FailureCase:
     seen_before_split: bool = False
     # A case of the fit part that no check catches yet: what is missing (the test expects it to fail).
     known_miss: str | None = None
+    # The report's launcher passes each item of ``backend_parameters`` to the engine as one argument.
+    items_are_arguments: bool = False
 
     @property
     def name(self) -> str:
@@ -200,6 +203,7 @@ def load_case(path: Path) -> FailureCase:
         log_verbatim=bool(data.get("log_verbatim", False)),
         seen_before_split=bool(data.get("seen_before_split", False)),
         known_miss=str(data["known_miss"]) if data.get("known_miss") else None,
+        items_are_arguments=bool(data.get("items_are_arguments", False)),
     )
 
 
@@ -218,6 +222,7 @@ def evaluate_case(case: FailureCase) -> CaseVerdict:
         gpu_count=case.gpu_count if case.gpu_count is not None else (len(case.gpus) or None),
         host=case.host,
         model_argument=case.model_argument,
+        items_are_arguments=case.items_are_arguments,
     )
     before = check_plan(plan)
     arguments = parse_backend_parameters(case.backend_parameters).argv

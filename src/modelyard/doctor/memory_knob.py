@@ -3,7 +3,9 @@
 Some starts fail whatever the model: vLLM asks for ``total x --gpu-memory-utilization`` and
 refuses when less is free; versions whose utilization counts other processes' memory too have
 nothing left when another engine holds it; a utilization that leaves too little outside the
-budget runs out of memory while capturing CUDA graphs. The rules per version are
+budget runs out of memory while capturing CUDA graphs (an error where the share is raised above
+vLLM's default; at the default or below, a warning: the graphs' size follows the model, and what
+fits a small GPU captures small graphs). The rules per version are
 ``modelyard.estimate.budgets``. Ids (docs/doctor/memory.md): ``memory.free-memory-too-low``,
 ``memory.fraction-leaves-no-headroom``, ``memory.invalid-fraction``.
 
@@ -15,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.doctor.findings import Finding, Severity
@@ -82,7 +85,28 @@ def knob_findings(
     findings.extend(_free(version, env, gpu, utilization, requested, shown))
     if not findings:
         findings.extend(_headroom(version, env, parsed, gpu, utilization, shown))
+        if utilization <= vllm_default_utilization(version):
+            findings = [_at_the_default(finding) for finding in findings]
     return findings
+
+
+def _at_the_default(finding: Finding) -> Finding:
+    """At vLLM's own default share (or below it) the start survives on any GPU a model fits: the
+    graphs' size follows the model (vLLM logs 0.1-0.5 GiB for models of a few billion parameters,
+    "1~3 GiB" for large ones), and the models that fit a small GPU capture small graphs. Only a
+    share raised above the default takes the room the graphs need: the error stays for those."""
+    if finding.check_id != "memory.fraction-leaves-no-headroom":
+        return finding
+    return replace(
+        finding,
+        severity=Severity.WARNING,
+        message=finding.message.replace(
+            ": the start runs out of memory (torch.OutOfMemoryError during CUDA graph capture)",
+            "; this is vLLM's own default share, which starts where the model's graphs are small (a few "
+            "hundred MiB for models that fit this GPU), and runs out of memory in CUDA graph capture "
+            "where they are larger",
+        ),
+    )
 
 
 def _free(

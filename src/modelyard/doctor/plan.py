@@ -57,6 +57,9 @@ class DeploymentPlan:
     model_argument: str | None = None
     # This installation's starts of the engine version: the estimate is corrected by them.
     start_observations: tuple[StartObservation, ...] = ()
+    # True where ``backend_parameters`` is another launcher's command list, each item one argument
+    # to the engine (Compose, Kubernetes, GPUStack), not modelyard's lines split by shell rules.
+    items_are_arguments: bool = False
 
 
 def _gpu_infos(gpus: list[GpuSpec]) -> list[GpuInfo]:
@@ -88,6 +91,7 @@ def plan_context(plan: DeploymentPlan) -> ParameterContext:
         gpu_count=plan.gpu_count if plan.gpu_count is not None else (len(plan.gpus) if plan.gpus else None),
         host=plan.host,
         model_argument=plan.model_argument,
+        items_are_arguments=plan.items_are_arguments,
     )
 
 

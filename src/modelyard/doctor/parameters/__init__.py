@@ -27,6 +27,8 @@ from modelyard.doctor.parameters.context import ParameterContext
 from modelyard.doctor.parameters.environment import check_env_read, check_env_syntax
 from modelyard.doctor.parameters.flags import check_auto_tool_choice, check_flags
 from modelyard.doctor.parameters.flags_any_release import check_flags_any_release
+from modelyard.doctor.parameters.joined_arguments import check_joined_arguments
+from modelyard.doctor.parameters.kv_cache_dtype import check_kv_cache_dtype
 from modelyard.doctor.parameters.launcher import check_launcher_options
 from modelyard.doctor.parameters.layout import check_layout
 from modelyard.doctor.parameters.machine import check_machine
@@ -61,11 +63,13 @@ CHECKS: tuple[Check, ...] = (
     check_env_read,
     check_flags,
     check_flags_any_release,
+    check_joined_arguments,
     check_launcher_options,
     check_auto_tool_choice,
     check_layout,
     check_nodes,
     check_model_config,
+    check_kv_cache_dtype,
     check_scheduler_limits,
     check_proxy,
     check_hub_ids,

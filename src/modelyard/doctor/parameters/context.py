@@ -61,6 +61,9 @@ class ParameterContext:
     host: HostFacts | None = None
     # What the engine gets as the model: a local path (modelyard's case), or a hub id.
     model_argument: str | None = None
+    # Each item of a list reaches the engine as one argument (another launcher's command list),
+    # where modelyard splits each line by shell rules.
+    items_are_arguments: bool = False
 
     @classmethod
     def build(
@@ -76,6 +79,7 @@ class ParameterContext:
         gpu_count: int | None = None,
         host: HostFacts | None = None,
         model_argument: str | None = None,
+        items_are_arguments: bool = False,
     ) -> ParameterContext:
         table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
         history = load_engine_history(engine) if table is not None else None
@@ -93,6 +97,7 @@ class ParameterContext:
             parsed=parse_backend_parameters(backend_parameters, table),
             host=host,
             model_argument=model_argument,
+            items_are_arguments=items_are_arguments,
         )
 
     @property

@@ -163,14 +163,28 @@ def check_visible_devices(context: ParameterContext) -> list[Finding]:
             f"CUDA_VISIBLE_DEVICES={value} shows the engine {len(visible)} GPU(s) but the layout needs "
             f"{needed}; the ranks past the visible ones find no device"
         )
-    elif len(visible) > needed:
+    elif len(visible) > max(needed, len(context.gpus or ())):
         problem = (
             f"CUDA_VISIBLE_DEVICES={value} shows the engine {len(visible)} GPUs and the layout uses the "
             f"first {needed} ({','.join(visible[:needed])}): replicas given the same list share those GPUs "
             "and run out of memory"
         )
     else:
-        problem = f"the deployment env sets CUDA_VISIBLE_DEVICES={value}, which modelyard assigns itself"
+        # No more GPUs listed than the replica has: the engine starts on the first ones it needs
+        # (torch numbers the listed GPUs from 0); only modelyard's own launch
+        # (backends/render.py) refuses the variable, with its own message.
+        return [
+            Finding(
+                "param.visible-devices-mismatch",
+                Severity.WARNING,
+                f"the env sets CUDA_VISIBLE_DEVICES={value}: the engine starts on the first {needed} of "
+                "these GPUs, but a modelyard deployment refuses the variable, since it assigns each "
+                "replica's GPUs itself",
+                fix="for a modelyard deployment remove CUDA_VISIBLE_DEVICES from the env and choose the GPUs "
+                "with the deployment's GPU ids or GPUs per replica",
+                details={"visible": visible, "needed_gpus": needed},
+            )
+        ]
     return [
         Finding(
             "param.visible-devices-mismatch",

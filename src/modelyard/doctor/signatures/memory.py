@@ -48,6 +48,18 @@ def _explain_vllm_no_cache_blocks(match: re.Match[str], context: LogContext) -> 
     return message, fix
 
 
+def _explain_vllm_negative_kv_budget(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    budget = match.groupdict().get("budget")
+    left = f" ({budget} GiB)" if budget else " (0 GPU blocks)"
+    message = (
+        f"vLLM's memory profile left nothing for the KV cache{left}: the weights and the profile run's "
+        "activations take the whole --gpu-memory-utilization budget, and the start fails with "
+        '"No available memory for the cache blocks"'
+    )
+    _, fix = _explain_vllm_no_cache_blocks(match, context)
+    return message, fix
+
+
 def _explain_vllm_max_len_too_large(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     groups = match.groupdict()
     max_len = groups.get("max_len") or groups.get("old_max_len")
@@ -153,6 +165,20 @@ REFUSALS: tuple[LogSignature, ...] = (
         re.compile(r"No available memory for the cache blocks"),
         _explain_vllm_no_cache_blocks,
         "vllm/v1/core/kv_cache_utils.py (_check_enough_kv_cache_memory); vllm/worker/worker.py (V0)",
+    ),
+    # vLLM V0's profile line and block count, printed just before it raises the refusal above (an
+    # excerpt often stops there).
+    LogSignature(
+        "log.kv-cache-no-memory",
+        Severity.ERROR,
+        re.compile(
+            r"the rest of the memory reserved for KV Cache is (?P<budget>-[\d.]+) ?GiB"
+            r"|# (?:cuda|GPU) blocks: 0,"
+        ),
+        _explain_vllm_negative_kv_budget,
+        "vllm/worker/worker.py (determine_num_available_blocks); vllm/worker/worker_base.py "
+        "(raise_if_cache_size_invalid)",
+        when=lambda match, text: "No available memory for the cache blocks" not in text,
     ),
     LogSignature(
         "log.max-model-len-exceeds-kv-cache",

@@ -90,6 +90,15 @@ def _explain_disk_full(match: re.Match[str], context: LogContext) -> tuple[str, 
     )
 
 
+def _explain_chat_template(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        "the model's tokenizer has no chat template, so every request on the chat route "
+        "(/v1/chat/completions) is refused; a base model is usually meant for /v1/completions",
+        "serve an instruction-tuned variant of the model, or give one with --chat-template (a .jinja "
+        "file or the template text), or send these requests to /v1/completions",
+    )
+
+
 SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.context-beyond-model",
@@ -159,6 +168,16 @@ SIGNATURES: tuple[LogSignature, ...] = (
         _explain_model_not_found,
         "transformers/utils/hub.py (cached_files); vllm/transformers_utils/config.py",
         when=lambda match, text: "gated" not in text.lower() and "401 client error" not in text.lower(),
+    ),
+    LogSignature(
+        "log.chat-template-missing",
+        Severity.ERROR,
+        re.compile(
+            r"default chat template is no longer allowed, so you must provide a chat template if the "
+            r"tokenizer does not define one"
+        ),
+        _explain_chat_template,
+        "vllm/entrypoints/chat_utils.py (apply_hf_chat_template: resolve_hf_chat_template found none)",
     ),
     LogSignature(
         "log.disk-full",
