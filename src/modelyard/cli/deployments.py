@@ -230,7 +230,7 @@ def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
                 [
                     *(first if position == 0 else ["", "", ""]),
                     instance["id"],
-                    instance["state"],
+                    instance.get("stage") or instance["state"],
                     instance["port"],
                     ",".join(str(gpu) for gpu in instance["gpu_ids"]) or "cpu",
                     instance["pid"],
@@ -287,6 +287,50 @@ def _print_engines(deployment: dict[str, Any]) -> None:
             ["INSTANCE", "RUNTIME", "ENGINE", "WORKER", "ADDRESS", "MOUNTS (HOST -> ENGINE)"],
             rows,
             title="engines",
+        )
+
+
+def _bytes_text(size_bytes: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
+
+
+def _print_image_pulls(deployment: dict[str, Any]) -> None:
+    """The image pull of each instance's current start: what came down, or how far it is."""
+    rows = []
+    for instance in deployment["instances"]:
+        pull = instance.get("image_pull") or {}
+        if not pull:
+            continue
+        downloaded = _bytes_text(int(pull.get("downloaded_bytes") or 0))
+        total = pull.get("total_bytes")
+        rows.append(
+            [
+                instance["id"],
+                pull.get("image", ""),
+                pull.get("state", ""),
+                f"{pull.get('layers_done', pull.get('layers_total', 0))}/{pull.get('layers_total', 0)}",
+                downloaded if total is None else f"{downloaded} of {_bytes_text(int(total))}",
+                f"{pull.get('seconds', pull.get('elapsed_seconds', 0.0)):.1f} s",
+                pull.get("error") or None,
+            ]
+        )
+    if rows:
+        stdout.print()
+        print_table(
+            [
+                Column("INSTANCE"),
+                Column("IMAGE"),
+                Column("PULL"),
+                Column("LAYERS"),
+                Column("BYTES"),
+                Column("TIME"),
+                Column("ERROR", wraps=True),
+            ],
+            rows,
+            title="image pulls",
         )
 
 
@@ -358,6 +402,7 @@ def ps(
     _print_diagnoses(deployments)
     if name:
         _print_engines(deployments[0])
+        _print_image_pulls(deployments[0])
         _print_memory_placement(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:

@@ -111,7 +111,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Tested deployment recipes: flags, parsers, memory knob, the GPUs they fit.",
         _MODELS,
     ),
-    "backends": CommandEntry(("modelyard.cli.backends",), "Inference engines and their versions.", _MODELS),
+    "backends": CommandEntry(
+        ("modelyard.cli.backends", "modelyard.cli.registry_credentials"),
+        "Inference engines and their versions.",
+        _MODELS,
+    ),
     "doctor": CommandEntry(
         ("modelyard.cli.doctor",),
         "Find what would break a deployment before it starts, and explain failures after.",

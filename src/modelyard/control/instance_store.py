@@ -18,7 +18,15 @@ from modelyard.control.states import InstanceState, check_transition
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.process import process_handle
 from modelyard.store.database import Database
-from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, new_uid, utc_now
+from modelyard.store.tables import (
+    CustomBackend,
+    Deployment,
+    Instance,
+    InstanceEvent,
+    RegistryCredential,
+    new_uid,
+    utc_now,
+)
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,12 @@ class InstanceStore:
     def load_custom_backends(self) -> list[dict[str, Any]]:
         with self._database.session() as session:
             return [dict(row.spec) for row in session.scalars(select(CustomBackend)).all()]
+
+    def registry_credential(self, name: str) -> tuple[str, str, str] | None:
+        """(registry, username, sealed password) of a stored registry credential, or None."""
+        with self._database.session() as session:
+            row = session.scalar(select(RegistryCredential).where(RegistryCredential.name == name))
+            return None if row is None else (row.registry_host, row.username, row.password)
 
     def create_instances(self, deployment_id: int, replica_indices: list[int]) -> None:
         with self._database.session() as session:

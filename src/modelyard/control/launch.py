@@ -23,6 +23,7 @@ from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cores
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
+from modelyard.control.image_pulls import image_ready
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
 from modelyard.control.states import InstanceState
@@ -99,6 +100,8 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         )
         return
     runtime = _runtime_for(context, version)
+    if not image_ready(context, instance, version, runtime):
+        return  # its pull step runs first (the `pulling` stage), then this start goes on
     ranks = decision.placement.ranks
     gpu_ids = list(ranks[0].gpu_ids)
     on_cluster = runtime.kind == "ray"

@@ -1,0 +1,152 @@
+"""The pull before a container starts: the ``pulling`` stage of an instance.
+
+A start of a backend version with an image goes through here first (``launch.start_instance``):
+the image is made ready under the version's pull policy (``runtimes/image_pull.py``) in the
+instance's slow task, so a pull of minutes never holds up the reconcile pass or any other
+deployment. While it pulls, the instance is ``starting`` with ``image_pull.state = "pulling"``
+and its reason and ``image_pull`` say the layers and bytes so far (written at most once a
+second, without an event each time); when it is done, one event says what came down and how
+long it took, and the next pass places and launches the container. A failed pull is this
+instance's ``error`` with the registry's answer and the usual back-off; nothing else waits on it.
+
+The registry credential a version names is read from the store and opened here, for the one
+request that presents it; it is in no argv, log line, event or API answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from modelyard.backends.spec import BackendVersion
+from modelyard.control.context import ControlContext
+from modelyard.control.failures import fail_start
+from modelyard.control.instance_store import InstanceView
+from modelyard.control.states import InstanceState
+from modelyard.errors import ImagePullFailed, ModelyardError
+from modelyard.runtimes.base import Runtime
+from modelyard.runtimes.docker import DockerRuntime
+from modelyard.runtimes.image_pull import (
+    PullProgress,
+    RegistryAuth,
+    credential_server,
+    image_present,
+    prepare_image,
+    registry_matches,
+)
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_SECONDS = 1.0
+
+
+def image_ready(
+    context: ControlContext, instance: InstanceView, version: BackendVersion, runtime: Runtime
+) -> bool:
+    """True when this start may launch now; False when its pull step was started (the instance's
+    task, which pokes the controller when it is done)."""
+    if not version.runs_in_container or not isinstance(runtime, DockerRuntime):
+        return True
+    start_number = instance.start_count + 1
+    if context.images_ready.get(instance.id) == start_number:
+        return True
+    context.tasks.spawn(instance.id, _prepare(context, instance, version, runtime, start_number), "bring-up")
+    return False
+
+
+def _credential(context: ControlContext, version: BackendVersion) -> RegistryAuth | None:
+    """The version's registry credential, opened (in a thread: it reads the store)."""
+    name = version.registry_credential
+    if name is None:
+        return None
+    image = version.image or ""
+    stored = context.store.registry_credential(name)
+    if stored is None:
+        raise ImagePullFailed(
+            f"cannot pull image {image}: the backend version names registry credential {name!r}, "
+            "which is no longer stored",
+            hint=f"add it again: `modelyard backends credentials add {name} --registry "
+            f"{credential_server(image)} --username USER --password-stdin`",
+        )
+    registry, username, sealed_password = stored
+    if not registry_matches(registry, image):
+        raise ImagePullFailed(
+            f"cannot pull image {image}: registry credential {name!r} is for {registry}, not for the "
+            f"image's registry {credential_server(image)}",
+            hint="name a credential for the image's registry in the backend version",
+        )
+    return RegistryAuth(
+        server_address=credential_server(image),
+        username=username,
+        password=context.secrets.reveal(sealed_password),
+        name=name,
+    )
+
+
+class _ProgressWriter:
+    """Writes a pull's progress onto the instance, at most once per interval (no event)."""
+
+    def __init__(self, context: ControlContext, instance_id: int) -> None:
+        self._context = context
+        self._instance_id = instance_id
+        self._last_write = 0.0
+
+    async def __call__(self, progress: PullProgress) -> None:
+        now = time.monotonic()
+        if now - self._last_write < PROGRESS_INTERVAL_SECONDS:
+            return
+        self._last_write = now
+        await asyncio.to_thread(
+            self._context.store.update,
+            self._instance_id,
+            reason=f"pulling image {progress.image}: {progress.describe()}",
+            image_pull={"state": "pulling", **progress.to_json()},
+        )
+
+
+async def _prepare(
+    context: ControlContext,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: DockerRuntime,
+    start_number: int,
+) -> None:
+    image = version.image or ""
+    policy = version.effective_pull_policy
+    pulling: dict[str, Any] = {"state": "pulling", "image": image, "policy": policy}
+    try:
+        auth = await asyncio.to_thread(_credential, context, version)
+        if policy == "always" or (
+            policy == "if-missing" and not await image_present(image, daemon=runtime.daemon)
+        ):
+            await context.transition(
+                instance.id,
+                InstanceState.STARTING,
+                f"pulling image {image} (pull policy {policy})",
+                image_pull=pulling,
+                handle=None,
+                pid=None,
+            )
+        result = await prepare_image(
+            image, policy, daemon=runtime.daemon, auth=auth, on_progress=_ProgressWriter(context, instance.id)
+        )
+    except ModelyardError as error:
+        logger.warning("instance %s: %s", instance.id, error)
+        failed = {"state": "failed", "image": image, "policy": policy, "error": error.message}
+        await fail_start(context, instance, f"cannot launch: {error}", image_pull=failed)
+        return
+    if result is None:
+        await asyncio.to_thread(context.store.update, instance.id, image_pull=None)
+    else:
+        await context.transition(
+            instance.id,
+            InstanceState.STARTING,
+            result.describe(),
+            record_event=True,
+            image_pull={"state": "pulled", "policy": policy, **result.to_json()},
+        )
+        logger.info("instance %s: %s", instance.id, result.describe())
+    context.images_ready[instance.id] = start_number
+    context.poke()
