@@ -27,9 +27,9 @@ import psutil
 import pytest
 
 from modelyard.testing.container_image import host_python_mounts, project_source_folder
+from modelyard.testing.gated_proxy import GatedProxy
 from modelyard.testing.local_registry import REGISTRY_EXECUTABLE, LocalRegistry
 from modelyard.testing.serve_process import ServeProcess, wait_until
-from modelyard.testing.tiny_model import build_tiny_qwen3
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,9 @@ PASSWORD = f"registry-password-{uuid.uuid4().hex}"
 WRONG_PASSWORD = f"wrong-password-{uuid.uuid4().hex}"
 USERNAME = "modelyard-ci"
 CREDENTIAL = "lab"
+# Random bytes: the layer is about as big compressed, and the relay holds it after the first MiB.
+PAYLOAD_BYTES = 4 * 2**20
+HOLD_AFTER_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,9 @@ class Images:
     absent: str  # a repository never pushed
 
 
-def backend_yaml(images: Images) -> str:
-    def version(image: str, extension: str) -> str:
-        return f"""\
+def version_yaml(image: str, extension: str) -> str:
+    """One entry of version_configs: the engine double in ``image``, on this host's Python."""
+    return f"""\
     image_name: {image}
     entrypoint: python3 -m modelyard.bench.reference_server
     run_command: vllm serve {{{{model_path}}}} --host {{{{worker_ip}}}} --port {{{{port}}}}
@@ -62,6 +65,9 @@ def backend_yaml(images: Images) -> str:
     modelyard: {{{extension}}}
 """
 
+
+def backend_yaml(images: Images) -> str:
+    version = version_yaml
     credential = f"registry_credential: {CREDENTIAL}"
     return f"""\
 backend_name: registry-engine
@@ -89,6 +95,8 @@ class RegistryServe:
     key: str
     # Every answer the tests read, searched for the password at the end.
     answers: list[str]
+    # Images pulled into dockerd, removed at the end.
+    images_to_remove: list[str]
 
     def api(self) -> httpx.Client:
         return self.process.api()
@@ -166,7 +174,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory, skeleton_image: str) -> I
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, registry: LocalRegistry) -> Iterator[RegistryServe]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, registry: LocalRegistry, tiny_model_dir: Path
+) -> Iterator[RegistryServe]:
     unique = uuid.uuid4().hex[:12]
     first = registry.push_new_image(f"modelyard-test/engine-{unique}:1")
     images = Images(
@@ -182,11 +192,15 @@ def server(tmp_path_factory: pytest.TempPathFactory, registry: LocalRegistry) ->
     process = ServeProcess(data_dir=root / "data")
     process.start(*arguments)
     process.wait_until_answering()
-    model_dir = build_tiny_qwen3(root / "tiny model")
     with process.api() as client:
-        assert client.post("/api/v1/models", json={"path": str(model_dir), "name": "tiny"}).status_code == 201
+        assert (
+            client.post("/api/v1/models", json={"path": str(tiny_model_dir), "name": "tiny"}).status_code
+            == 201
+        )
         key = client.post("/api/v1/keys", json={"name": "registry-test"}).json()["key"]
-    served = RegistryServe(process, registry, images, key, answers=[])
+    served = RegistryServe(
+        process, registry, images, key, answers=[], images_to_remove=[images.first, images.second]
+    )
     served.store_credential(PASSWORD, replace=False)
     with process.api() as client:
         imported = client.post("/api/v1/backends/import", content=backend_yaml(images))
@@ -195,7 +209,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, registry: LocalRegistry) ->
         yield served
     finally:
         process.stop()
-        for reference in (images.first, images.second):
+        for reference in served.images_to_remove:
             subprocess.run(["docker", "image", "rm", "--force", reference], capture_output=True, check=False)
 
 
@@ -289,9 +303,56 @@ def test_policy_always_pulls_before_every_start(server: RegistryServe) -> None:
     assert all("up to date with the registry" in reason for reason in pulls)
 
 
+def test_ps_shows_the_pulling_stage_with_layers_and_bytes_while_it_pulls(server: RegistryServe) -> None:
+    big = server.registry.push_new_image(
+        f"modelyard-test/big-{uuid.uuid4().hex[:12]}:1", payload_bytes=PAYLOAD_BYTES
+    )
+    with GatedProxy.start("127.0.0.1", server.registry.port, hold_after_bytes=HOLD_AFTER_BYTES) as proxy:
+        through_proxy = big.replace(server.registry.host, f"127.0.0.1:{proxy.port}")
+        server.images_to_remove.append(through_proxy)
+        add = ["backends", "credentials", "add", "lab-proxy", "--registry", f"127.0.0.1:{proxy.port}"]
+        stored = cli(server.process, *add, "--username", USERNAME, "--password-stdin", stdin=PASSWORD)
+        assert stored.returncode == 0, stored.stderr
+        yaml_text = f"""\
+backend_name: gated-engine
+default_version: "1"
+health_check_path: /health
+version_configs:
+  "1":
+{version_yaml(through_proxy, "registry_credential: lab-proxy")}"""
+        with server.api() as client:
+            assert client.post("/api/v1/backends/import", content=yaml_text).status_code == 201
+            body = {"model": "tiny", "name": "gated", "backend": "gated-engine", "skip_verification": True}
+            assert client.post("/api/v1/deployments", json=body).status_code == 201
+
+        def mid_pull() -> bool:
+            pull = server.instance("gated").get("image_pull") or {}
+            return pull.get("state") == "pulling" and int(pull.get("downloaded_bytes") or 0) > 0
+
+        wait_until(mid_pull, RUNNING_SECONDS, "the pull of gated half-way")
+        instance = server.instance("gated")
+        assert instance["stage"] == "pulling" and instance["state"] == "starting"
+        pull = instance["image_pull"]
+        assert pull["layers_total"] == 1 and pull["layers_done"] == 0
+        assert 0 < pull["downloaded_bytes"] < pull["total_bytes"] and pull["total_bytes"] >= PAYLOAD_BYTES
+        assert instance["reason"].startswith(f"pulling image {through_proxy}: 0/1 layers, ")
+        table = cli(server.process, "ps", "gated")
+        assert table.returncode == 0, table.stderr
+        row = next(line for line in table.stdout.splitlines() if line.startswith("gated"))
+        assert "pulling" in row.split()
+        assert "image pulls" in table.stdout
+        server.answers.append(table.stdout)
+        proxy.release()
+        wait_until(
+            lambda: server.instance("gated").get("state") == "running", RUNNING_SECONDS, "gated running"
+        )
+    pull = server.instance("gated")["image_pull"]
+    assert pull["state"] == "pulled" and pull["downloaded_bytes"] >= PAYLOAD_BYTES
+
+
 def test_the_password_is_in_no_file_log_event_answer_or_command_line(server: RegistryServe) -> None:
     secrets = (PASSWORD, WRONG_PASSWORD)
-    for name in ("pulled", "second", "missing", "never", "always"):
+    for name in ("pulled", "second", "missing", "never", "always", "gated"):
         server.reasons(name)
         server.get(f"/deployments/{name}")
         server.answers.append(cli(server.process, "ps", name).stdout)

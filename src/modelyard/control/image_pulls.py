@@ -86,24 +86,46 @@ def _credential(context: ControlContext, version: BackendVersion) -> RegistryAut
 
 
 class _ProgressWriter:
-    """Writes a pull's progress onto the instance, at most once per interval (no event)."""
+    """Writes a pull's progress onto the instance, at most once per interval (no event); the
+    last progress of a burst is written when the interval has passed, even if dockerd then goes
+    quiet (a slow layer), so what ``ps`` shows is never older than one interval."""
 
     def __init__(self, context: ControlContext, instance_id: int) -> None:
         self._context = context
         self._instance_id = instance_id
         self._last_write = 0.0
+        self._latest: dict[str, Any] | None = None
+        self._flush: asyncio.Task[None] | None = None
 
     async def __call__(self, progress: PullProgress) -> None:
-        now = time.monotonic()
-        if now - self._last_write < PROGRESS_INTERVAL_SECONDS:
+        self._latest = {
+            "reason": f"pulling image {progress.image}: {progress.describe()}",
+            "image_pull": {"state": "pulling", **progress.to_json()},
+        }
+        wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
+        if wait_seconds <= 0:
+            await self._write()
+        elif self._flush is None:
+            self._flush = asyncio.create_task(self._write_after(wait_seconds))
+
+    async def _write_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._flush = None
+        await self._write()
+
+    async def _write(self) -> None:
+        latest, self._latest = self._latest, None
+        if latest is None:
             return
-        self._last_write = now
-        await asyncio.to_thread(
-            self._context.store.update,
-            self._instance_id,
-            reason=f"pulling image {progress.image}: {progress.describe()}",
-            image_pull={"state": "pulling", **progress.to_json()},
-        )
+        self._last_write = time.monotonic()
+        await asyncio.to_thread(self._context.store.update, self._instance_id, **latest)
+
+    def close(self) -> None:
+        """The pull ended: no progress is written after its result."""
+        self._latest = None
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
 
 
 async def _prepare(
@@ -129,9 +151,11 @@ async def _prepare(
                 handle=None,
                 pid=None,
             )
-        result = await prepare_image(
-            image, policy, daemon=runtime.daemon, auth=auth, on_progress=_ProgressWriter(context, instance.id)
-        )
+        writer = _ProgressWriter(context, instance.id)
+        try:
+            result = await prepare_image(image, policy, daemon=runtime.daemon, auth=auth, on_progress=writer)
+        finally:
+            writer.close()
     except ModelyardError as error:
         logger.warning("instance %s: %s", instance.id, error)
         failed = {"state": "failed", "image": image, "policy": policy, "error": error.message}
