@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,45 +304,56 @@ def test_policy_always_pulls_before_every_start(server: RegistryServe) -> None:
     assert all("up to date with the registry" in reason for reason in pulls)
 
 
-def test_ps_shows_the_pulling_stage_with_layers_and_bytes_while_it_pulls(server: RegistryServe) -> None:
+@contextmanager
+def held_pull(server: RegistryServe, name: str) -> Iterator[tuple[GatedProxy, str]]:
+    """Deploy ``name`` from a new 4 MiB image behind a relay that holds the registry's answer
+    after 1 MiB; yields once the instance shows the pull half-way (the relay, the image)."""
     big = server.registry.push_new_image(
         f"modelyard-test/big-{uuid.uuid4().hex[:12]}:1", payload_bytes=PAYLOAD_BYTES
     )
     with GatedProxy.start("127.0.0.1", server.registry.port, hold_after_bytes=HOLD_AFTER_BYTES) as proxy:
         through_proxy = big.replace(server.registry.host, f"127.0.0.1:{proxy.port}")
         server.images_to_remove.append(through_proxy)
-        add = ["backends", "credentials", "add", "lab-proxy", "--registry", f"127.0.0.1:{proxy.port}"]
+        credential = f"proxy-{name}"
+        add = ["backends", "credentials", "add", credential, "--registry", f"127.0.0.1:{proxy.port}"]
         stored = cli(server.process, *add, "--username", USERNAME, "--password-stdin", stdin=PASSWORD)
         assert stored.returncode == 0, stored.stderr
         yaml_text = f"""\
-backend_name: gated-engine
+backend_name: {name}-engine
 default_version: "1"
 health_check_path: /health
 version_configs:
   "1":
-{version_yaml(through_proxy, "registry_credential: lab-proxy")}"""
+{version_yaml(through_proxy, f"registry_credential: {credential}")}"""
         with server.api() as client:
             assert client.post("/api/v1/backends/import", content=yaml_text).status_code == 201
-            body = {"model": "tiny", "name": "gated", "backend": "gated-engine", "skip_verification": True}
+            body = {"model": "tiny", "name": name, "backend": f"{name}-engine", "skip_verification": True}
             assert client.post("/api/v1/deployments", json=body).status_code == 201
 
         def mid_pull() -> bool:
-            pull = server.instance("gated").get("image_pull") or {}
+            pull = server.instance(name).get("image_pull") or {}
             return pull.get("state") == "pulling" and int(pull.get("downloaded_bytes") or 0) > 0
 
-        wait_until(mid_pull, RUNNING_SECONDS, "the pull of gated half-way")
+        wait_until(mid_pull, RUNNING_SECONDS, f"the pull of {name} half-way")
+        yield proxy, through_proxy
+
+
+def test_ps_shows_the_pulling_stage_with_layers_and_bytes_while_it_pulls(server: RegistryServe) -> None:
+    with held_pull(server, "gated") as (proxy, image):
         instance = server.instance("gated")
         assert instance["stage"] == "pulling" and instance["state"] == "starting"
         pull = instance["image_pull"]
         assert pull["layers_total"] == 1 and pull["layers_done"] == 0
         assert 0 < pull["downloaded_bytes"] < pull["total_bytes"] and pull["total_bytes"] >= PAYLOAD_BYTES
-        assert instance["reason"].startswith(f"pulling image {through_proxy}: 0/1 layers, ")
+        assert instance["reason"].startswith(f"pulling image {image}: 0/1 layers, ")
         table = cli(server.process, "ps", "gated")
         assert table.returncode == 0, table.stderr
         row = next(line for line in table.stdout.splitlines() if line.startswith("gated"))
         assert "pulling" in row.split()
         assert "image pulls" in table.stdout
         server.answers.append(table.stdout)
+        # A pull in progress holds up no other deployment.
+        assert server.chat("pulled").status_code == 200
         proxy.release()
         wait_until(
             lambda: server.instance("gated").get("state") == "running", RUNNING_SECONDS, "gated running"
@@ -350,9 +362,35 @@ version_configs:
     assert pull["state"] == "pulled" and pull["downloaded_bytes"] >= PAYLOAD_BYTES
 
 
+def test_rm_during_a_pull_stops_it_and_leaves_no_container(server: RegistryServe) -> None:
+    with held_pull(server, "abandoned") as (proxy, _image):
+        removed = cli(server.process, "rm", "abandoned", "--wait")
+        assert removed.returncode == 0, removed.stderr
+        with server.api() as client:
+            assert client.get("/api/v1/deployments/abandoned").status_code == 404
+        proxy.release()
+    owner = server.process.owner()
+    listed = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "--all",
+            "--quiet",
+            "--filter",
+            f"label=modelyard.owner={owner}",
+            "--filter",
+            "label=modelyard.deployment=abandoned",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listed.stdout.strip() == ""
+
+
 def test_the_password_is_in_no_file_log_event_answer_or_command_line(server: RegistryServe) -> None:
     secrets = (PASSWORD, WRONG_PASSWORD)
-    for name in ("pulled", "second", "missing", "never", "always", "gated"):
+    for name in ("pulled", "second", "missing", "never", "always", "gated"):  # "abandoned" is gone
         server.reasons(name)
         server.get(f"/deployments/{name}")
         server.answers.append(cli(server.process, "ps", name).stdout)
