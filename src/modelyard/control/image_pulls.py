@@ -23,7 +23,7 @@ from typing import Any
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.context import ControlContext
 from modelyard.control.failures import fail_start
-from modelyard.control.instance_store import InstanceView
+from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.states import InstanceState
 from modelyard.errors import ImagePullFailed, ModelyardError
 from modelyard.runtimes.base import Runtime
@@ -43,7 +43,11 @@ PROGRESS_INTERVAL_SECONDS = 1.0
 
 
 def image_ready(
-    context: ControlContext, instance: InstanceView, version: BackendVersion, runtime: Runtime
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: Runtime,
 ) -> bool:
     """True when this start may launch now; False when its pull step was started (the instance's
     task, which pokes the controller when it is done)."""
@@ -52,7 +56,9 @@ def image_ready(
     start_number = instance.start_count + 1
     if context.images_ready.get(instance.id) == start_number:
         return True
-    context.tasks.spawn(instance.id, _prepare(context, instance, version, runtime, start_number), "bring-up")
+    mounts = [mount.to_json() for mount in runtime.mounts(deployment.model_path)]
+    work = _prepare(context, instance, version, runtime, start_number, mounts)
+    context.tasks.spawn(instance.id, work, "bring-up")
     return False
 
 
@@ -90,9 +96,10 @@ class _ProgressWriter:
     last progress of a burst is written when the interval has passed, even if dockerd then goes
     quiet (a slow layer), so what ``ps`` shows is never older than one interval."""
 
-    def __init__(self, context: ControlContext, instance_id: int) -> None:
+    def __init__(self, context: ControlContext, instance_id: int, policy: str) -> None:
         self._context = context
         self._instance_id = instance_id
+        self._policy = policy
         self._last_write = 0.0
         self._latest: dict[str, Any] | None = None
         self._flush: asyncio.Task[None] | None = None
@@ -100,7 +107,7 @@ class _ProgressWriter:
     async def __call__(self, progress: PullProgress) -> None:
         self._latest = {
             "reason": f"pulling image {progress.image}: {progress.describe()}",
-            "image_pull": {"state": "pulling", **progress.to_json()},
+            "image_pull": {"state": "pulling", "policy": self._policy, **progress.to_json()},
         }
         wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
         if wait_seconds <= 0:
@@ -134,6 +141,7 @@ async def _prepare(
     version: BackendVersion,
     runtime: DockerRuntime,
     start_number: int,
+    mounts: list[dict[str, Any]],
 ) -> None:
     image = version.image or ""
     policy = version.effective_pull_policy
@@ -148,10 +156,12 @@ async def _prepare(
                 InstanceState.STARTING,
                 f"pulling image {image} (pull policy {policy})",
                 image_pull=pulling,
+                runtime=runtime.kind,
+                mounts=mounts,
                 handle=None,
                 pid=None,
             )
-        writer = _ProgressWriter(context, instance.id)
+        writer = _ProgressWriter(context, instance.id, policy)
         try:
             result = await prepare_image(image, policy, daemon=runtime.daemon, auth=auth, on_progress=writer)
         finally:

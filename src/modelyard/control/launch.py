@@ -100,7 +100,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         )
         return
     runtime = _runtime_for(context, version)
-    if not image_ready(context, instance, version, runtime):
+    if not image_ready(context, deployment, instance, version, runtime):
         return  # its pull step runs first (the `pulling` stage), then this start goes on
     ranks = decision.placement.ranks
     gpu_ids = list(ranks[0].gpu_ids)
