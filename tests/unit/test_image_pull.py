@@ -8,6 +8,7 @@ against a real registry in ``tests/runtimes/test_image_registry.py``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from modelyard.runtimes.image_pull import (
     split_reference,
 )
 
-NEW_LAYER = [
+NEW_LAYER: list[dict[str, Any]] = [
     {"status": "Pulling from try/tiny", "id": "1"},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "94fd0d5b8b9b"},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "0a1b2c3d4e5f"},
@@ -32,7 +33,7 @@ NEW_LAYER = [
         "id": "94fd0d5b8b9b",
     },
 ]
-REST_OF_IT = [
+REST_OF_IT: list[dict[str, Any]] = [
     {
         "status": "Downloading",
         "progressDetail": {"current": 4_194_304, "total": 4_194_304},
@@ -48,7 +49,7 @@ REST_OF_IT = [
 ]
 
 
-def progress_of(messages: list[dict[str, object]]) -> PullProgress:
+def progress_of(messages: list[dict[str, Any]]) -> PullProgress:
     progress = PullProgress("127.0.0.1:5055/try/tiny:1")
     for message in messages:
         progress.feed(message)
