@@ -98,6 +98,8 @@ class RegistryServe:
     answers: list[str]
     # Images pulled into dockerd, removed at the end.
     images_to_remove: list[str]
+    # How the server was started (to start it again after a SIGKILL).
+    arguments: list[str]
 
     def api(self) -> httpx.Client:
         return self.process.api()
@@ -200,7 +202,13 @@ def server(
         )
         key = client.post("/api/v1/keys", json={"name": "registry-test"}).json()["key"]
     served = RegistryServe(
-        process, registry, images, key, answers=[], images_to_remove=[images.first, images.second]
+        process,
+        registry,
+        images,
+        key,
+        answers=[],
+        images_to_remove=[images.first, images.second],
+        arguments=arguments,
     )
     served.store_credential(PASSWORD, replace=False)
     with process.api() as client:
@@ -388,9 +396,55 @@ def test_rm_during_a_pull_stops_it_and_leaves_no_container(server: RegistryServe
     assert listed.stdout.strip() == ""
 
 
+def test_a_server_killed_during_a_pull_pulls_again_when_it_starts_and_runs_one_container(
+    server: RegistryServe,
+) -> None:
+    with held_pull(server, "interrupted") as (proxy, image):
+        server.process.kill()
+        server.process.start(*server.arguments)
+        server.process.wait_until_answering()
+
+        def pulling_again() -> bool:
+            reasons = server.reasons("interrupted")
+            return sum(1 for reason in reasons if reason.startswith(f"pulling image {image}")) >= 2
+
+        wait_until(pulling_again, RUNNING_SECONDS, "the restarted server pulling interrupted again")
+        proxy.release()
+        wait_until(
+            lambda: server.instance("interrupted").get("state") == "running",
+            RUNNING_SECONDS,
+            "interrupted running",
+        )
+    listed = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "--all",
+            "--quiet",
+            "--filter",
+            f"label=modelyard.owner={server.process.owner()}",
+            "--filter",
+            "label=modelyard.deployment=interrupted",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert len(listed.stdout.split()) == 1
+    assert server.chat("interrupted").status_code == 200
+
+
 def test_the_password_is_in_no_file_log_event_answer_or_command_line(server: RegistryServe) -> None:
     secrets = (PASSWORD, WRONG_PASSWORD)
-    for name in ("pulled", "second", "missing", "never", "always", "gated"):  # "abandoned" is gone
+    for name in (
+        "pulled",
+        "second",
+        "missing",
+        "never",
+        "always",
+        "gated",
+        "interrupted",
+    ):  # "abandoned" is gone
         server.reasons(name)
         server.get(f"/deployments/{name}")
         server.answers.append(cli(server.process, "ps", name).stdout)
