@@ -242,11 +242,29 @@ def test_right_credentials_pull_the_image_then_start_it(server: RegistryServe) -
     assert server.chat("pulled").status_code == 200
 
 
-def test_ps_shows_what_the_pull_brought(server: RegistryServe) -> None:
+def test_ps_and_backends_show_say_what_the_pull_brought_and_each_policy(server: RegistryServe) -> None:
     shown = cli(server.process, "ps", "pulled")
     assert shown.returncode == 0, shown.stderr
     assert "image pulls" in shown.stdout and "pulled" in shown.stdout
     server.answers.append(shown.stdout)
+    backend = cli(server.process, "backends", "show", "registry-engine")
+    assert backend.returncode == 0, backend.stderr
+    shown_versions: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in backend.stdout.splitlines():
+        label, _, value = line.partition("  ")
+        if label == "version":
+            current = shown_versions.setdefault(value.strip(), {})
+        elif label in ("pull policy", "registry credential"):
+            current[label] = value.strip()
+    default = "if-missing (default for this image)"
+    assert shown_versions == {
+        "pull": {"pull policy": default, "registry credential": CREDENTIAL},
+        "second": {"pull policy": default, "registry credential": CREDENTIAL},
+        "missing": {"pull policy": default, "registry credential": CREDENTIAL},
+        "never": {"pull policy": "never", "registry credential": "none"},
+        "always": {"pull policy": "always", "registry credential": CREDENTIAL},
+    }, backend.stdout
 
 
 def test_wrong_credentials_fail_with_the_registrys_answer_and_lose_nothing(server: RegistryServe) -> None:
