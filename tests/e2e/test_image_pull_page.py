@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +31,11 @@ def registry(
     console_server: ConsoleServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalRegistry]:
     problem = console_server.docker_problem
-    if problem is None and not Path(REGISTRY_EXECUTABLE).exists():
-        problem = f"{REGISTRY_EXECUTABLE} is not installed"
+    missing = [tool for tool in (REGISTRY_EXECUTABLE, "htpasswd") if shutil.which(tool) is None]
+    if problem is None and missing:
+        problem = (
+            f"{', '.join(missing)} not installed (Debian: apt-get install docker-registry apache2-utils)"
+        )
     if problem is not None:
         if os.environ.get("CI"):
             pytest.fail(f"Docker and docker-registry are required under CI: {problem}")

@@ -14,6 +14,8 @@ before every start; and the password in no file, log, event, answer or command l
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -168,8 +170,14 @@ def image_on_host(reference: str) -> bool:
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory, skeleton_image: str) -> Iterator[LocalRegistry]:
-    if not Path(REGISTRY_EXECUTABLE).exists():
-        pytest.skip(f"{REGISTRY_EXECUTABLE} is not installed (Debian: apt-get install docker-registry)")
+    missing = [tool for tool in (REGISTRY_EXECUTABLE, "htpasswd") if shutil.which(tool) is None]
+    if missing:
+        problem = (
+            f"{', '.join(missing)} not installed (Debian: apt-get install docker-registry apache2-utils)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"the registry tests are required under CI: {problem} (.ci/run installs them)")
+        pytest.skip(problem)
     with LocalRegistry.start(
         tmp_path_factory.mktemp("registry"), username=USERNAME, password=PASSWORD
     ) as started:
