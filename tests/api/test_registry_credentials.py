@@ -144,3 +144,16 @@ def test_a_credential_named_by_a_backend_cannot_be_removed(api: ApiHarness) -> N
     ]
     api.client.delete("/api/v1/backends/pulled-engine")
     assert api.client.delete("/api/v1/registry-credentials/lab").status_code == 204
+
+
+def test_check_only_names_a_credential_that_is_not_stored(api: ApiHarness) -> None:
+    text = backend_yaml("127.0.0.1:5000/e:1", "registry_credential: nowhere")
+    verdict = api.client.post("/api/v1/backends/check", content=text.encode()).json()
+    assert verdict["ok"] is False
+    [problem] = verdict["problems"]
+    assert (
+        "'nowhere', which is not stored" in problem["message"]
+        and "credentials add nowhere" in problem["hint"]
+    )
+    add_credential(api, name="nowhere")
+    assert api.client.post("/api/v1/backends/check", content=text.encode()).json()["ok"] is True
