@@ -9,6 +9,7 @@ import typer
 
 from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
+from modelyard.cli.image_pulls import print_image_pulls
 from modelyard.cli.markup import escape
 from modelyard.cli.output import Column, format_duration, print_fields, print_json, print_table
 from modelyard.cli.terminal_text import TerminalText
@@ -290,50 +291,6 @@ def _print_engines(deployment: dict[str, Any]) -> None:
         )
 
 
-def _bytes_text(size_bytes: int) -> str:
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes} B"
-
-
-def _print_image_pulls(deployment: dict[str, Any]) -> None:
-    """The image pull of each instance's current start: what came down, or how far it is."""
-    rows = []
-    for instance in deployment["instances"]:
-        pull = instance.get("image_pull") or {}
-        if not pull:
-            continue
-        downloaded = _bytes_text(int(pull.get("downloaded_bytes") or 0))
-        total = pull.get("total_bytes")
-        rows.append(
-            [
-                instance["id"],
-                pull.get("image", ""),
-                pull.get("state", ""),
-                f"{pull.get('layers_done', pull.get('layers_total', 0))}/{pull.get('layers_total', 0)}",
-                downloaded if total is None else f"{downloaded} of {_bytes_text(int(total))}",
-                f"{pull.get('seconds', pull.get('elapsed_seconds', 0.0)):.1f} s",
-                pull.get("error") or None,
-            ]
-        )
-    if rows:
-        stdout.print()
-        print_table(
-            [
-                Column("INSTANCE"),
-                Column("IMAGE"),
-                Column("PULL"),
-                Column("LAYERS"),
-                Column("BYTES"),
-                Column("TIME"),
-                Column("ERROR", wraps=True),
-            ],
-            rows,
-            title="image pulls",
-        )
-
-
 def _print_memory_placement(deployment: dict[str, Any]) -> None:
     """Instances placed by memory: the bytes booked per GPU and the knob's value set from them."""
     rows = []
@@ -402,7 +359,7 @@ def ps(
     _print_diagnoses(deployments)
     if name:
         _print_engines(deployments[0])
-        _print_image_pulls(deployments[0])
+        print_image_pulls(deployments[0])
         _print_memory_placement(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:
