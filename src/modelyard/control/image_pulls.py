@@ -103,6 +103,7 @@ class _ProgressWriter:
         self._last_write = 0.0
         self._latest: dict[str, Any] | None = None
         self._flush: asyncio.Task[None] | None = None
+        self._flush_sleeping = False
 
     async def __call__(self, progress: PullProgress) -> None:
         self._latest = {
@@ -112,12 +113,13 @@ class _ProgressWriter:
         wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
         if wait_seconds <= 0:
             await self._write()
-        elif self._flush is None:
+        elif self._flush is None or self._flush.done():
+            self._flush_sleeping = True
             self._flush = asyncio.create_task(self._write_after(wait_seconds))
 
     async def _write_after(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        self._flush = None
+        self._flush_sleeping = False
         await self._write()
 
     async def _write(self) -> None:
@@ -127,12 +129,16 @@ class _ProgressWriter:
         self._last_write = time.monotonic()
         await asyncio.to_thread(self._context.store.update, self._instance_id, **latest)
 
-    def close(self) -> None:
-        """The pull ended: no progress is written after its result."""
+    async def close(self) -> None:
+        """The pull ended: nothing more is written, and a write under way has landed (so that it
+        cannot overwrite the result that follows)."""
         self._latest = None
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
+        flush, self._flush = self._flush, None
+        if flush is None:
+            return
+        if self._flush_sleeping:
+            flush.cancel()
+        await asyncio.gather(flush, return_exceptions=True)
 
 
 async def _prepare(
@@ -165,7 +171,7 @@ async def _prepare(
         try:
             result = await prepare_image(image, policy, daemon=runtime.daemon, auth=auth, on_progress=writer)
         finally:
-            writer.close()
+            await writer.close()
     except ModelyardError as error:
         logger.warning("instance %s: %s", instance.id, error)
         failed = {"state": "failed", "image": image, "policy": policy, "error": error.message}

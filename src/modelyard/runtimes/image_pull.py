@@ -365,7 +365,14 @@ async def pull_image(
             async for line in response.aiter_lines():
                 if not line.strip():
                     continue
-                message = json.loads(line)
+                try:
+                    message = json.loads(line)
+                except ValueError as error:
+                    raise ImagePullFailed(
+                        f"cannot pull image {image}: dockerd answered with a line that is not JSON: "
+                        f"{line[:200]!r}",
+                        hint=f"check {daemon.describe()} is dockerd's API (DOCKER_HOST)",
+                    ) from error
                 if not isinstance(message, dict):
                     continue
                 if message.get("error") or message.get("errorDetail"):
