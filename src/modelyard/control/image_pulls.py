@@ -177,6 +177,12 @@ async def _prepare(
         failed = {"state": "failed", "image": image, "policy": policy, "error": error.message}
         await fail_start(context, instance, f"cannot launch: {error}", image_pull=failed)
         return
+    except Exception as error:  # as reconcile's guard does: this instance's error, with back-off
+        logger.exception("instance %s: the pull of %s failed", instance.id, image)
+        text = f"internal error while pulling image {image}: {type(error).__name__}: {error}"
+        failed = {"state": "failed", "image": image, "policy": policy, "error": text}
+        await fail_start(context, instance, text, image_pull=failed)
+        return
     if result is None:
         await asyncio.to_thread(context.store.update, instance.id, image_pull=None)
     else:
