@@ -62,8 +62,10 @@ def image_ready(
     return False
 
 
-def _credential(context: ControlContext, version: BackendVersion) -> RegistryAuth | None:
-    """The version's registry credential, opened (in a thread: it reads the store)."""
+def open_registry_auth(context: ControlContext, version: BackendVersion) -> RegistryAuth | None:
+    """The version's registry credential, opened (call it in a thread: it reads the store); None
+    when the version names none. What a pull on another node is handed (a ``RegistryAuth``
+    pickles; its password is in no repr), so that the worker's own dockerd is asked with it."""
     name = version.registry_credential
     if name is None:
         return None
@@ -153,7 +155,7 @@ async def _prepare(
     policy = version.effective_pull_policy
     pulling: dict[str, Any] = {"state": "pulling", "image": image, "policy": policy}
     try:
-        auth = await asyncio.to_thread(_credential, context, version)
+        auth = await asyncio.to_thread(open_registry_auth, context, version)
         if policy == "always" or (
             policy == "if-missing" and not await image_present(image, daemon=runtime.daemon)
         ):
