@@ -157,3 +157,11 @@ def test_check_only_names_a_credential_that_is_not_stored(api: ApiHarness) -> No
     )
     add_credential(api, name="nowhere")
     assert api.client.post("/api/v1/backends/check", content=text.encode()).json()["ok"] is True
+
+
+def test_a_credential_with_policy_never_is_refused_as_pointless(api: ApiHarness) -> None:
+    add_credential(api)
+    text = backend_yaml("127.0.0.1:5000/e:1", "pull_policy: never, registry_credential: lab")
+    response = api.client.post("/api/v1/backends/import", content=text.encode())
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_yaml", "pull_policy 'never' never pulls")
