@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,15 @@ from playwright.sync_api import Browser, expect
 from modelyard.testing.gated_proxy import GatedProxy
 from modelyard.testing.local_registry import REGISTRY_EXECUTABLE, LocalRegistry
 
-from .conftest import CONTAINER_BACKEND, NARROW, WIDE, ConsoleServer, container_backend_yaml, new_console
+from .conftest import (
+    CONTAINER_BACKEND,
+    NARROW,
+    WIDE,
+    ConsoleServer,
+    container_backend_yaml,
+    new_console,
+    wait_until,
+)
 from .pages import horizontal_overflow_px, screenshot
 
 NAME = "pulled-in-console"
@@ -106,3 +115,7 @@ def test_the_instance_card_shows_the_pull_as_it_goes(
         finally:
             proxy.release()
             api.delete(f"/api/v1/deployments/{NAME}")
+            wait_until(lambda: console_server.deployment(NAME) is None, 60, f"{NAME} removed")
+            subprocess.run(
+                ["docker", "image", "rm", "--force", through_proxy], capture_output=True, check=False
+            )
