@@ -17,6 +17,7 @@ into a JSON error body with the HTTP status given by ``http_status``.
     +-- PayloadTooLarge       (413) a request body over its route's limit (names the limit and its knob)
     +-- TooManyRequests       (429) throttled or over a limit; carries ``retry_after_seconds``
     +-- EngineStartFailed     (500) an engine process could not be started
+    |   +-- ImagePullFailed   (500) a backend image could not be pulled (the image, the registry's answer)
     +-- StorageFull           (507) the data directory's disk (or the database) is full: nothing was written
     |   +-- InsufficientDiskSpace (507) a download or import would not fit on its target's filesystem
     +-- HubUnavailable        (502) a model hub (Hugging Face, ModelScope) could not be reached or failed
@@ -95,6 +96,10 @@ class Forbidden(ModelyardError):
 class EngineStartFailed(ModelyardError):
     http_status = 500
     code = "engine_start_failed"
+
+
+class ImagePullFailed(EngineStartFailed):
+    code = "image_pull_failed"
 
 
 class PayloadTooLarge(ModelyardError):

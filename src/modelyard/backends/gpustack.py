@@ -68,6 +68,8 @@ VERSION_EXTENSION_KEYS = (
     "api_paths",
     "multi_node",
     "api_key_variable",
+    "pull_policy",
+    "registry_credential",
 )
 
 
@@ -174,6 +176,8 @@ def _extension_defaults(command_text: str, health_check_path: str | None) -> dic
         "api_paths": list(DEFAULT_API_PATHS),
         "multi_node": None,
         "api_key_variable": None,
+        "pull_policy": None,
+        "registry_credential": None,
     }
 
 

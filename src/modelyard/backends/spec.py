@@ -18,7 +18,12 @@ process and to know when it is ready:
 - ``cpu_parameters``: arguments added when an instance gets no GPU (``--device cpu``);
 - ``cpu_threads_env``: variables set to the engine's share of the host's cores when an instance
   gets no GPU (``OMP_NUM_THREADS`` for torch), unless the deployment or the server sets them;
-- ``install_hint``: how to install the program when it is missing.
+- ``install_hint``: how to install the program when it is missing;
+- ``pull_policy`` and ``registry_credential`` (image versions only): when the image is pulled
+  before a container starts (``never``, ``if-missing``, ``always``; unset: ``if-missing`` for an
+  image that names a registry host such as ``registry.example.com/vllm:0.25``, ``never`` for one
+  that does not) and the stored registry credential the pull presents
+  (``runtimes/image_pull.py``, ``services/registry_credentials.py``).
 
 Placeholders may also name a variable of the merged environment (``{{MY_VAR}}``), as in GPUStack.
 """
@@ -34,6 +39,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from modelyard.backends.arguments import ENV_NAME_PATTERN
 
 ReasoningField = Literal["reasoning", "reasoning_content"]
+# External API (backend YAML, REST, CLI): when an image is pulled before its container starts.
+PullPolicy = Literal["never", "if-missing", "always"]
+PULL_POLICIES: tuple[PullPolicy, ...] = ("never", "if-missing", "always")
+# A stored registry credential's name (``registry_credential`` of a version refers to one).
+CREDENTIAL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 EngineFamily = Literal["vllm", "sglang", "transformers", "custom"]
 
 # Backend names appear in URLs and on the command line; versions in YAML keys and pip pins.
@@ -101,6 +111,10 @@ class BackendVersion(BaseModel):
     install_hint: str = ""
     # The engine's own multi-node flags (None: a replica runs on one node only).
     multi_node: MultiNodeFlags | None = None
+    # When the image is pulled before a container starts (None: ``default_pull_policy(image)``).
+    pull_policy: PullPolicy | None = None
+    # The name of the stored registry credential the pull presents (None: an anonymous pull).
+    registry_credential: str | None = None
 
     @field_validator("version")
     @classmethod
@@ -160,6 +174,27 @@ class BackendVersion(BaseModel):
                 )
         return names
 
+    @field_validator("pull_policy", mode="before")
+    @classmethod
+    def _pull_policy_is_known(cls, policy: object) -> object:
+        if policy is not None and policy not in PULL_POLICIES:
+            raise ValueError(
+                f"pull_policy {policy!r} is not one of {', '.join(PULL_POLICIES)} (never: use the image "
+                "on the host as it is; if-missing: pull it when the host lacks it; always: pull before "
+                "every start)"
+            )
+        return policy
+
+    @field_validator("registry_credential")
+    @classmethod
+    def _credential_is_a_name(cls, name: str | None) -> str | None:
+        if name is not None and not CREDENTIAL_NAME_PATTERN.match(name):
+            raise ValueError(
+                f"registry_credential {name!r} is not a credential name: use letters, digits and "
+                "- _ . (at most 64 characters), as given to `modelyard backends credentials add`"
+            )
+        return name
+
     @model_validator(mode="after")
     def _one_launch_method(self) -> BackendVersion:
         if not self.executable and not self.image:
@@ -170,7 +205,26 @@ class BackendVersion(BaseModel):
             raise ValueError(
                 f"version {self.version!r}: 'entrypoint' overrides a container image's; it needs 'image'"
             )
+        for name in ("pull_policy", "registry_credential"):
+            if getattr(self, name) is not None and not self.image:
+                raise ValueError(
+                    f"version {self.version!r}: {name!r} is about pulling a container image; this "
+                    f"version runs the program {self.executable!r}: remove {name!r}, or give an image"
+                )
+        if self.registry_credential is not None and self.pull_policy == "never":
+            raise ValueError(
+                f"version {self.version!r}: registry_credential {self.registry_credential!r} is only "
+                "presented to pull, and pull_policy 'never' never pulls: use 'if-missing' or 'always', "
+                "or remove the credential"
+            )
         return self
+
+    @property
+    def effective_pull_policy(self) -> PullPolicy:
+        """``pull_policy``, or its default for this version's image."""
+        if self.pull_policy is not None:
+            return self.pull_policy
+        return default_pull_policy(self.image or "")
 
     @property
     def runs_in_container(self) -> bool:
@@ -210,3 +264,22 @@ class BackendSpec(BaseModel):
             if key != version.version:
                 raise ValueError(f"version key {key!r} differs from its 'version' field {version.version!r}")
         return self
+
+
+def image_registry_host(image: str) -> str | None:
+    """The registry host an image reference names (``127.0.0.1:5000/tiny:1`` -> ``127.0.0.1:5000``),
+    or None for a name without one (``vllm/vllm-openai:v0.25.0``, ``tiny:1``: Docker Hub or this
+    host). Docker's own rule: the first path segment is a host when it has a ``.`` or a ``:`` or
+    is ``localhost``."""
+    first, slash, _ = image.partition("/")
+    if not slash:
+        return None
+    if "." in first or ":" in first or first == "localhost":
+        return first
+    return None
+
+
+def default_pull_policy(image: str) -> PullPolicy:
+    """``if-missing`` for an image of a named registry, ``never`` otherwise (a name without a
+    registry host is used as this host has it: no surprise pull from Docker Hub)."""
+    return "if-missing" if image_registry_host(image) is not None else "never"

@@ -70,8 +70,18 @@ def show(
                 ("metrics path", version["metrics_path"]),
                 ("reasoning field", version["reasoning_field"]),
                 ("uses GPUs", "yes" if version["supports_gpu"] else "no"),
+                *_pull_fields(version),
             ]
         )
+
+
+def _pull_fields(version: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A container version's pull policy (and whether it is the default) and its credential."""
+    if not version.get("image"):
+        return []
+    policy = version.get("effective_pull_policy")
+    shown = policy if version.get("pull_policy") else f"{policy} (default for this image)"
+    return [("pull policy", shown), ("registry credential", version.get("registry_credential") or "none")]
 
 
 @backends_app.command("import")

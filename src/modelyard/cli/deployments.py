@@ -9,6 +9,7 @@ import typer
 
 from modelyard.cli.client import ApiClient, fail
 from modelyard.cli.context import stderr, stdout
+from modelyard.cli.image_pulls import print_image_pulls
 from modelyard.cli.markup import escape
 from modelyard.cli.output import Column, format_duration, print_fields, print_json, print_table
 from modelyard.cli.terminal_text import TerminalText
@@ -230,7 +231,7 @@ def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
                 [
                     *(first if position == 0 else ["", "", ""]),
                     instance["id"],
-                    instance["state"],
+                    instance.get("stage") or instance["state"],
                     instance["port"],
                     ",".join(str(gpu) for gpu in instance["gpu_ids"]) or "cpu",
                     instance["pid"],
@@ -358,6 +359,7 @@ def ps(
     _print_diagnoses(deployments)
     if name:
         _print_engines(deployments[0])
+        print_image_pulls(deployments[0])
         _print_memory_placement(deployments[0])
         _print_verification(deployments[0])
     for deployment in deployments:

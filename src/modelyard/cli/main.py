@@ -104,14 +104,20 @@ COMMANDS: dict[str, CommandEntry] = {
         _MODELS,
     ),
     "tasks": CommandEntry(
-        ("modelyard.cli.tasks",), "Model tasks: pulls from hubs, bundle imports and exports.", _MODELS
+        ("modelyard.cli.tasks",),
+        "Model tasks: pulls from hubs, bundle imports and exports, pushes to workers.",
+        _MODELS,
     ),
     "presets": CommandEntry(
         ("modelyard.cli.presets",),
         "Tested deployment recipes: flags, parsers, memory knob, the GPUs they fit.",
         _MODELS,
     ),
-    "backends": CommandEntry(("modelyard.cli.backends",), "Inference engines and their versions.", _MODELS),
+    "backends": CommandEntry(
+        ("modelyard.cli.backends", "modelyard.cli.registry_credentials"),
+        "Inference engines and their versions.",
+        _MODELS,
+    ),
     "doctor": CommandEntry(
         ("modelyard.cli.doctor",),
         "Find what would break a deployment before it starts, and explain failures after.",

@@ -23,6 +23,7 @@ from modelyard.store.tables import (
     Deployment,
     Instance,
     InstanceEvent,
+    RegistryCredential,
     WorkerModel,
     new_uid,
     utc_now,
@@ -173,6 +174,12 @@ class InstanceStore:
     def load_custom_backends(self) -> list[dict[str, Any]]:
         with self._database.session() as session:
             return [dict(row.spec) for row in session.scalars(select(CustomBackend)).all()]
+
+    def registry_credential(self, name: str) -> tuple[str, str, str] | None:
+        """(registry, username, sealed password) of a stored registry credential, or None."""
+        with self._database.session() as session:
+            row = session.scalar(select(RegistryCredential).where(RegistryCredential.name == name))
+            return None if row is None else (row.registry_host, row.username, row.password)
 
     def create_instances(self, deployment_id: int, replica_indices: list[int]) -> None:
         with self._database.session() as session:

@@ -23,6 +23,7 @@ from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cores
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
+from modelyard.control.image_pulls import image_ready
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.memory_demand import KNOB_FLAGS
 from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
@@ -126,6 +127,8 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     runtime = _runtime_for(context, version)
     # What the engine sees of the model (a container: /models/<folder>, read-only), on any host.
     seen = context.runtimes.for_version(version)
+    if not image_ready(context, deployment, instance, version, runtime):
+        return  # its pull step runs first (the `pulling` stage), then this start goes on
     ranks = decision.placement.ranks
     gpu_ids = list(ranks[0].gpu_ids)
     on_cluster = runtime.kind == "ray"

@@ -13,7 +13,8 @@ so that re-adoption after a server restart and the orphan sweep find it by label
 - ``--gpus "device=..."`` from the placement (inside, the GPUs are numbered from 0);
 - the env by name (``-e NAME``: values go through the CLI's environment, never an argv);
 - ``--init``, so signals reach the engine and zombies are reaped inside;
-- ``--pull never``: images are never pulled by modelyard.
+- ``--pull never``: ``docker run`` never pulls; the controller pulls before, under the version's
+  pull policy, through this runtime's ``daemon`` (``runtimes/image_pull.py``, ``control/image_pulls.py``).
 
 The container's output is copied into the per-start log file by ``docker logs -f`` (through the
 log redactor when the launch has secrets, ``redacted_output.py``; restarted
@@ -50,6 +51,7 @@ from modelyard.runtimes.base import (
 )
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
 from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
+from modelyard.runtimes.image_pull import DockerDaemon
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.process import THIS_HOST, reachable_host
 from modelyard.runtimes.redacted_output import start_redactor
@@ -87,6 +89,9 @@ class DockerOptions:
     # ``serve --engine-ports``: the host port of every container from this range (the engine's
     # own with host networking, the published one with a bridge).
     engine_ports: PortRange | None = None
+    # dockerd's address for image pulls, in DOCKER_HOST's syntax (None: $DOCKER_HOST or the default
+    # socket, as the CLI finds it).
+    docker_host: str | None = None
 
 
 def parse_volume(text: str) -> Mount:
@@ -206,6 +211,11 @@ class DockerRuntime:
     @property
     def kind(self) -> RuntimeKind:
         return "docker"
+
+    @property
+    def daemon(self) -> DockerDaemon:
+        """The dockerd these containers run on, where their images are pulled."""
+        return DockerDaemon.from_docker_host(self._options.docker_host or os.environ.get("DOCKER_HOST"))
 
     def engine_model_path(self, model_path: str) -> str:
         return container_model_path(model_path)

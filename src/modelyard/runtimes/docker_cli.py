@@ -43,8 +43,8 @@ def hint_for(stderr: str) -> str | None:
         return "start the Docker daemon (dockerd, or `systemctl start docker`) and let this user use it"
     if "unable to find image" in text or "no such image" in text or "pull access denied" in text:
         return (
-            "the image is not on this host and modelyard never pulls: `docker pull` it, or "
-            "`docker load` an exported image, then deploy again"
+            "the image is not on this host: `docker pull` it or `docker load` an exported image, or "
+            "let modelyard pull it (the backend version's pull_policy: if-missing or always)"
         )
     if "could not select device driver" in text or "nvidia-container-cli" in text:
         return (

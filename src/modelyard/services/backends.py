@@ -22,6 +22,7 @@ from modelyard.backends.catalog import BackendCatalog, known_versions, load_buil
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import Conflict, InvalidYaml, NotFound
 from modelyard.services.names import commit_new
+from modelyard.services.registry_credentials import check_backend_references
 from modelyard.store.tables import CustomBackend, Deployment, utc_now
 
 
@@ -59,10 +60,22 @@ def resolve_version(spec: BackendSpec, version: str | None) -> BackendVersion:
 
 def backend_to_json(spec: BackendSpec, usage: dict[str, list[str]] | None = None) -> dict[str, Any]:
     data = spec.model_dump(mode="json")
-    data["versions"] = [spec.versions[version].model_dump(mode="json") for version in known_versions(spec)]
+    data["versions"] = [
+        {
+            **spec.versions[version].model_dump(mode="json"),
+            "effective_pull_policy": _pull_policy(spec, version),
+        }
+        for version in known_versions(spec)
+    ]
     if usage is not None:
         data["deployments"] = usage.get(spec.name.casefold(), [])
     return data
+
+
+def _pull_policy(spec: BackendSpec, version: str) -> str | None:
+    """The pull policy a container version runs with (its own, or the default for its image)."""
+    found = spec.versions[version]
+    return found.effective_pull_policy if found.runs_in_container else None
 
 
 def deployments_by_backend(session: Session) -> dict[str, list[str]]:
@@ -105,6 +118,7 @@ def import_backends(session: Session, yaml_text: str) -> list[BackendSpec]:
     kept = [BackendSpec.model_validate(row.spec) for key, row in existing.items() if key not in names]
     # Building the catalog checks the new names against the built-ins and each other.
     BackendCatalog(builtin=builtin_backends(), custom=[*kept, *specs])
+    check_backend_references(session, specs)
     for spec in specs:
         row = existing.get(spec.name.casefold())
         if row is None:

@@ -72,7 +72,16 @@ def instance_to_json(instance: Instance, now_seconds: float) -> dict[str, Any]:
         "next_verification_at": _iso(_next_verification(instance)),
         "log_path": instance.log_path,
         "command": instance.command,
+        # The image pull of the current start (control/image_pulls.py): state pulling / pulled /
+        # failed, layers and bytes; None when nothing was pulled for it.
+        "image_pull": instance.image_pull,
+        # A finer word than the state while it starts: "pulling" during its image pull; else None.
+        "stage": "pulling" if _pulling(instance) else None,
     }
+
+
+def _pulling(instance: Instance) -> bool:
+    return instance.state == "starting" and (instance.image_pull or {}).get("state") == "pulling"
 
 
 def event_to_json(event: InstanceEvent) -> dict[str, Any]:

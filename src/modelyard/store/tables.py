@@ -210,6 +210,23 @@ class CustomBackend(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
 
+class RegistryCredential(Base):
+    """A container registry's username and password, which backend versions name in
+    ``registry_credential`` to pull their image. ``password`` is sealed (``store/secret_box.py``)
+    and never shown; only the controller opens it, for the one pull request that needs it."""
+
+    __tablename__ = "registry_credentials"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    # The registry host (and port) the credential is for: "registry.example.com", "127.0.0.1:5000".
+    registry_host: Mapped[str] = mapped_column(String(256))
+    username: Mapped[str] = mapped_column(String(256))
+    password: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
+
+
 class Deployment(Base):
     """Desired state: serve ``model_file`` under ``name`` with ``replicas`` copies.
 
@@ -306,6 +323,10 @@ class Instance(Base):
     # When the verification suite last ran on this start, and when a user asked for it again.
     verified_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     verification_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # The image pull of the current start (runtimes/image_pull.py): {"state": "pulling" | "pulled" |
+    # "failed", "image", "layers_done", "layers_total", "downloaded_bytes", "total_bytes", ...};
+    # None: nothing pulled for it (a process engine, or the image was on the host).
+    image_pull: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
     deployment: Mapped[Deployment] = relationship(back_populates="instances")

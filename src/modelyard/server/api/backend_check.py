@@ -6,29 +6,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy.orm import Session
 
 from modelyard.backends.gpustack import gpustack_problems, parse_gpustack_yaml, problem_to_json
 from modelyard.errors import InvalidInput
+from modelyard.server.api.common import in_session
+from modelyard.server.context import ServerContext, server_context
 from modelyard.services.backends import backend_to_json
+from modelyard.services.registry_credentials import check_backend_references
 
 router = APIRouter(tags=["backends"])
 
 
-def _check(text: str) -> dict[str, Any]:
+def _check(session: Session, text: str) -> dict[str, Any]:
     problems = gpustack_problems(text)
     if problems:
         return {"ok": False, "problems": [problem_to_json(problem) for problem in problems], "backends": []}
-    return {"ok": True, "problems": [], "backends": [backend_to_json(parse_gpustack_yaml(text))]}
+    spec = parse_gpustack_yaml(text)
+    try:
+        check_backend_references(session, [spec])  # registry credentials, as import checks them
+    except InvalidInput as error:
+        problem = {"line": None, "column": None, "message": error.message, "hint": error.hint}
+        return {"ok": False, "problems": [problem], "backends": []}
+    return {"ok": True, "problems": [], "backends": [backend_to_json(spec)]}
 
 
 @router.post("/backends/check")
-async def check_backend_yaml(request: Request) -> dict[str, Any]:
+async def check_backend_yaml(
+    request: Request, context: ServerContext = Depends(server_context)
+) -> dict[str, Any]:
     # Its size is bounded at the door (max_import_body_bytes); depth and aliases by the parser.
     body = await request.body()
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidInput(f"the YAML is not UTF-8 text (byte {error.start})") from error
-    return await run_in_threadpool(_check, text)
+    return await in_session(context, _check, text)

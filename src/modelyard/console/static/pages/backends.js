@@ -142,6 +142,8 @@ function backendSection(backend) {
         ["env", (v) => show(v.env && Object.keys(v.env).length ? Object.entries(v.env).map(([k, value]) => `${k}=${value}`) : null)],
         ["health", (v) => h("code", {}, v.health_path ?? "–")],
         ["GPU", (v) => (v.supports_gpu ? "yes" : "CPU")],
+        ["pull", (v) => (v.image ? [v.effective_pull_policy ?? "–", v.pull_policy ? "" : " (default)",
+          v.registry_credential ? h("div", { class: "muted" }, "credential ", h("code", {}, v.registry_credential)) : null] : "–")],
       ],
       backend.versions,
     ),
@@ -154,5 +156,58 @@ async function refresh() {
   replace(document.getElementById("backends"), backends.map(backendSection));
 }
 
+const credentialResult = document.getElementById("credential-result");
+
+function credentialRemoveButton(credential) {
+  const button = h("button", { type: "button", class: "danger", "aria-label": `Remove credential ${credential.name}` }, "Remove");
+  button.addEventListener("click", async () => {
+    if (!confirm(`Remove registry credential ${credential.name}?`)) return;
+    try {
+      await api(`/registry-credentials/${encodeURIComponent(credential.name)}`, { method: "DELETE" });
+      await refreshCredentials();
+    } catch (error) {
+      replace(credentialResult, errorBox(error));
+    }
+  });
+  return button;
+}
+
+async function refreshCredentials() {
+  const credentials = await api("/registry-credentials");
+  replace(document.getElementById("credentials"), table(
+    [
+      ["name", (c) => c.name],
+      ["registry", (c) => h("code", {}, c.registry)],
+      ["username", (c) => c.username],
+      ["password", (c) => c.password],
+      ["used by", (c) => show(c.used_by?.length ? c.used_by.join(", ") : null)],
+      ["", (c) => credentialRemoveButton(c)],
+    ],
+    credentials,
+    { empty: "No registry credentials yet." },
+  ));
+}
+
+document.getElementById("credential-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const password = document.getElementById("credential-password");
+  const body = {
+    name: document.getElementById("credential-name").value.trim(),
+    registry: document.getElementById("credential-registry").value.trim(),
+    username: document.getElementById("credential-username").value,
+    password: password.value,
+    replace: document.getElementById("credential-replace").checked,
+  };
+  try {
+    const stored = await api("/registry-credentials", { method: "POST", json: body });
+    password.value = "";
+    replace(credentialResult, okBox(`Stored ${stored.name} for ${stored.registry} (user ${stored.username}).`));
+    await refreshCredentials();
+  } catch (error) {
+    replace(credentialResult, errorBox(error));
+  }
+});
+
 drawGutter();
 refresh();
+refreshCredentials();

@@ -10,7 +10,7 @@ const PLACED = new Set([
   "id", "uid", "replica_index", "state", "reason", "runtime", "engine", "engine_id", "host", "port",
   "engine_port", "mounts", "gpu_ids", "pid", "start_count", "restart_count", "next_start_at",
   "started_at", "ready_at", "uptime_seconds", "diagnosis", "verification", "verified_at", "log_path",
-  "command", "placement",
+  "command", "placement", "image_pull", "stage",
 ]);
 
 function definitions(rows) {
@@ -35,6 +35,37 @@ function engineSection(instance) {
       ["started", formatTime(instance.started_at)],
       ["ready", formatTime(instance.ready_at)],
       instance.next_start_at ? ["next start", formatTime(instance.next_start_at)] : null,
+    ]),
+  );
+}
+
+function formatBytes(bytes) {
+  for (const [unit, scale] of [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) {
+    if (bytes >= scale) return `${(bytes / scale).toFixed(1)} ${unit}`;
+  }
+  return `${bytes ?? 0} B`;
+}
+
+/** The image pull of the current start: a progress bar while it pulls, what came down after. */
+function pullSection(instance) {
+  const pull = instance.image_pull;
+  if (!pull) return null;
+  const downloaded = pull.downloaded_bytes ?? 0;
+  const total = pull.total_bytes;
+  const bytes = total != null ? `${formatBytes(downloaded)} of ${formatBytes(total)}` : formatBytes(downloaded);
+  const seconds = pull.seconds ?? pull.elapsed_seconds;
+  return section(
+    "Image pull",
+    definitions([
+      ["image", h("code", {}, pull.image ?? "–"), { "data-field": "pull_image" }],
+      ["state", pull.state === "pulling" ? badge("pulling") : pull.state, { "data-field": "pull_state" }],
+      ["policy", pull.policy ?? "–"],
+      ["layers", `${pull.layers_done ?? pull.layers_total ?? 0} of ${pull.layers_total ?? 0}${pull.layers_present ? ` (${pull.layers_present} already here)` : ""}`, { "data-field": "pull_layers" }],
+      ["bytes", pull.state === "pulling" && total
+        ? [h("progress", { value: String(downloaded), max: String(total), "aria-label": "bytes pulled" }), " ", bytes]
+        : bytes, { "data-field": "pull_bytes" }],
+      seconds != null ? ["time", `${Number(seconds).toFixed(1)} s`] : null,
+      pull.error ? ["error", pull.error, { class: "error" }] : null,
     ]),
   );
 }
@@ -104,10 +135,10 @@ export function instanceCard(instance, modelPath, { verifying = false } = {}) {
   return h(
     "article",
     { class: "card instance", dataset: { replica: instance.replica_index, state: instance.state, instance: instance.id } },
-    h("h3", {}, `Replica ${instance.replica_index} `, badge(instance.state), h("span", { class: "muted small" }, ` instance ${instance.id} · ${instance.uid ?? ""}`)),
+    h("h3", {}, `Replica ${instance.replica_index} `, badge(instance.state), instance.stage ? [" ", badge(instance.stage)] : null, h("span", { class: "muted small" }, ` instance ${instance.id} · ${instance.uid ?? ""}`)),
     h("p", { class: "reason" }, show(instance.reason)),
     instance.diagnosis ? h("div", { class: "error", role: "note" }, h("strong", {}, "Diagnosis: "), instance.diagnosis) : null,
-    h("div", { class: "parts" }, engineSection(instance), placementSection(instance), networkSection(instance), modelSection(instance, modelPath), verificationSection(instance, verifying)),
+    h("div", { class: "parts" }, engineSection(instance), pullSection(instance), placementSection(instance), networkSection(instance), modelSection(instance, modelPath), verificationSection(instance, verifying)),
     otherSection(instance),
     h("details", { class: "command" }, h("summary", {}, "Command and log file"),
       definitions([

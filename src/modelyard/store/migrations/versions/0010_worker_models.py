@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010_worker_models"
-down_revision = "0008_verification"
+down_revision = "0009_image_pulls"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,200 @@
+"""The pull before a container starts: the ``pulling`` stage of an instance.
+
+A start of a backend version with an image goes through here first (``launch.start_instance``):
+the image is made ready under the version's pull policy (``runtimes/image_pull.py``) in the
+instance's slow task, so a pull of minutes never holds up the reconcile pass or any other
+deployment. While it pulls, the instance is ``starting`` with ``image_pull.state = "pulling"``
+and its reason and ``image_pull`` say the layers and bytes so far (written at most once a
+second, without an event each time); when it is done, one event says what came down and how
+long it took, and the next pass places and launches the container. A failed pull is this
+instance's ``error`` with the registry's answer and the usual back-off; nothing else waits on it.
+
+The registry credential a version names is read from the store and opened here, for the one
+request that presents it; it is in no argv, log line, event or API answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from modelyard.backends.spec import BackendVersion
+from modelyard.control.context import ControlContext
+from modelyard.control.failures import fail_start
+from modelyard.control.instance_store import DeploymentView, InstanceView
+from modelyard.control.states import InstanceState
+from modelyard.errors import ImagePullFailed, ModelyardError
+from modelyard.runtimes.base import Runtime
+from modelyard.runtimes.docker import DockerRuntime
+from modelyard.runtimes.image_pull import (
+    PullProgress,
+    RegistryAuth,
+    credential_server,
+    image_present,
+    prepare_image,
+    registry_matches,
+)
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_SECONDS = 1.0
+
+
+def image_ready(
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: Runtime,
+) -> bool:
+    """True when this start may launch now; False when its pull step was started (the instance's
+    task, which pokes the controller when it is done)."""
+    if not version.runs_in_container or not isinstance(runtime, DockerRuntime):
+        return True
+    start_number = instance.start_count + 1
+    if context.images_ready.get(instance.id) == start_number:
+        return True
+    mounts = [mount.to_json() for mount in runtime.mounts(deployment.model_path)]
+    work = _prepare(context, instance, version, runtime, start_number, mounts)
+    context.tasks.spawn(instance.id, work, "bring-up")
+    return False
+
+
+def open_registry_auth(context: ControlContext, version: BackendVersion) -> RegistryAuth | None:
+    """The version's registry credential, opened (call it in a thread: it reads the store); None
+    when the version names none. What a pull on another node is handed (a ``RegistryAuth``
+    pickles; its password is in no repr), so that the worker's own dockerd is asked with it."""
+    name = version.registry_credential
+    if name is None:
+        return None
+    image = version.image or ""
+    stored = context.store.registry_credential(name)
+    if stored is None:
+        raise ImagePullFailed(
+            f"cannot pull image {image}: the backend version names registry credential {name!r}, "
+            "which is no longer stored",
+            hint=f"add it again: `modelyard backends credentials add {name} --registry "
+            f"{credential_server(image)} --username USER --password-stdin`",
+        )
+    registry, username, sealed_password = stored
+    if not registry_matches(registry, image):
+        raise ImagePullFailed(
+            f"cannot pull image {image}: registry credential {name!r} is for {registry}, not for the "
+            f"image's registry {credential_server(image)}",
+            hint="name a credential for the image's registry in the backend version",
+        )
+    return RegistryAuth(
+        server_address=credential_server(image),
+        username=username,
+        password=context.secrets.reveal(sealed_password),
+        name=name,
+    )
+
+
+class _ProgressWriter:
+    """Writes a pull's progress onto the instance, at most once per interval (no event); the
+    last progress of a burst is written when the interval has passed, even if dockerd then goes
+    quiet (a slow layer), so what ``ps`` shows is never older than one interval."""
+
+    def __init__(self, context: ControlContext, instance_id: int, policy: str) -> None:
+        self._context = context
+        self._instance_id = instance_id
+        self._policy = policy
+        self._last_write = 0.0
+        self._latest: dict[str, Any] | None = None
+        self._flush: asyncio.Task[None] | None = None
+        self._flush_sleeping = False
+
+    async def __call__(self, progress: PullProgress) -> None:
+        self._latest = {
+            "reason": f"pulling image {progress.image}: {progress.describe()}",
+            "image_pull": {"state": "pulling", "policy": self._policy, **progress.to_json()},
+        }
+        wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
+        if wait_seconds <= 0:
+            await self._write()
+        elif self._flush is None or self._flush.done():
+            self._flush_sleeping = True
+            self._flush = asyncio.create_task(self._write_after(wait_seconds))
+
+    async def _write_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._flush_sleeping = False
+        await self._write()
+
+    async def _write(self) -> None:
+        latest, self._latest = self._latest, None
+        if latest is None:
+            return
+        self._last_write = time.monotonic()
+        await asyncio.to_thread(self._context.store.update, self._instance_id, **latest)
+
+    async def close(self) -> None:
+        """The pull ended: nothing more is written, and a write under way has landed (so that it
+        cannot overwrite the result that follows)."""
+        self._latest = None
+        flush, self._flush = self._flush, None
+        if flush is None:
+            return
+        if self._flush_sleeping:
+            flush.cancel()
+        await asyncio.gather(flush, return_exceptions=True)
+
+
+async def _prepare(
+    context: ControlContext,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: DockerRuntime,
+    start_number: int,
+    mounts: list[dict[str, Any]],
+) -> None:
+    image = version.image or ""
+    policy = version.effective_pull_policy
+    pulling: dict[str, Any] = {"state": "pulling", "image": image, "policy": policy}
+    try:
+        auth = await asyncio.to_thread(open_registry_auth, context, version)
+        if policy == "always" or (
+            policy == "if-missing" and not await image_present(image, daemon=runtime.daemon)
+        ):
+            await context.transition(
+                instance.id,
+                InstanceState.STARTING,
+                f"pulling image {image} (pull policy {policy})",
+                image_pull=pulling,
+                runtime=runtime.kind,
+                mounts=mounts,
+                handle=None,
+                pid=None,
+            )
+        writer = _ProgressWriter(context, instance.id, policy)
+        try:
+            result = await prepare_image(image, policy, daemon=runtime.daemon, auth=auth, on_progress=writer)
+        finally:
+            await writer.close()
+    except ModelyardError as error:
+        logger.warning("instance %s: %s", instance.id, error)
+        failed = {"state": "failed", "image": image, "policy": policy, "error": error.message}
+        await fail_start(context, instance, f"cannot launch: {error}", image_pull=failed)
+        return
+    except Exception as error:  # as reconcile's guard does: this instance's error, with back-off
+        logger.exception("instance %s: the pull of %s failed", instance.id, image)
+        text = f"internal error while pulling image {image}: {type(error).__name__}: {error}"
+        failed = {"state": "failed", "image": image, "policy": policy, "error": text}
+        await fail_start(context, instance, text, image_pull=failed)
+        return
+    if result is None:
+        await asyncio.to_thread(context.store.update, instance.id, image_pull=None)
+    else:
+        await context.transition(
+            instance.id,
+            InstanceState.STARTING,
+            result.describe(),
+            record_event=True,
+            image_pull={"state": "pulled", "policy": policy, **result.to_json()},
+        )
+        logger.info("instance %s: %s", instance.id, result.describe())
+    context.images_ready[instance.id] = start_number
+    context.poke()
