@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from modelyard.backends.arguments import parse_env
 from modelyard.backends.flag_tables import EngineHistory, FlagTable, load_engine_history, load_flag_table
 from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.doctor.findings import Finding
@@ -108,12 +109,15 @@ class ParameterContext:
         return [replace(finding, table_version=self.table.version) for finding in findings]
 
     @property
+    def deployment_environment(self) -> dict[str, str]:
+        """The deployment's own variables, read leniently (the env checks report bad lines)."""
+        return parse_env(self.env, strict=False)
+
+    @property
     def engine_environment(self) -> dict[str, str]:
         """The variables the engine sees: the host's it inherits, then the deployment's."""
-        from modelyard.doctor.parameters.environment import env_values
-
         inherited = dict(self.host.environment) if self.host is not None else {}
-        return {**inherited, **env_values(self.env)}
+        return {**inherited, **self.deployment_environment}
 
     @property
     def version_known(self) -> bool:
