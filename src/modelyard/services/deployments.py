@@ -14,7 +14,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, selectinload
 from modelyard.backends.arguments import parse_env, split_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
-from modelyard.control.endpoints import DEFAULT_ROUTING, ROUTING_POLICIES
+from modelyard.control.endpoints import ROUTING_POLICIES
 from modelyard.control.scheduler import LOCAL_WORKER, Worker, check_request_fits, local_worker
 from modelyard.errors import AlreadyExists, Conflict, InvalidInput, InvalidModelDirectory, NotFound
 from modelyard.hardware.gpus import GpuInventory
@@ -35,6 +35,7 @@ from modelyard.services.deployment_gpus import ReplicaGpus, estimate_reference, 
 from modelyard.services.deployment_limits import apply_limits, checked_limits, limits_to_json
 from modelyard.services.deployment_memory import bytes_per_gpu, memory_placement, preflight_parameters
 from modelyard.services.deployment_placement import placement_selectors
+from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentRequest
 from modelyard.services.deployment_secrets import (
     check_chosen,
     seal_deployment_secrets,
@@ -50,41 +51,7 @@ from modelyard.store.tables import Deployment, ModelFile, utc_now
 
 logger = logging.getLogger(__name__)
 
-MAXIMUM_REPLICAS = 64
 DESIRED_STATES = ("running", "stopped", "deleted")
-
-
-@dataclass
-class DeploymentRequest:
-    """What a user asks for. ``name`` defaults to the model's name."""
-
-    model: str
-    name: str | None = None
-    backend: str = "transformers"
-    backend_version: str | None = None
-    replicas: int = 1
-    # None: 1 when the host has GPUs and the backend uses them, else 0 (CPU).
-    gpus_per_replica: int | None = None
-    gpu_ids: list[int] | None = None
-    backend_parameters: str | list[str] = field(default_factory=list)
-    env: str | list[str] | dict[str, str] = field(default_factory=dict)
-    # Environment variables to keep secret besides those whose names say so (HF_TOKEN, ...).
-    secret_env: list[str] = field(default_factory=list)
-    skip_verification: bool = False
-    # How the gateway picks a replica: "least-outstanding" or "prefix" (prefix-aware).
-    routing: str = DEFAULT_ROUTING
-    # Placement by memory: "auto" (the estimate) or a size per GPU ("20GiB"); None books whole
-    # GPUs. Several such deployments (or replicas) share a GPU, each engine's knob set from it.
-    gpu_memory: str | None = None
-    # Cluster selectors (services/deployment_placement.py): worker names, worker labels that must
-    # all match, a GPU model, and hosts per replica (a gang over N hosts).
-    workers: list[str] = field(default_factory=list)
-    worker_labels: dict[str, str] = field(default_factory=dict)
-    gpu_model: str | None = None
-    nodes: int = 1
-    # Limits for every key together (deployment_limits.py): requests_per_minute, tokens_per_minute,
-    # max_concurrent_requests; None or absent: no limit.
-    limits: dict[str, int | None] | None = None
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -312,7 +279,7 @@ def check_deployment(
             gpu_memory=placement["gpu_memory"],
             gpus=chosen,
         )
-    limits = checked_limits(request.limits)
+    limits = checked_limits(request.limits.model_dump() if request.limits is not None else None)
     warnings = run_preflight(
         deployment_name=name,
         model=model,
