@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.graph_headroom import graph_headroom_findings
 from modelyard.doctor.host_facts import HostFacts
@@ -52,6 +53,8 @@ class DeploymentPlan:
     host: HostFacts | None = None
     deployment_name: str | None = None
     model_argument: str | None = None
+    # ``backend_parameters`` parsed on the version's flag table, when the caller has it already.
+    parsed: ParsedParameters | None = None
 
 
 def _gpu_infos(gpus: list[GpuSpec]) -> list[GpuInfo]:
@@ -83,6 +86,7 @@ def plan_context(plan: DeploymentPlan) -> ParameterContext:
         gpu_count=plan.gpu_count if plan.gpu_count is not None else (len(plan.gpus) if plan.gpus else None),
         host=plan.host,
         model_argument=plan.model_argument,
+        parsed=plan.parsed,
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding
 from modelyard.doctor.host_facts import HostFacts
@@ -50,6 +51,7 @@ def preflight_deployment(
     gpus: list[GpuInfo] | None,
     gpu_count: int | None = None,
     host: HostFacts | None = None,
+    parsed: ParsedParameters | None = None,
 ) -> list[Finding]:
     """Run the model directory, parameter and memory checks of one deployment.
 
@@ -58,6 +60,7 @@ def preflight_deployment(
     that stray whitespace and broken lines can be seen. ``gpus`` are the GPUs of one replica;
     ``gpu_count`` stands in when only their number is known (planning for other hardware).
     ``host``: the machine the engine starts on (default: this one, as the local runtime starts it).
+    ``parsed``: ``backend_parameters`` already parsed on the version's flag table (not parsed again).
     """
     directory = Path(model_dir)
     version_text = version.version if isinstance(version, BackendVersion) else version
@@ -80,6 +83,7 @@ def preflight_deployment(
         gpu_count=count,
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
+        parsed=parsed,
     )
     if judges_chat_template(engine, plan.model):
         # The plan's check knows --chat-template and the pooling flags: it decides this id.

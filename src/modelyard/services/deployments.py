@@ -21,7 +21,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.arguments import parse_env
+from modelyard.backends.flag_tables import load_flag_table
+from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.control.endpoints import ROUTING_POLICIES
@@ -224,7 +226,10 @@ def check_deployment(
     _check_replicas(request.replicas)
     spec = backend_service.get_backend(session, request.backend)
     version = backend_service.resolve_version(spec, request.backend_version)
-    parameters = split_backend_parameters(request.backend_parameters)
+    # Parsed once, on the version's flag table: the stored argv, the estimate, doctor and the host
+    # check all read this one form.
+    parsed = parse_parameters(request.backend_parameters, spec.family, version.version)
+    parameters = parsed.argv
     env = parse_env(request.env)
     check_chosen(env, request.secret_env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
@@ -261,17 +266,18 @@ def check_deployment(
         engine=spec.family,
         engine_version=version.version,
         model_path=model.path,
-        parameters=parameters,
+        parameters=parsed,
         env=env,
         in_container=version.runs_in_container,
     )
     replica_inventory = inventory if replica is None else replace(inventory, gpus=list(replica.worker.gpus))
     chosen = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids) if replica is None else replica.gpus
     raw_parameters = request.backend_parameters
+    judged = parsed
     if placement.get("gpu_memory"):
         raw_parameters = preflight_parameters(
             raw_parameters,
-            parameters=parameters,
+            parameters=parsed,
             engine=spec.family,
             engine_version=version.version,
             model_path=model.path,
@@ -279,6 +285,9 @@ def check_deployment(
             gpu_memory=placement["gpu_memory"],
             gpus=chosen,
         )
+        if raw_parameters != request.backend_parameters:
+            # The knob the placement will set, added: doctor judges the flags with it.
+            judged = parse_parameters(raw_parameters, spec.family, version.version)
     limits = checked_limits(request.limits.model_dump() if request.limits is not None else None)
     warnings = run_preflight(
         deployment_name=name,
@@ -286,6 +295,7 @@ def check_deployment(
         spec=spec,
         version=version,
         raw_backend_parameters=raw_parameters,
+        parameters=judged,
         raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
@@ -314,6 +324,13 @@ def check_deployment(
     return deployment
 
 
+def parse_parameters(raw: str | list[str], family: str, version: str) -> ParsedParameters:
+    """``raw`` (the parameters as typed) parsed on the flag table of ``family`` ``version`` (vLLM and
+    SGLang; the others have none); ``InvalidInput`` naming the line where a quote is left open."""
+    table = load_flag_table(family, version) if family in ("vllm", "sglang") else None
+    return parse_backend_parameters(raw, table).require_split()
+
+
 def _replica_gpus(
     workers: list[Worker],
     placement: dict[str, Any],
@@ -323,7 +340,7 @@ def _replica_gpus(
     engine: str,
     engine_version: str,
     model_path: str,
-    parameters: list[str],
+    parameters: ParsedParameters,
     env: dict[str, str],
     in_container: bool,
 ) -> ReplicaGpus | None:

@@ -37,6 +37,10 @@ def engine_label(engine: str, version: str | None = None) -> str:
     return f"{name} {version}" if version else name
 
 
+def _table_version(table: FlagTable | None) -> tuple[str, str] | None:
+    return None if table is None else (table.engine, table.version)
+
+
 @dataclass
 class ParameterContext:
     """Inputs of the parameter checks, parsed once.
@@ -77,9 +81,14 @@ class ParameterContext:
         gpu_count: int | None = None,
         host: HostFacts | None = None,
         model_argument: str | None = None,
+        parsed: ParsedParameters | None = None,
     ) -> ParameterContext:
+        """``parsed``: ``backend_parameters`` already parsed on this engine version's flag table
+        (the deployment service parses once and passes it); parsed here when absent."""
         table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
         history = load_engine_history(engine) if table is not None else None
+        if parsed is None or _table_version(parsed.table) != _table_version(table):
+            parsed = parse_backend_parameters(backend_parameters, table)
         return cls(
             engine=engine,
             version=version,
@@ -91,7 +100,7 @@ class ParameterContext:
             gpu_count=gpu_count if gpu_count is not None else (len(gpus) if gpus else None),
             table=table,
             history=history,
-            parsed=parse_backend_parameters(backend_parameters, table),
+            parsed=parsed,
             host=host,
             model_argument=model_argument,
         )
