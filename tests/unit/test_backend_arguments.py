@@ -76,3 +76,12 @@ def test_env_name_given_twice_names_both_lines() -> None:
 def test_env_mapping_with_a_number_value_asks_for_quotes() -> None:
     with pytest.raises(InvalidInput, match=r"quote it"):
         parse_env({"A": 1})  # type: ignore[dict-item]
+
+
+def test_env_read_leniently_skips_bad_lines_and_keeps_the_last_of_a_name() -> None:
+    # doctor reads the env this way: each bad line is its own finding, the rest still count.
+    assert parse_env(["A = 1", "VLLM_DEBUG", "", "# note", "B=x=y", "A=2 "], strict=False) == {
+        "A": "2",
+        "B": "x=y",
+    }
+    assert parse_env({" A ": "1"}, strict=False) == {"A": "1"}

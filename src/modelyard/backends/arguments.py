@@ -25,10 +25,15 @@ from modelyard.errors import InvalidInput
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _numbered_lines(raw: str | list[str], what: str) -> Iterator[tuple[str, str]]:
-    """Yield (where, line) for every non-empty line; ``where`` names it for error messages."""
+def _numbered_lines(raw: str | list[str], what: str, *, strict: bool = True) -> Iterator[tuple[str, str]]:
+    """Yield (where, line) for every non-empty line; ``where`` names it for error messages.
+
+    An item that is not text is an ``InvalidInput``, or read as its ``str()`` when not ``strict``.
+    """
     items = [raw] if isinstance(raw, str) else list(raw)
     for item_index, item in enumerate(items, start=1):
+        if not isinstance(item, str) and not strict:
+            item = str(item)
         if not isinstance(item, str):
             raise InvalidInput(
                 f"{what} item {item_index} is a {type(item).__name__} ({item!r}), not text",
@@ -89,13 +94,22 @@ def _parse_env_line(where: str, line: str) -> tuple[str, str]:
     return name, value
 
 
-def parse_env(raw: str | list[str] | dict[str, str]) -> dict[str, str]:
+def parse_env(raw: str | list[str] | dict[str, str], *, strict: bool = True) -> dict[str, str]:
     """Read environment variables given as ``KEY=VALUE`` lines (a list, or one text) or a mapping.
 
     Values are taken literally (no quote removal, no ``$VAR`` expansion). Empty lines and lines
     starting with ``#`` are skipped. A line without ``=``, an invalid name, spaces around ``=``
     or a name given twice is an ``InvalidInput`` that names the line and how to fix it.
+
+    With ``strict=False`` (doctor, which reports each bad line as a finding of its own) nothing
+    is raised: a line without ``=`` is skipped, spaces around names and values are dropped, and
+    the last of a name given twice wins, as the engine would get the variables::
+
+        >>> parse_env(["A = 1", "VLLM_DEBUG", "A=2"], strict=False)
+        {'A': '2'}
     """
+    if not strict:
+        return _parse_env_leniently(raw)
     if isinstance(raw, dict):
         result: dict[str, str] = {}
         for name, value in raw.items():
@@ -118,4 +132,15 @@ def parse_env(raw: str | list[str] | dict[str, str]) -> dict[str, str]:
             )
         first_seen[name] = where
         result[name] = value
+    return result
+
+
+def _parse_env_leniently(raw: str | list[str] | dict[str, str]) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return {name.strip(): value for name, value in raw.items()}
+    result: dict[str, str] = {}
+    for _, line in _numbered_lines(raw, "environment", strict=False):
+        name, equals, value = line.partition("=")
+        if equals:
+            result[name.strip()] = value.strip()
     return result

@@ -73,6 +73,8 @@ class Controller:
         self._inventory_read_at = float("-inf")
         self._swept_at = 0.0
         self._warned_backends: set[str] = set()
+        # What the custom backends were when the catalog was last built (None: never built).
+        self._catalog_stamp: tuple[object, ...] | None = None
         self._context = ControlContext(
             settings=settings,
             store=InstanceStore(database),
@@ -98,6 +100,11 @@ class Controller:
         return self._context.inventory
 
     @property
+    def catalog(self) -> BackendCatalog:
+        """The backends the controller launches from, as of its last pass."""
+        return self._context.catalog
+
+    @property
     def runtimes(self) -> RuntimeSet:
         return self._context.runtimes
 
@@ -106,7 +113,7 @@ class Controller:
     async def start(self) -> None:
         context = self._context
         await self._refresh_inventory(force=True)
-        context.catalog = await asyncio.to_thread(self._load_catalog)
+        await asyncio.to_thread(self._refresh_catalog)
         deployments = await asyncio.to_thread(context.store.load_deployments)
         context.deployment_of = {i.id: d for d in deployments for i in d.instances}
         await adopt_survivors(context, deployments)
@@ -153,7 +160,7 @@ class Controller:
         context = self._context
         await self._refresh_inventory()
         deployments = await asyncio.to_thread(context.store.load_deployments)
-        context.catalog = await asyncio.to_thread(self._load_catalog)
+        await asyncio.to_thread(self._refresh_catalog)
         context.deployment_of = {i.id: d for d in deployments for i in d.instances}
         for deployment in deployments:
             try:
@@ -180,6 +187,15 @@ class Controller:
     def workers(self) -> list[Worker]:
         """The workers as last read (one, ``local``, on a single host)."""
         return self._context.scheduler.workers
+
+    def _refresh_catalog(self) -> None:
+        """Build the catalog once, and again only after a custom backend was added, edited or
+        removed (through the API or the database): not every tick. The stamp is read first, so a
+        write during the build makes the next tick build again."""
+        stamp = self._context.store.custom_backends_stamp()
+        if stamp != self._catalog_stamp:
+            self._context.catalog = self._load_catalog()
+            self._catalog_stamp = stamp
 
     def _load_catalog(self) -> BackendCatalog:
         """The built-in catalog and every custom backend that still validates (a broken one is

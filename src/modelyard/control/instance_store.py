@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from modelyard.control.states import InstanceState, check_transition
@@ -170,6 +170,15 @@ class InstanceStore:
                 )
                 for deployment in deployments
             ]
+
+    def custom_backends_stamp(self) -> tuple[Any, ...]:
+        """(rows, newest id, latest update) of the custom backends: it changes whenever one is added,
+        edited or removed, so the controller rebuilds its catalog only then (one small query)."""
+        with self._database.session() as session:
+            row = session.execute(
+                select(func.count(), func.max(CustomBackend.id), func.max(CustomBackend.updated_at))
+            ).one()
+            return tuple(row)
 
     def load_custom_backends(self) -> list[dict[str, Any]]:
         with self._database.session() as session:

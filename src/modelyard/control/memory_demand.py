@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
 from modelyard.estimate.budgets import vllm_graphs_in_budget
@@ -126,7 +127,7 @@ def memory_demand(
     engine: str,
     engine_version: str,
     model_path: str,
-    parameters: list[str],
+    parameters: Sequence[str] | ParsedParameters,
     env: dict[str, str],
     gpu_memory: int | str,
     gpu_count: int,

@@ -8,7 +8,8 @@ from sqlalchemy import select
 
 from modelyard.demo.prepare import DEMO_DEPLOYMENT_NAME, DEMO_MODEL_NAME
 from modelyard.hardware.gpus import GpuInventory
-from modelyard.services.deployments import DeploymentRequest, create_deployment
+from modelyard.services.deployment_request import DeploymentRequest
+from modelyard.services.deployments import create_deployment
 from modelyard.services.model_files import register_model
 from modelyard.store.database import Database
 from modelyard.store.tables import ModelFile

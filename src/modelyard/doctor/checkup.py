@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.backends.arguments import parse_env
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.doctor.drivers import CUDA_DRIVER_REQUIREMENTS, ENGINE_CUDA_BUILDS
 from modelyard.doctor.findings import Finding, Severity
@@ -148,10 +149,11 @@ def inventory_from_gpu_specs(gpu_specs: Sequence[Any]) -> GpuInventory:
     return GpuInventory(gpus=gpus)
 
 
-def _parallelism(
-    family: str, version: str, parameters: str | list[str], env: dict[str, str]
+def parallelism(
+    family: str, version: str, parameters: str | list[str] | ParsedParameters, env: dict[str, str]
 ) -> tuple[Layout | None, bool]:
-    """(layout, speculative decoding) as the arguments ask; no layout for other engines."""
+    """(layout, speculative decoding) as the arguments ask (lines as typed, or their parsed form,
+    kept as it is); no layout for other engines. What the host checks take TP and PP from."""
     if family not in ("vllm", "sglang"):
         return None, False
     from modelyard.estimate.engine_arguments import parse_engine_arguments, parsed_parameters
@@ -204,7 +206,7 @@ def deployment_checkup(
         environment = parse_env(env)
     except InvalidInput:
         environment = {}
-    layout, speculative = _parallelism(spec.family, version.version, backend_parameters, environment)
+    layout, speculative = parallelism(spec.family, version.version, backend_parameters, environment)
     count = layout.gpus_needed if layout is not None else 1
     pipeline_parallel = layout.pipeline_parallel if layout is not None else 1
     inventory = inventory_from_gpu_specs(gpu_specs) if gpu_specs else gpus.read_inventory()

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.graph_headroom import graph_headroom_findings
 from modelyard.doctor.host_facts import HostFacts
@@ -60,6 +61,8 @@ class DeploymentPlan:
     # True where ``backend_parameters`` is another launcher's command list, each item one argument
     # to the engine (Compose, Kubernetes, GPUStack), not modelyard's lines split by shell rules.
     items_are_arguments: bool = False
+    # ``backend_parameters`` parsed on the version's flag table, when the caller has it already.
+    parsed: ParsedParameters | None = None
 
 
 def _gpu_infos(gpus: list[GpuSpec]) -> list[GpuInfo]:
@@ -92,6 +95,7 @@ def plan_context(plan: DeploymentPlan) -> ParameterContext:
         host=plan.host,
         model_argument=plan.model_argument,
         items_are_arguments=plan.items_are_arguments,
+        parsed=plan.parsed,
     )
 
 

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendVersion
 from modelyard.doctor.findings import Finding
 from modelyard.doctor.host_facts import HostFacts
@@ -53,6 +54,7 @@ def preflight_deployment(
     gpu_count: int | None = None,
     host: HostFacts | None = None,
     start_observations: Sequence[StartObservation] = (),
+    parsed: ParsedParameters | None = None,
 ) -> list[Finding]:
     """Run the model directory, parameter and memory checks of one deployment.
 
@@ -63,6 +65,7 @@ def preflight_deployment(
     ``host``: the machine the engine starts on (default: this one, as the local runtime starts it).
     ``start_observations``: this installation's starts of the engine version, which correct the
     memory estimate (``estimate/correction.py``).
+    ``parsed``: ``backend_parameters`` already parsed on the version's flag table (not parsed again).
     """
     directory = Path(model_dir)
     version_text = version.version if isinstance(version, BackendVersion) else version
@@ -86,6 +89,7 @@ def preflight_deployment(
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,
         start_observations=tuple(start_observations),
+        parsed=parsed,
     )
     if judges_chat_template(engine, plan.model):
         # The plan's check knows --chat-template and the pooling flags: it decides this id.

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelyard.backends.arguments import parse_env
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.backends.spec import BackendSpec, BackendVersion
 from modelyard.errors import InvalidInput
 from modelyard.estimate.correction import StartObservation
@@ -75,30 +77,33 @@ def _host_findings(
     model: ModelFile,
     spec: BackendSpec,
     version: BackendVersion,
-    raw_backend_parameters: str | list[str],
+    parameters: ParsedParameters,
+    env: dict[str, str],
     replica_gpus: list[GpuInfo],
     inventory: GpuInventory,
     mounts: list[Mount],
 ) -> list[Finding]:
     """This host against what the engine needs: driver, GPU links, Docker, RAM for the loader.
 
+    TP, PP and speculative decoding are read from the parsed ``parameters`` (as ``modelyard
+    doctor`` reads them); an engine without a layout (transformers, custom) is TP over its GPUs.
     ``mounts`` are the folders the runtime will give the engine (asked of the runtime, not guessed).
     """
+    from modelyard.doctor.checkup import parallelism
     from modelyard.doctor.host import HostCheckRequest, check_host
     from modelyard.doctor.host_sources import NvmlGpuSource
 
-    text = (
-        raw_backend_parameters
-        if isinstance(raw_backend_parameters, str)
-        else " ".join(raw_backend_parameters)
-    )
+    layout, speculative = parallelism(spec.family, version.version, parameters, env)
+    pipeline_parallel = layout.pipeline_parallel if layout is not None else 1
+    tensor_parallel = layout.tensor_parallel if layout is not None else len(replica_gpus)
     request = HostCheckRequest(
         backend_family=spec.family,
         backend_version=version.version,
         needs_gpu=bool(replica_gpus),
         gpu_indices=tuple(gpu.index for gpu in replica_gpus) or None,
-        tensor_parallel_size=max(1, len(replica_gpus)),
-        speculative_decoding="--speculative" in text,
+        tensor_parallel_size=max(1, tensor_parallel),
+        pipeline_parallel_size=pipeline_parallel,
+        speculative_decoding=speculative,
         runs_in_container=version.runs_in_container,
         volume_mounts={mount.host_path: mount.engine_path for mount in mounts},
         model_path=Path(model.path),
@@ -115,6 +120,7 @@ def run_preflight(
     spec: BackendSpec,
     version: BackendVersion,
     raw_backend_parameters: str | list[str],
+    parameters: ParsedParameters,
     raw_env: str | list[str] | dict[str, str],
     gpus_per_replica: int,
     gpu_ids: list[int] | None,
@@ -133,7 +139,9 @@ def run_preflight(
     ``start_observations``: this installation's starts, which correct the memory estimate;
     ``estimate_summaries``: given, the estimate's ``memory.summary`` finding is added to it.
 
-    The parameters and env go in as the user typed them, so that doctor sees stray whitespace.
+    The parameters and env go in as the user typed them, so that doctor sees stray whitespace;
+    ``parameters`` is ``raw_backend_parameters`` parsed (doctor and the host check read it, and
+    do not parse again).
     """
     try:
         from modelyard.doctor.preflight import preflight_deployment
@@ -154,12 +162,20 @@ def run_preflight(
         gpus=replica_gpus,
         gpu_count=gpus_per_replica,
         start_observations=start_observations,
+        parsed=parameters,
     )
     if model.on_server is False:
         # Only the workers have the files: the directory is checked there (below), not here.
         findings = [finding for finding in findings if not finding.check_id.startswith("model.")]
     findings += _host_findings(
-        model, spec, version, raw_backend_parameters, replica_gpus, inventory, mounts or []
+        model,
+        spec,
+        version,
+        parameters,
+        parse_env(raw_env, strict=False),
+        replica_gpus,
+        inventory,
+        mounts or [],
     )
     if worker_model_check is not None:
         from modelyard.doctor.worker_model import worker_model_findings

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from modelyard.backends.parameters import ParsedParameters
 from modelyard.control.memory_demand import KNOB_FLAGS, memory_demand, parse_gpu_memory
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec
@@ -50,7 +51,7 @@ def check_memory_engine(engine: str) -> None:
 
 def bytes_per_gpu(
     *,
-    parameters: list[str],
+    parameters: ParsedParameters,
     engine: str,
     engine_version: str,
     model_path: str,
@@ -77,14 +78,10 @@ def bytes_per_gpu(
     return demand.bytes_per_gpu
 
 
-def _sets_knob(parameters: list[str], knob: str) -> bool:
-    return any(part == knob or part.startswith(knob + "=") for item in parameters for part in item.split())
-
-
 def preflight_parameters(
     raw_parameters: str | list[str],
     *,
-    parameters: list[str],
+    parameters: ParsedParameters,
     engine: str,
     engine_version: str,
     model_path: str,
@@ -98,7 +95,7 @@ def preflight_parameters(
     as NVML reads it now). ``InvalidInput`` for an engine the estimator does not model."""
     check_memory_engine(engine)
     knob = KNOB_FLAGS[engine]
-    if not gpus or _sets_knob(parameters, knob):
+    if not gpus or parameters.given(knob):
         return raw_parameters
     gpu = min(gpus, key=lambda info: info.memory_free_bytes)
     demand = memory_demand(

@@ -18,8 +18,9 @@ from modelyard.control.scheduler import Worker
 from modelyard.errors import ModelyardError
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.services.deployment_checks import PreflightFailed
+from modelyard.services.deployment_request import DeploymentRequest
 from modelyard.services.deployment_secrets import shown_arguments, shown_env
-from modelyard.services.deployments import DeploymentRequest, check_deployment
+from modelyard.services.deployments import check_deployment
 from modelyard.store.tables import Deployment
 
 

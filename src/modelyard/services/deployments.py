@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from modelyard.backends.arguments import parse_env, split_backend_parameters
+from modelyard.backends.arguments import parse_env
+from modelyard.backends.flag_tables import load_flag_table
+from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.backends.render import check_launch
 from modelyard.backends.spec import BackendSpec, BackendVersion
-from modelyard.control.endpoints import DEFAULT_ROUTING, ROUTING_POLICIES
+from modelyard.control.endpoints import ROUTING_POLICIES
 from modelyard.control.memory_demand import KNOB_FLAGS
 from modelyard.control.scheduler import LOCAL_WORKER, Worker, check_request_fits, local_worker
 from modelyard.control.start_observations import read_observations
@@ -39,6 +41,7 @@ from modelyard.services.deployment_gpus import ReplicaGpus, estimate_reference, 
 from modelyard.services.deployment_limits import apply_limits, checked_limits, limits_to_json
 from modelyard.services.deployment_memory import bytes_per_gpu, memory_placement, preflight_parameters
 from modelyard.services.deployment_placement import placement_selectors
+from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentRequest
 from modelyard.services.deployment_secrets import (
     check_chosen,
     seal_deployment_secrets,
@@ -54,41 +57,7 @@ from modelyard.store.tables import Deployment, ModelFile, utc_now
 
 logger = logging.getLogger(__name__)
 
-MAXIMUM_REPLICAS = 64
 DESIRED_STATES = ("running", "stopped", "deleted")
-
-
-@dataclass
-class DeploymentRequest:
-    """What a user asks for. ``name`` defaults to the model's name."""
-
-    model: str
-    name: str | None = None
-    backend: str = "transformers"
-    backend_version: str | None = None
-    replicas: int = 1
-    # None: 1 when the host has GPUs and the backend uses them, else 0 (CPU).
-    gpus_per_replica: int | None = None
-    gpu_ids: list[int] | None = None
-    backend_parameters: str | list[str] = field(default_factory=list)
-    env: str | list[str] | dict[str, str] = field(default_factory=dict)
-    # Environment variables to keep secret besides those whose names say so (HF_TOKEN, ...).
-    secret_env: list[str] = field(default_factory=list)
-    skip_verification: bool = False
-    # How the gateway picks a replica: "least-outstanding" or "prefix" (prefix-aware).
-    routing: str = DEFAULT_ROUTING
-    # Placement by memory: "auto" (the estimate) or a size per GPU ("20GiB"); None books whole
-    # GPUs. Several such deployments (or replicas) share a GPU, each engine's knob set from it.
-    gpu_memory: str | None = None
-    # Cluster selectors (services/deployment_placement.py): worker names, worker labels that must
-    # all match, a GPU model, and hosts per replica (a gang over N hosts).
-    workers: list[str] = field(default_factory=list)
-    worker_labels: dict[str, str] = field(default_factory=dict)
-    gpu_model: str | None = None
-    nodes: int = 1
-    # Limits for every key together (deployment_limits.py): requests_per_minute, tokens_per_minute,
-    # max_concurrent_requests; None or absent: no limit.
-    limits: dict[str, int | None] | None = None
 
 
 def backend_supports_cpu(spec: BackendSpec, version: BackendVersion) -> bool:
@@ -263,7 +232,10 @@ def check_deployment(
     _check_replicas(request.replicas)
     spec = backend_service.get_backend(session, request.backend)
     version = backend_service.resolve_version(spec, request.backend_version)
-    parameters = split_backend_parameters(request.backend_parameters)
+    # Parsed once, on the version's flag table: the stored argv, the estimate, doctor and the host
+    # check all read this one form.
+    parsed = parse_parameters(request.backend_parameters, spec.family, version.version)
+    parameters = parsed.argv
     env = parse_env(request.env)
     check_chosen(env, request.secret_env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
@@ -312,7 +284,7 @@ def check_deployment(
         engine=spec.family,
         engine_version=version.version,
         model_path=model.path,
-        parameters=parameters,
+        parameters=parsed,
         env=env,
         in_container=version.runs_in_container,
         observations=observations,
@@ -320,10 +292,11 @@ def check_deployment(
     replica_inventory = inventory if replica is None else replace(inventory, gpus=list(replica.worker.gpus))
     chosen = gpus_of_one_replica(inventory, gpus_per_replica, gpu_ids) if replica is None else replica.gpus
     raw_parameters = request.backend_parameters
+    judged = parsed
     if placement.get("gpu_memory"):
         raw_parameters = preflight_parameters(
             raw_parameters,
-            parameters=parameters,
+            parameters=parsed,
             engine=spec.family,
             engine_version=version.version,
             model_path=model.path,
@@ -332,13 +305,17 @@ def check_deployment(
             gpus=chosen,
             observations=observations,
         )
-    limits = checked_limits(request.limits)
+        if raw_parameters != request.backend_parameters:
+            # The knob the placement will set, added: doctor judges the flags with it.
+            judged = parse_parameters(raw_parameters, spec.family, version.version)
+    limits = checked_limits(request.limits.model_dump() if request.limits is not None else None)
     warnings = run_preflight(
         deployment_name=name,
         model=model,
         spec=spec,
         version=version,
         raw_backend_parameters=raw_parameters,
+        parameters=judged,
         raw_env=request.env,
         gpus_per_replica=gpus_per_replica,
         gpu_ids=gpu_ids,
@@ -369,6 +346,13 @@ def check_deployment(
     return deployment
 
 
+def parse_parameters(raw: str | list[str], family: str, version: str) -> ParsedParameters:
+    """``raw`` (the parameters as typed) parsed on the flag table of ``family`` ``version`` (vLLM and
+    SGLang; the others have none); ``InvalidInput`` naming the line where a quote is left open."""
+    table = load_flag_table(family, version) if family in ("vllm", "sglang") else None
+    return parse_backend_parameters(raw, table).require_split()
+
+
 def _replica_gpus(
     workers: list[Worker],
     placement: dict[str, Any],
@@ -378,7 +362,7 @@ def _replica_gpus(
     engine: str,
     engine_version: str,
     model_path: str,
-    parameters: list[str],
+    parameters: ParsedParameters,
     env: dict[str, str],
     in_container: bool,
     observations: Sequence[StartObservation] = (),

@@ -13,10 +13,11 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -30,21 +31,31 @@ from modelyard.hub.files import RemoteFile, RepoListing, select_files
 from modelyard.hub.manifest import Manifest, directory_files
 from modelyard.hub.reference import ModelReference, parse_model_reference
 from modelyard.services.model_files import DEPLOYABLE_MODEL_STATES, get_model, stored_manifest
-from modelyard.services.names import check_name, commit_new
+from modelyard.services.names import MAXIMUM_NAME_LENGTH, check_name, commit_new
 from modelyard.store.tables import ModelFile, ModelTask
 
+# PATH_MAX on Linux.
+MAXIMUM_PATH_CHARACTERS = 4096
+MAXIMUM_PATTERNS = 64
+# An --include / --exclude pattern (fnmatch).
+Pattern = Annotated[str, Field(min_length=1, max_length=256)]
 
-@dataclass
-class PullRequest:
-    """What a user asks for with ``modelyard models pull``."""
 
-    source: str
-    name: str | None = None
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    quantization: str | None = None
-    # Absolute; default: <models root>/<name>.
-    target_dir: str | None = None
+class PullRequest(BaseModel):
+    """What a user asks for with ``modelyard models pull``: the input of ``plan_pull`` and
+    ``create_pull_task``, and (with ``dry_run``) the body of ``POST /api/v1/models/pull``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # hf://ORG/NAME[@REVISION] or ms://ORG/NAME[@REVISION].
+    source: str = Field(min_length=1, max_length=512)
+    # Default: the repository's name.
+    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
+    include: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
+    exclude: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
+    quantization: str | None = Field(default=None, max_length=32)
+    # Absolute, on the server's host; default: <models root>/<name>.
+    target_dir: str | None = Field(default=None, max_length=MAXIMUM_PATH_CHARACTERS)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from modelyard.backends.arguments import parse_env
 from modelyard.backends.flag_tables import EngineHistory, FlagTable, load_engine_history, load_flag_table
 from modelyard.backends.parameters import ParsedParameters, parse_backend_parameters
 from modelyard.doctor.findings import Finding
@@ -34,6 +35,10 @@ TABLE_ENGINES = ("vllm", "sglang")
 def engine_label(engine: str, version: str | None = None) -> str:
     name = ENGINE_NAMES.get(engine, engine)
     return f"{name} {version}" if version else name
+
+
+def _table_version(table: FlagTable | None) -> tuple[str, str] | None:
+    return None if table is None else (table.engine, table.version)
 
 
 @dataclass
@@ -80,9 +85,14 @@ class ParameterContext:
         host: HostFacts | None = None,
         model_argument: str | None = None,
         items_are_arguments: bool = False,
+        parsed: ParsedParameters | None = None,
     ) -> ParameterContext:
+        """``parsed``: ``backend_parameters`` already parsed on this engine version's flag table
+        (the deployment service parses once and passes it); parsed here when absent."""
         table = load_flag_table(engine, version) if engine in TABLE_ENGINES and version else None
         history = load_engine_history(engine) if table is not None else None
+        if parsed is None or _table_version(parsed.table) != _table_version(table):
+            parsed = parse_backend_parameters(backend_parameters, table)
         return cls(
             engine=engine,
             version=version,
@@ -94,7 +104,7 @@ class ParameterContext:
             gpu_count=gpu_count if gpu_count is not None else (len(gpus) if gpus else None),
             table=table,
             history=history,
-            parsed=parse_backend_parameters(backend_parameters, table),
+            parsed=parsed,
             host=host,
             model_argument=model_argument,
             items_are_arguments=items_are_arguments,
@@ -113,12 +123,15 @@ class ParameterContext:
         return [replace(finding, table_version=self.table.version) for finding in findings]
 
     @property
+    def deployment_environment(self) -> dict[str, str]:
+        """The deployment's own variables, read leniently (the env checks report bad lines)."""
+        return parse_env(self.env, strict=False)
+
+    @property
     def engine_environment(self) -> dict[str, str]:
         """The variables the engine sees: the host's it inherits, then the deployment's."""
-        from modelyard.doctor.parameters.environment import env_values
-
         inherited = dict(self.host.environment) if self.host is not None else {}
-        return {**inherited, **env_values(self.env)}
+        return {**inherited, **self.deployment_environment}
 
     @property
     def version_known(self) -> bool:

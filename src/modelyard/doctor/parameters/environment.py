@@ -31,18 +31,6 @@ def env_lines(env: dict[str, str] | list[str] | str) -> list[tuple[int, str]]:
     return lines
 
 
-def env_values(env: dict[str, str] | list[str] | str) -> dict[str, str]:
-    """The variables as the engine would get them, leniently (a bad line is skipped, not raised)."""
-    if isinstance(env, dict):
-        return {key.strip(): value for key, value in env.items()}
-    values: dict[str, str] = {}
-    for _, text in env_lines(env):
-        name, equals, value = text.partition("=")
-        if equals:
-            values[name.strip()] = value.strip()
-    return values
-
-
 def check_env_syntax(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
     for number, text in env_lines(context.env):
@@ -134,7 +122,7 @@ def check_env_read(context: ParameterContext) -> list[Finding]:
     if table is None:
         return []
     findings: list[Finding] = []
-    for name in env_values(context.env):
+    for name in context.deployment_environment:
         other = next(
             (engine for engine, prefixes in ENGINE_PREFIXES.items() if name.startswith(prefixes)), None
         )

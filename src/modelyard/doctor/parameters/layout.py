@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
-from modelyard.doctor.parameters.environment import env_values
 from modelyard.estimate.layout import PP_PARTITION_VARIABLE, Layout, read_layout
 
 # Different boards, or the same board with memory differing by more than this, in one group.
@@ -20,7 +19,7 @@ LAYOUT_ENGINES = ("vllm", "sglang")
 
 
 def context_layout(context: ParameterContext) -> Layout:
-    return read_layout(context.engine, context.parameters, env_values(context.env))
+    return read_layout(context.engine, context.parameters, context.deployment_environment)
 
 
 def check_layout(context: ParameterContext) -> list[Finding]:
@@ -137,7 +136,7 @@ def _pipeline(context: ParameterContext, layout: Layout) -> list[Finding]:
     )
     findings: list[Finding] = []
     stages = layout.stage_layers
-    raw = env_values(context.env).get(PP_PARTITION_VARIABLE)
+    raw = context.deployment_environment.get(PP_PARTITION_VARIABLE)
     if raw is not None and raw.strip() and stages is None:
         findings.append(
             Finding(

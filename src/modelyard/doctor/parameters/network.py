@@ -16,7 +16,6 @@ from pathlib import Path
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.host_facts import hub_cache_dir
 from modelyard.doctor.parameters.context import ParameterContext
-from modelyard.doctor.parameters.environment import env_values
 from modelyard.doctor.parameters.layout import context_layout
 
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -153,7 +152,7 @@ def check_hub_ids(context: ParameterContext) -> list[Finding]:
 
 
 def check_visible_devices(context: ParameterContext) -> list[Finding]:
-    value = env_values(context.env).get("CUDA_VISIBLE_DEVICES")
+    value = context.deployment_environment.get("CUDA_VISIBLE_DEVICES")
     if value is None or context.engine not in {"vllm", "sglang"}:
         return []
     visible = [item for item in value.split(",") if item.strip()]

@@ -15,7 +15,6 @@ from modelyard.server.api.common import in_session
 from modelyard.server.api.deployments import DeploymentCreate
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.errors import error_body
-from modelyard.services import deployments
 from modelyard.services.deployment_preflight import preflight_deployment_request
 
 router = APIRouter(tags=["deployments"])
@@ -24,8 +23,7 @@ router = APIRouter(tags=["deployments"])
 def _preflight(
     session: Session, body: DeploymentCreate, inventory: GpuInventory, workers: list[Worker]
 ) -> dict[str, Any]:
-    request = deployments.DeploymentRequest(**body.model_dump())
-    verdict = preflight_deployment_request(session, request, inventory, workers)
+    verdict = preflight_deployment_request(session, body, inventory, workers)
     error = verdict.error
     return {
         "ok": verdict.ok,

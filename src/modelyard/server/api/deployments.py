@@ -7,7 +7,7 @@ Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
@@ -23,90 +23,26 @@ from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
 from modelyard.services.deployment_checks import WorkerModelCheck
-from modelyard.services.deployment_limits import MAXIMUM_LIMIT, registry_limits
-from modelyard.services.names import MAXIMUM_NAME_LENGTH
+from modelyard.services.deployment_limits import registry_limits
+from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentLimitsBody, DeploymentRequest
 from modelyard.store.secret_box import SecretBox
 
 router = APIRouter(tags=["deployments"])
 
 
-# Bounds at the door: generous for real use, small enough that no request is costly to check.
-MAXIMUM_PARAMETERS_CHARACTERS = 64 * 1024
-MAXIMUM_LIST_ITEMS = 1024
-MAXIMUM_ENV_NAME_CHARACTERS = 256
-MAXIMUM_ENV_VALUE_CHARACTERS = 32 * 1024
-MAXIMUM_GPU_INDEX = 4095
-
 MAXIMUM_EVENTS = 10_000
 
-ParameterText = Annotated[str, Field(max_length=MAXIMUM_PARAMETERS_CHARACTERS)]
-EnvName = Annotated[str, Field(max_length=MAXIMUM_ENV_NAME_CHARACTERS)]
-EnvValue = Annotated[str, Field(max_length=MAXIMUM_ENV_VALUE_CHARACTERS)]
-GpuIndex = Annotated[int, Field(ge=0, le=MAXIMUM_GPU_INDEX)]
-ParameterLines = Annotated[list[ParameterText], Field(max_length=MAXIMUM_LIST_ITEMS)]
 
-
-class DeploymentLimitsBody(BaseModel):
-    """Limits for every key together (null or absent: none); 429 names the deployment's limit."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    requests_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
-    tokens_per_minute: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
-    max_concurrent_requests: int | None = Field(default=None, ge=1, le=MAXIMUM_LIMIT)
-
-
-class DeploymentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(
-        min_length=1, max_length=MAXIMUM_NAME_LENGTH, description="the model file's name (see /api/v1/models)"
-    )
-    name: str | None = Field(
-        default=None,
-        max_length=MAXIMUM_NAME_LENGTH,
-        description="the name clients send as 'model'; default: the model's",
-    )
-    backend: str = Field(default="transformers", max_length=MAXIMUM_NAME_LENGTH)
-    backend_version: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
-    replicas: int = Field(default=1, ge=0, le=deployments.MAXIMUM_REPLICAS)
-    gpus_per_replica: int | None = Field(default=None, ge=0, le=MAXIMUM_GPU_INDEX + 1)
-    gpu_ids: list[GpuIndex] | None = Field(default=None, max_length=MAXIMUM_LIST_ITEMS)
-    # One line, many lines, or a list of lines; split with shell quoting rules.
-    backend_parameters: ParameterText | ParameterLines = Field(default_factory=list)
-    # KEY=VALUE lines (text or list) or a mapping.
-    env: (
-        ParameterText
-        | ParameterLines
-        | Annotated[dict[EnvName, EnvValue], Field(max_length=MAXIMUM_LIST_ITEMS)]
-    ) = Field(default_factory=dict)
-    # Variables of env to keep secret besides those whose names say so (HF_TOKEN, *_API_KEY, ...).
-    secret_env: Annotated[list[EnvName], Field(max_length=MAXIMUM_LIST_ITEMS)] = Field(default_factory=list)
-    skip_verification: bool = False
-    # How the gateway picks a replica: "least-outstanding", or "prefix" (prompts that begin alike
-    # go to the same replica, within a load bound).
-    routing: RoutingPolicy = "least-outstanding"
-    # Placement by memory: "auto" (from the estimate) or a size per GPU such as "20GiB"; the
-    # engine's memory knob is set from it, and deployments so placed may share a GPU.
-    gpu_memory: str | None = Field(default=None, max_length=32)
-    # On a cluster: only these workers (names from GET /api/v1/workers), only workers with all of
-    # these labels, only GPUs whose name contains gpu_model, and a replica over `nodes` hosts.
-    workers: Annotated[list[Annotated[str, Field(max_length=128)]], Field(max_length=MAXIMUM_LIST_ITEMS)] = (
-        Field(default_factory=list)
-    )
-    worker_labels: Annotated[
-        dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=128)]],
-        Field(max_length=MAXIMUM_LIST_ITEMS),
-    ] = Field(default_factory=dict)
-    gpu_model: str | None = Field(default=None, max_length=128)
-    nodes: int = Field(default=1, ge=1, le=16)
-    limits: DeploymentLimitsBody | None = None
+# The service's DeploymentRequest itself, under the name the OpenAPI schema has always given it.
+class DeploymentCreate(DeploymentRequest):
+    """A deployment to create (or to check with /deployments/preflight): every field is checked
+    before anything is stored."""
 
 
 class DeploymentChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    replicas: int | None = Field(default=None, ge=0, le=deployments.MAXIMUM_REPLICAS)
+    replicas: int | None = Field(default=None, ge=0, le=MAXIMUM_REPLICAS)
     routing: RoutingPolicy | None = None
     # Replaces the deployment's limits whole ({} removes them all).
     limits: DeploymentLimitsBody | None = None
@@ -125,9 +61,8 @@ def _create(
     worker_model_check: WorkerModelCheck | None,
     workers: list[Worker],
 ) -> tuple[dict[str, Any], DeploymentLimits]:
-    request = deployments.DeploymentRequest(**body.model_dump())
     created = deployments.create_deployment(
-        session, request, inventory, secrets, runtimes, worker_model_check, workers
+        session, body, inventory, secrets, runtimes, worker_model_check, workers
     )
     return deployments.deployment_to_json(created, _now()), registry_limits(created)
 

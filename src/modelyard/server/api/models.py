@@ -26,13 +26,11 @@ from modelyard.errors import Conflict, InvalidInput, InvalidModelDirectory, NotF
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import model_files, model_tasks, worker_models
+from modelyard.services.model_tasks import MAXIMUM_PATH_CHARACTERS, PullRequest
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
 from modelyard.services.tasks import task_to_json
 
 router = APIRouter(tags=["models"])
-
-# PATH_MAX on Linux.
-MAXIMUM_PATH_CHARACTERS = 4096
 
 
 class ModelCreate(BaseModel):
@@ -70,23 +68,11 @@ class PushBody(BaseModel):
     all: bool = False
 
 
-MAXIMUM_PATTERNS = 64
-# An --include / --exclude pattern (fnmatch).
-Pattern = Annotated[str, Field(min_length=1, max_length=256)]
+# The service's PullRequest, and dry_run.
+class PullBody(PullRequest):
+    """A model to pull from a hub; with dry_run, the plan (files, sizes, target, disk) is answered
+    and nothing is stored."""
 
-
-class PullBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    # hf://ORG/NAME[@REVISION] or ms://ORG/NAME[@REVISION].
-    source: str = Field(min_length=1, max_length=512)
-    # Default: the repository's name.
-    name: str | None = Field(default=None, max_length=MAXIMUM_NAME_LENGTH)
-    include: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
-    exclude: list[Pattern] = Field(default_factory=list, max_length=MAXIMUM_PATTERNS)
-    quantization: str | None = Field(default=None, max_length=32)
-    # Absolute, on the server's host; default: <models root>/<name>.
-    target_dir: str | None = Field(default=None, max_length=MAXIMUM_PATH_CHARACTERS)
     dry_run: bool = False
 
 
@@ -267,14 +253,7 @@ async def push_model(
 
 @router.post("/models/pull", status_code=202)
 async def pull_model(body: PullBody, context: ServerContext = Depends(server_context)) -> Any:
-    request = model_tasks.PullRequest(
-        source=body.source,
-        name=body.name,
-        include=body.include,
-        exclude=body.exclude,
-        quantization=body.quantization,
-        target_dir=body.target_dir,
-    )
+    request: PullRequest = body
     name = model_tasks.pull_name(request)
     await in_session(context, _check_free, name)
     options = context.downloads.options

@@ -1,7 +1,7 @@
 """The gateway's long-lived parts in one process, created at start and closed at shutdown.
 
-A ``GatewayRuntime`` is what the fast path (``app.py``) reads on every request. It is built in
-one of two places:
+A ``GatewayRuntime`` is what the fast path (``app.py``) reads on every request. It is assembled
+by ``start_gateway_runtime`` alone, called from one of two places:
 
 - in a gateway worker process (``worker.py``): the registry is a copy pushed by the main
   process, usage rows and refused-replica hints go back over the control channel, the
@@ -143,21 +143,48 @@ def journal_directory(settings: Settings) -> Path:
     return settings.data_dir / USAGE_JOURNAL_FOLDER
 
 
-def create_engine_client(settings: GatewaySettings) -> EngineClient:
-    return EngineClient(
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        keepalive_expiry_s=settings.keepalive_expiry_s,
+def start_gateway_runtime(
+    *,
+    settings: GatewaySettings,
+    registry: EndpointRegistry,
+    database: Database,
+    usage: UsageSink,
+    shared: SharedCounters,
+    on_refused: Callable[[Endpoint], None],
+    limits: RequestLimits,
+    key_throttle: FailureThrottle,
+    process_label: str = "main",
+) -> GatewayRuntime:
+    """The gateway's parts over ``registry`` and ``shared``, with its engine client and key cache
+    made from ``settings`` and started (call inside the running event loop). The one place a
+    ``GatewayRuntime`` is assembled: a gateway worker (``worker.py``) and the main process with
+    ``--gateway-workers 0`` (``start_in_process_gateway``) differ only in what they pass."""
+    runtime = GatewayRuntime(
+        settings=settings,
+        registry=registry,
+        database=database,
+        engine_client=EngineClient(
+            connect_timeout_s=settings.connect_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+            keepalive_expiry_s=settings.keepalive_expiry_s,
+        ),
+        key_cache=KeyCache(
+            database,
+            known_ttl_s=settings.key_known_ttl_s,
+            unknown_ttl_s=settings.key_unknown_ttl_s,
+            last_used_interval_s=settings.key_last_used_interval_s,
+        ),
+        usage=usage,
+        balancer=ReplicaBalancer(shared.table("endpoint_requests")),
+        shared=shared,
+        on_refused=on_refused,
+        process_label=process_label,
+        limits=limits,
+        key_throttle=key_throttle,
     )
-
-
-def create_key_cache(database: Database, settings: GatewaySettings) -> KeyCache:
-    return KeyCache(
-        database,
-        known_ttl_s=settings.key_known_ttl_s,
-        unknown_ttl_s=settings.key_unknown_ttl_s,
-        last_used_interval_s=settings.key_last_used_interval_s,
-    )
+    runtime.engine_client.start()
+    runtime.key_cache.start()
+    return runtime
 
 
 @dataclass
@@ -202,21 +229,15 @@ def start_in_process_gateway(
     """The gateway's parts on the controller's registry (call inside the running event loop);
     ``journal``: where each usage row goes before the answer's last bytes (usage_journal.py)."""
     recorder = UsageRecorder(database, journal=journal, batch_delay_s=settings.usage_batch_delay_s)
-    shared = SharedCounters.private()
-    runtime = GatewayRuntime(
+    runtime = start_gateway_runtime(
         settings=settings,
         registry=registry,
         database=database,
-        engine_client=create_engine_client(settings),
-        key_cache=create_key_cache(database, settings),
         usage=recorder,
-        balancer=ReplicaBalancer(shared.table("endpoint_requests")),
-        shared=shared,
+        shared=SharedCounters.private(),
         on_refused=on_refused,
         limits=limits or RequestLimits(),
         key_throttle=key_throttle or FailureThrottle(what="API key"),
     )
-    runtime.engine_client.start()
-    runtime.key_cache.start()
     recorder.start()
     return InProcessGateway(runtime=runtime, recorder=recorder)

@@ -50,13 +50,7 @@ from modelyard.server.gateway.messages import (
     WorkerHello,
     WorkerReady,
 )
-from modelyard.server.gateway.routing import ReplicaBalancer
-from modelyard.server.gateway.runtime import (
-    GatewayRuntime,
-    GatewaySettings,
-    create_engine_client,
-    create_key_cache,
-)
+from modelyard.server.gateway.runtime import GatewaySettings, start_gateway_runtime
 from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage_journal import UsageJournal
 from modelyard.server.gateway.worker_usage import WorkerUsage
@@ -113,24 +107,19 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
     def on_refused(endpoint: Endpoint) -> None:
         channel.send(ReplicaRefused(endpoint.deployment_name, endpoint.instance_id))
 
-    runtime = GatewayRuntime(
+    runtime = start_gateway_runtime(
         settings=settings,
         registry=registry,
         database=database,
-        engine_client=create_engine_client(settings),
-        key_cache=create_key_cache(database, settings),
         usage=usage,
-        balancer=ReplicaBalancer(counters.table("endpoint_requests")),
         shared=counters,
         on_refused=on_refused,
-        process_label=f"gateway worker {index}",
         limits=limits,
         key_throttle=FailureThrottle(what="API key", table=key_throttle_table),
+        process_label=f"gateway worker {index}",
     )
     # The quotas count this worker's rows until the main process acknowledges them (limits.py).
     runtime.limiter.last_usage_sequence = lambda: usage.journal.last_sequence
-    runtime.engine_client.start()
-    runtime.key_cache.start()
     relay = MainRelay(hello.api_socket_path)
     # The door's bounds hold here as in the main process: heads in the parser, bodies per route
     # (before a body is relayed), JSON nesting on /v1.
