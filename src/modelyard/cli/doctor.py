@@ -106,11 +106,16 @@ def _is_local(url: str) -> bool:
 
 
 def _spec_from_json(data: dict[str, Any]) -> BackendSpec:
-    """A backend as ``GET /api/v1/backends/{name}`` returns it (versions as a list)."""
+    """A backend as ``GET /api/v1/backends/{name}`` returns it (versions as a list, each with what
+    the server derives from it, ``effective_pull_policy``, which is not part of the spec)."""
     document = {key: value for key, value in data.items() if key != "deployments"}
     versions = document.get("versions")
     if isinstance(versions, list):
-        document["versions"] = {version["version"]: version for version in versions}
+        derived = {"effective_pull_policy"}
+        document["versions"] = {
+            version["version"]: {key: value for key, value in version.items() if key not in derived}
+            for version in versions
+        }
     return BackendSpec.model_validate(document)
 
 

@@ -2,7 +2,7 @@
 survey of every model's files there, and the receiver a push writes into.
 
 These run on the worker's node as Ray tasks and actors pinned there (``NodeAffinity``, not
-soft), started by the server (``cluster/model_survey.py``, ``cluster/model_push.py``); they
+soft), started by the server (``server/model_survey.py``, ``cluster/model_push.py``); they
 import nothing of the server.
 
 The receiver writes each file as a pull does (``hub/transfer.py``): into

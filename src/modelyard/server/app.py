@@ -32,8 +32,8 @@ from modelyard.server.metrics.route import metrics_router
 from modelyard.server.openapi_docs import install_openapi
 
 if TYPE_CHECKING:
-    from modelyard.cluster.model_survey import WorkerModelSurvey
     from modelyard.downloads.push_runner import ModelPusher
+    from modelyard.server.model_survey import WorkerModelSurvey
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ async def _start_model_survey(context: ServerContext) -> tuple[WorkerModelSurvey
     if context.cluster is None:
         return None, None
     from modelyard.cluster.model_push import RayModelPusher
-    from modelyard.cluster.model_survey import WorkerModelSurvey
+    from modelyard.server.model_survey import WorkerModelSurvey
 
     survey = WorkerModelSurvey(context.database, context.cluster)
     await survey.start()

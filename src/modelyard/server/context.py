@@ -70,7 +70,7 @@ class ClusterHandle(Protocol):
 
 
 class ModelSurveyHandle(Protocol):
-    """What the API needs of the survey of models on workers (``cluster/model_survey.py``)."""
+    """What the API needs of the survey of models on workers (``server/model_survey.py``)."""
 
     def poke(self) -> None:
         """Look at every worker's models again now."""

@@ -4,7 +4,7 @@ and pushed to the workers that lack them.
 ``register_on_worker`` stores a model whose files are only on workers, from the inspection run
 there (``cluster/model_copies.inspect_on_worker``); ``worker_copies`` is what ``models show``
 says per worker; ``record_survey`` keeps the rows current from the survey
-(``cluster/model_survey.py``); ``create_push_tasks`` checks a push and queues one task per worker.
+(``server/model_survey.py``); ``create_push_tasks`` checks a push and queues one task per worker.
 
 Usage::
 

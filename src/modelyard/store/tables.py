@@ -139,7 +139,7 @@ class ModelFile(Base):
 
 class WorkerModel(Base):
     """One model's files on one worker of a cluster, as the server last found them
-    (``cluster/model_survey.py``) or as a push left them (``cluster/model_push.py``).
+    (``server/model_survey.py``) or as a push left them (``cluster/model_push.py``).
 
     ``state``: ``verified`` (every file's SHA-256 matched the model's manifest when ``verified_at``
     says, and every file still has its size), ``present`` (servable there, hashes not checked),
