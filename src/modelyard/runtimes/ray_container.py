@@ -13,6 +13,11 @@ server beside it needs:
   died (a container of a crashed host is not left behind), plus ``--cidfile``, which tells the
   supervisor the container exists.
 
+The image is made ready first (``pull_image_on_this_node``, a Ray task pinned to the node): the
+version's pull policy, against the same dockerd the CLI talks to (``DOCKER_HOST`` of the node's
+Ray processes, else the default socket), with the registry credential the server opened and
+handed over (a ``RegistryAuth``: its password is in no repr, argv or log line).
+
 Orphans: the guard (``container_guard.py``) removes the container when the supervisor dies (it
 is left running after a stop: its ``docker rm`` then finds nothing).
 
@@ -37,8 +42,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from modelyard.backends.spec import PullPolicy
+from modelyard.errors import ModelyardError
 from modelyard.runtimes.docker import container_environment
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError, hint_for, meaningful_line
+from modelyard.runtimes.image_pull import DockerDaemon, RegistryAuth, prepare_image
 
 CREATE_TIMEOUT_SECONDS = 120.0
 EXIT_AFTER_STOP_SECONDS = 30.0
@@ -51,6 +59,29 @@ GUARD_MODULE = "modelyard.runtimes.container_guard"
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def node_daemon() -> DockerDaemon:
+    """The dockerd of this node: the one its ``docker`` CLI talks to (``DOCKER_HOST``)."""
+    return DockerDaemon.from_docker_host(os.environ.get("DOCKER_HOST"))
+
+
+def pull_image_on_this_node(image: str, policy: PullPolicy, auth: RegistryAuth | None) -> dict[str, Any]:
+    """Make ``image`` ready on this node's dockerd under ``policy`` (run as a Ray task pinned to
+    the node): ``{"result": PullResult.to_json() or None (nothing pulled), "daemon": ...}``, or
+    ``{"error": ..., "hint": ...}`` with the registry's answer (never an exception: its traceback
+    would travel through Ray's logs)."""
+    try:
+        daemon = node_daemon()
+        result = asyncio.run(prepare_image(image, policy, daemon=daemon, auth=auth))
+    except ModelyardError as error:
+        return {"error": error.message, "hint": error.hint}
+    except Exception as error:  # reported as this start's error, not a crashed task
+        return {
+            "error": f"internal error while pulling image {image}: {type(error).__name__}: {error}",
+            "hint": None,
+        }
+    return {"result": None if result is None else result.to_json(), "daemon": daemon.describe()}
 
 
 def status_of_exit_code(code: int) -> tuple[int | None, int | None]:
