@@ -60,7 +60,7 @@ version_configs:
 """
 
 
-def _cli_on_a(hosts: TwoDockerHosts, *arguments: str, stdin: str | None = None) -> str:
+def _cli_on_a(hosts: TwoDockerHosts, *arguments: str, stdin: str | None = None, exit_code: int = 0) -> str:
     namespace = hosts.host_a.namespace
     result = subprocess.run(
         ["ip", "netns", "exec", namespace, sys.executable, "-m", "modelyard.cli.main", *arguments],
@@ -70,8 +70,8 @@ def _cli_on_a(hosts: TwoDockerHosts, *arguments: str, stdin: str | None = None) 
         env=hosts.environment(hosts.host_a),
         timeout=180,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    assert result.returncode == exit_code, result.stdout + result.stderr
+    return result.stdout + (result.stderr if exit_code else "")
 
 
 def _instance(client: httpx.Client, name: str, answers: list[str]) -> dict[str, Any] | None:
@@ -243,7 +243,20 @@ def test_an_image_is_pulled_on_the_second_hosts_dockerd_with_the_stored_credenti
             # Wrong credential: the registry's answer, on B; the bystander untouched.
             host_b.docker("image", "rm", image)
             _cli_on_a(hosts, *add, "--replace", stdin=WRONG_PASSWORD)
-            _cli_on_a(hosts, *deploy, "--name", "pulled", "--backend", "vllm-pulled", "--worker", "host-b")
+            # The CLI follows the start and says why it failed.
+            said = _cli_on_a(
+                hosts,
+                *deploy,
+                "--name",
+                "pulled",
+                "--backend",
+                "vllm-pulled",
+                "--worker",
+                "host-b",
+                exit_code=1,
+            )
+            assert f"cannot pull image {image} on worker host-b: the registry answered: unauthorized" in said
+            answers.append(said)
             failed = _wait(hosts, "pulled", "error", answers)
             reason = failed["reason"]
             assert f"cannot pull image {image} on worker host-b" in reason, reason
