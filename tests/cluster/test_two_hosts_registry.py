@@ -8,8 +8,9 @@ skeleton (the bystander); a deployment pinned to B of ``A:PORT/modelyard-test/pu
 right credential → pulled on B's dockerd (``docker image inspect`` there; events name the
 worker) → running → chat through A's gateway; removed, the image removed from B and the stored
 password replaced by a wrong one → deployed again: error with the registry's answer, naming B;
-the bystander untouched; the password nowhere in the server's log, the join's, Ray's session
-logs, events or API answers.
+the bystander untouched; the pull task itself (called here against B's dockerd) sends the layers
+and bytes as they come, then the result; the password nowhere in the server's log, the join's,
+Ray's session logs, events or API answers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from modelyard.runtimes.image_pull import RegistryAuth
+from modelyard.runtimes.ray_container import pull_image_on_this_node
 from modelyard.testing.cluster_process import SOURCE_FOLDER, nvml_gpu, with_group_killed
 from modelyard.testing.container_image import SKELETON_TAG, host_python_mounts
 from modelyard.testing.local_registry import LocalRegistry
@@ -165,7 +169,7 @@ def _join_b(hosts: TwoDockerHosts, ray_port: int) -> subprocess.Popen[bytes]:
 
 
 def test_an_image_is_pulled_on_the_second_hosts_dockerd_with_the_stored_credential(
-    hosts: TwoDockerHosts, tiny_model_dir: Path
+    hosts: TwoDockerHosts, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host_a, host_b, root = hosts.host_a, hosts.host_b, hosts.root
     test_started = time.time()
@@ -267,6 +271,16 @@ def test_an_image_is_pulled_on_the_second_hosts_dockerd_with_the_stored_credenti
             still = _wait(hosts, "steady", "running", answers)
             assert still["start_count"] == steady["start_count"]
             assert _chat(hosts, key, "steady").status_code == 200
+            # What the pull task on a node sends back while it pulls: layers and bytes, then the result.
+            monkeypatch.setenv("DOCKER_HOST", host_b.socket)
+            right = RegistryAuth(registry_address, USERNAME, PASSWORD, name=CREDENTIAL)
+            messages = list(pull_image_on_this_node(image, "if-missing", right))
+            assert PASSWORD not in repr(right)
+            *progress, last = messages
+            assert progress and all(set(message) == {"progress", "text"} for message in progress)
+            assert progress[-1]["progress"]["layers_done"] == progress[-1]["progress"]["layers_total"] >= 1
+            assert last["result"]["downloaded_bytes"] >= PAYLOAD_BYTES // 2, last
+            assert host_b.docker("image", "inspect", image, check=False).returncode == 0
             with hosts.api() as client:
                 for url in ("/api/v1/deployments/pulled/events", "/api/v1/registry-credentials"):
                     answers.append(client.get(url).text)

@@ -39,6 +39,7 @@ from modelyard.runtimes.image_pull import (
     PullProgress,
     PullResult,
     RegistryAuth,
+    ReportedProgress,
     credential_server,
     image_present,
     prepare_image,
@@ -115,19 +116,29 @@ class _ProgressWriter:
     last progress of a burst is written when the interval has passed, even if dockerd then goes
     quiet (a slow layer), so what ``ps`` shows is never older than one interval."""
 
-    def __init__(self, context: ControlContext, instance_id: int, policy: str) -> None:
+    def __init__(
+        self, context: ControlContext, instance_id: int, policy: str, worker: str | None = None
+    ) -> None:
         self._context = context
         self._instance_id = instance_id
         self._policy = policy
+        # The worker whose dockerd pulls (on a cluster); None: this host's.
+        self._worker = worker
         self._last_write = 0.0
         self._latest: dict[str, Any] | None = None
         self._flush: asyncio.Task[None] | None = None
         self._flush_sleeping = False
 
-    async def __call__(self, progress: PullProgress) -> None:
+    async def __call__(self, progress: PullProgress | ReportedProgress) -> None:
+        where = "" if self._worker is None else f" on worker {self._worker}"
         self._latest = {
-            "reason": f"pulling image {progress.image}: {progress.describe()}",
-            "image_pull": {"state": "pulling", "policy": self._policy, **progress.to_json()},
+            "reason": f"pulling image {progress.image}{where}: {progress.describe()}",
+            "image_pull": {
+                "state": "pulling",
+                "policy": self._policy,
+                **progress.to_json(),
+                **({} if self._worker is None else {"worker": self._worker}),
+            },
         }
         wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
         if wait_seconds <= 0:
@@ -241,7 +252,7 @@ async def _prepare_on_worker(
     start_number: int,
     node_id: str,
 ) -> None:
-    """The pull on the worker ``node_id``'s own dockerd (progress: its start and its end)."""
+    """The pull on the worker ``node_id``'s own dockerd, its progress written as on this host's."""
     image = version.image or ""
     policy = version.effective_pull_policy
     worker = node_id[:12]
@@ -259,7 +270,11 @@ async def _prepare_on_worker(
             handle=None,
             pid=None,
         )
-        result = await runtime.prepare_image(node_id, image, policy, auth)
+        writer = _ProgressWriter(context, instance.id, policy, worker)
+        try:
+            result = await runtime.prepare_image(node_id, image, policy, auth, on_progress=writer)
+        finally:
+            await writer.close()
     except ModelyardError as error:
         logger.warning("instance %s: %s", instance.id, error)
         failed = {

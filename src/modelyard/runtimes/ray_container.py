@@ -35,10 +35,14 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +50,13 @@ from modelyard.backends.spec import PullPolicy
 from modelyard.errors import ModelyardError
 from modelyard.runtimes.docker import container_environment
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError, hint_for, meaningful_line
-from modelyard.runtimes.image_pull import DockerDaemon, RegistryAuth, prepare_image
+from modelyard.runtimes.image_pull import DockerDaemon, PullProgress, RegistryAuth, prepare_image
 
 CREATE_TIMEOUT_SECONDS = 120.0
 EXIT_AFTER_STOP_SECONDS = 30.0
 LOG_TAIL_BYTES = 8192
+# A pull's progress goes back to the server at most this often.
+PROGRESS_INTERVAL_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.05
 GUARD_MODULE = "modelyard.runtimes.container_guard"
@@ -66,22 +72,50 @@ def node_daemon() -> DockerDaemon:
     return DockerDaemon.from_docker_host(os.environ.get("DOCKER_HOST"))
 
 
-def pull_image_on_this_node(image: str, policy: PullPolicy, auth: RegistryAuth | None) -> dict[str, Any]:
+def pull_image_on_this_node(
+    image: str, policy: PullPolicy, auth: RegistryAuth | None
+) -> Iterator[dict[str, Any]]:
     """Make ``image`` ready on this node's dockerd under ``policy`` (run as a Ray task pinned to
-    the node): ``{"result": PullResult.to_json() or None (nothing pulled), "daemon": ...}``, or
-    ``{"error": ..., "hint": ...}`` with the registry's answer (never an exception: its traceback
-    would travel through Ray's logs)."""
-    try:
-        daemon = node_daemon()
-        result = asyncio.run(prepare_image(image, policy, daemon=daemon, auth=auth))
-    except ModelyardError as error:
-        return {"error": error.message, "hint": error.hint}
-    except Exception as error:  # reported as this start's error, not a crashed task
-        return {
-            "error": f"internal error while pulling image {image}: {type(error).__name__}: {error}",
-            "hint": None,
-        }
-    return {"result": None if result is None else result.to_json(), "daemon": daemon.describe()}
+    the node, a streaming generator): ``{"progress": PullProgress.to_json(), "text": ...}`` at
+    most once per ``PROGRESS_INTERVAL_SECONDS`` while it pulls (and the latest before the end),
+    then one last message:
+    ``{"result": PullResult.to_json() or None (nothing pulled), "daemon": ...}``, or ``{"error":
+    ..., "hint": ...}`` with the registry's answer (never an exception: its traceback would
+    travel through Ray's logs)."""
+    messages: queue.Queue[dict[str, Any]] = queue.Queue()
+    daemon = node_daemon()
+
+    async def report(progress: PullProgress) -> None:
+        messages.put({"progress": progress.to_json(), "text": progress.describe()})
+
+    def pull() -> None:
+        try:
+            result = asyncio.run(prepare_image(image, policy, daemon=daemon, auth=auth, on_progress=report))
+        except ModelyardError as error:
+            messages.put({"error": error.message, "hint": error.hint})
+        except Exception as error:  # reported as this start's error, not a crashed task
+            text = f"internal error while pulling image {image}: {type(error).__name__}: {error}"
+            messages.put({"error": text, "hint": None})
+        else:
+            messages.put(
+                {"result": None if result is None else result.to_json(), "daemon": daemon.describe()}
+            )
+
+    threading.Thread(target=pull, name=f"pull {image}", daemon=True).start()
+    last_progress = -PROGRESS_INTERVAL_SECONDS
+    held: dict[str, Any] | None = None  # the latest progress not sent yet
+    while True:
+        message = messages.get()
+        if "progress" not in message:
+            if held is not None:  # where the pull ended, before its result
+                yield held
+            yield message
+            return
+        held = message
+        if time.monotonic() - last_progress >= PROGRESS_INTERVAL_SECONDS:
+            last_progress = time.monotonic()
+            held = None
+            yield message
 
 
 def status_of_exit_code(code: int) -> tuple[int | None, int | None]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ from modelyard.runtimes.engine_ports import (
     PortRange,
     parse_port_range,
 )
-from modelyard.runtimes.image_pull import PullResult, RegistryAuth
+from modelyard.runtimes.image_pull import PullResult, RegistryAuth, ReportedProgress
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
 from modelyard.runtimes.ray_container import pull_image_on_this_node
@@ -245,29 +246,48 @@ class RayRuntime:
         )
 
     async def prepare_image(
-        self, node_id: str, image: str, policy: PullPolicy, auth: RegistryAuth | None
+        self,
+        node_id: str,
+        image: str,
+        policy: PullPolicy,
+        auth: RegistryAuth | None,
+        on_progress: Callable[[ReportedProgress], Awaitable[None]] | None = None,
     ) -> PullResult | None:
         """Make ``image`` ready on ``node_id``'s dockerd under ``policy`` (a task pinned to the
-        node, pulling with ``auth``); None when nothing was pulled. ``ImagePullFailed`` names the
-        image, the worker and the registry's answer."""
+        node, pulling with ``auth``; its progress to ``on_progress``, about once a second); None
+        when nothing was pulled. ``ImagePullFailed`` names the image, the worker and the
+        registry's answer."""
         worker = (await self.node_names()).get(node_id, node_id[:12])
-        task = self._pull_task.options(scheduling_strategy=self._node_strategy(node_id), num_cpus=0)
+        task = self._pull_task.options(
+            scheduling_strategy=self._node_strategy(node_id), num_cpus=0, num_returns="streaming"
+        )
+        answer: dict[str, Any] = {}
         try:
-            answer: dict[str, Any] = await task.remote(image, policy, auth)
+            messages: Any = task.remote(image, policy, auth)  # an ObjectRefGenerator
+            async for reference in messages:
+                answer = await reference
+                if "progress" in answer:
+                    if on_progress is not None:
+                        await on_progress(ReportedProgress(image, str(answer["text"]), answer["progress"]))
+                    continue
+                break
         except self._ray.exceptions.RayError as error:
             raise ImagePullFailed(
                 f"cannot pull image {image} on worker {worker}: the pull task ended ({type(error).__name__})",
                 hint="the worker may have left the cluster: see `modelyard workers`; the replica is "
                 "started again (and placed again) after its back-off",
             ) from error
-        if answer.get("error"):
-            message, prefix = str(answer["error"]), f"cannot pull image {image}"
+        if answer.get("error") or "result" not in answer:
+            message, prefix = (
+                str(answer.get("error") or "the pull task said nothing"),
+                f"cannot pull image {image}",
+            )
             if message.startswith(prefix):
                 message = f"{prefix} on worker {worker}{message.removeprefix(prefix)}"
             else:
-                message = f"on worker {worker}: {message}"
+                message = f"{prefix} on worker {worker}: {message}"
             raise ImagePullFailed(message, hint=answer.get("hint"))
-        result = answer.get("result")
+        result = answer["result"]
         return None if result is None else PullResult(**result)
 
     # -- start ------------------------------------------------------------------------------
