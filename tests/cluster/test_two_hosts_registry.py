@@ -274,13 +274,16 @@ def test_an_image_is_pulled_on_the_second_hosts_dockerd_with_the_stored_credenti
             # What the pull task on a node sends back while it pulls: layers and bytes, then the result.
             monkeypatch.setenv("DOCKER_HOST", host_b.socket)
             right = RegistryAuth(registry_address, USERNAME, PASSWORD, name=CREDENTIAL)
-            messages = list(pull_image_on_this_node(image, "if-missing", right))
+            first, *progress, last = list(pull_image_on_this_node(image, "if-missing", right))
             assert PASSWORD not in repr(right)
-            *progress, last = messages
+            assert first == {"pulling": True}
             assert progress and all(set(message) == {"progress", "text"} for message in progress)
             assert progress[-1]["progress"]["layers_done"] == progress[-1]["progress"]["layers_total"] >= 1
             assert last["result"]["downloaded_bytes"] >= PAYLOAD_BYTES // 2, last
             assert host_b.docker("image", "inspect", image, check=False).returncode == 0
+            # Now there: nothing pulled, nothing said but that.
+            present = list(pull_image_on_this_node(image, "if-missing", right))
+            assert present == [{"result": None, "daemon": host_b.socket}]
             with hosts.api() as client:
                 for url in ("/api/v1/deployments/pulled/events", "/api/v1/registry-credentials"):
                     answers.append(client.get(url).text)

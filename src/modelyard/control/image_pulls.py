@@ -258,21 +258,25 @@ async def _prepare_on_worker(
     worker = node_id[:12]
     try:
         worker = (await runtime.node_names()).get(node_id, worker)
-        pulling = {"state": "pulling", "image": image, "policy": policy, "worker": worker}
         auth = await asyncio.to_thread(open_registry_auth, context, version)
-        await context.transition(
-            instance.id,
-            InstanceState.STARTING,
-            f"pulling image {image} on worker {worker} (pull policy {policy})",
-            record_event=True,
-            image_pull=pulling,
-            runtime=runtime.kind,
-            handle=None,
-            pid=None,
-        )
+
+        async def pulling() -> None:  # the worker lacks the image, or the policy is always
+            await context.transition(
+                instance.id,
+                InstanceState.STARTING,
+                f"pulling image {image} on worker {worker} (pull policy {policy})",
+                record_event=True,
+                image_pull={"state": "pulling", "image": image, "policy": policy, "worker": worker},
+                runtime=runtime.kind,
+                handle=None,
+                pid=None,
+            )
+
         writer = _ProgressWriter(context, instance.id, policy, worker)
         try:
-            result = await runtime.prepare_image(node_id, image, policy, auth, on_progress=writer)
+            result = await runtime.prepare_image(
+                node_id, image, policy, auth, on_progress=writer, on_pulling=pulling
+            )
         finally:
             await writer.close()
     except ModelyardError as error:

@@ -47,10 +47,17 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.backends.spec import PullPolicy
-from modelyard.errors import ModelyardError
+from modelyard.errors import ImagePullFailed, ModelyardError
 from modelyard.runtimes.docker import container_environment
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError, hint_for, meaningful_line
-from modelyard.runtimes.image_pull import DockerDaemon, PullProgress, RegistryAuth, prepare_image
+from modelyard.runtimes.image_pull import (
+    DockerDaemon,
+    PullProgress,
+    PullResult,
+    RegistryAuth,
+    image_present,
+    prepare_image,
+)
 
 CREATE_TIMEOUT_SECONDS = 120.0
 EXIT_AFTER_STOP_SECONDS = 30.0
@@ -76,7 +83,8 @@ def pull_image_on_this_node(
     image: str, policy: PullPolicy, auth: RegistryAuth | None
 ) -> Iterator[dict[str, Any]]:
     """Make ``image`` ready on this node's dockerd under ``policy`` (run as a Ray task pinned to
-    the node, a streaming generator): ``{"progress": PullProgress.to_json(), "text": ...}`` at
+    the node, a streaming generator): ``{"pulling": True}`` when it pulls (the policy asks for a
+    pull, or the image is missing), ``{"progress": PullProgress.to_json(), "text": ...}`` at
     most once per ``PROGRESS_INTERVAL_SECONDS`` while it pulls (and the latest before the end),
     then one last message:
     ``{"result": PullResult.to_json() or None (nothing pulled), "daemon": ...}``, or ``{"error":
@@ -88,9 +96,14 @@ def pull_image_on_this_node(
     async def report(progress: PullProgress) -> None:
         messages.put({"progress": progress.to_json(), "text": progress.describe()})
 
+    async def ready() -> PullResult | None:
+        if policy == "always" or (policy == "if-missing" and not await image_present(image, daemon=daemon)):
+            messages.put({"pulling": True})
+        return await prepare_image(image, policy, daemon=daemon, auth=auth, on_progress=report)
+
     def pull() -> None:
         try:
-            result = asyncio.run(prepare_image(image, policy, daemon=daemon, auth=auth, on_progress=report))
+            result = asyncio.run(ready())
         except ModelyardError as error:
             messages.put({"error": error.message, "hint": error.hint})
         except Exception as error:  # reported as this start's error, not a crashed task
@@ -106,6 +119,9 @@ def pull_image_on_this_node(
     held: dict[str, Any] | None = None  # the latest progress not sent yet
     while True:
         message = messages.get()
+        if "pulling" in message:
+            yield message
+            continue
         if "progress" not in message:
             if held is not None:  # where the pull ended, before its result
                 yield held
@@ -116,6 +132,17 @@ def pull_image_on_this_node(
             last_progress = time.monotonic()
             held = None
             yield message
+
+
+def worker_pull_failed(image: str, worker: str, answer: dict[str, Any]) -> ImagePullFailed:
+    """The error of a pull that failed on ``worker`` (``answer``: the pull task's last message),
+    naming the image, the worker and the registry's answer."""
+    message, prefix = str(answer.get("error") or "the pull task said nothing"), f"cannot pull image {image}"
+    if message.startswith(prefix):
+        message = f"{prefix} on worker {worker}{message.removeprefix(prefix)}"
+    else:
+        message = f"{prefix} on worker {worker}: {message}"
+    return ImagePullFailed(message, hint=answer.get("hint"))
 
 
 def status_of_exit_code(code: int) -> tuple[int | None, int | None]:

@@ -69,7 +69,7 @@ from modelyard.runtimes.engine_ports import (
 from modelyard.runtimes.image_pull import PullResult, RegistryAuth, ReportedProgress
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
-from modelyard.runtimes.ray_container import pull_image_on_this_node
+from modelyard.runtimes.ray_container import pull_image_on_this_node, worker_pull_failed
 from modelyard.runtimes.ray_logs import RankLogCopier
 from modelyard.runtimes.ray_names import WORKER_LABEL, GangName, parse_actor_name
 from modelyard.runtimes.ray_supervisor import (
@@ -252,11 +252,12 @@ class RayRuntime:
         policy: PullPolicy,
         auth: RegistryAuth | None,
         on_progress: Callable[[ReportedProgress], Awaitable[None]] | None = None,
+        on_pulling: Callable[[], Awaitable[None]] | None = None,
     ) -> PullResult | None:
         """Make ``image`` ready on ``node_id``'s dockerd under ``policy`` (a task pinned to the
-        node, pulling with ``auth``; its progress to ``on_progress``, about once a second); None
-        when nothing was pulled. ``ImagePullFailed`` names the image, the worker and the
-        registry's answer."""
+        node, pulling with ``auth``; ``on_pulling`` once it pulls, its progress to ``on_progress``
+        about once a second); None when nothing was pulled. ``ImagePullFailed`` names the image,
+        the worker and the registry's answer."""
         worker = (await self.node_names()).get(node_id, node_id[:12])
         task = self._pull_task.options(
             scheduling_strategy=self._node_strategy(node_id), num_cpus=0, num_returns="streaming"
@@ -266,6 +267,10 @@ class RayRuntime:
             messages: Any = task.remote(image, policy, auth)  # an ObjectRefGenerator
             async for reference in messages:
                 answer = await reference
+                if "pulling" in answer:
+                    if on_pulling is not None:
+                        await on_pulling()
+                    continue
                 if "progress" in answer:
                     if on_progress is not None:
                         await on_progress(ReportedProgress(image, str(answer["text"]), answer["progress"]))
@@ -278,15 +283,7 @@ class RayRuntime:
                 "started again (and placed again) after its back-off",
             ) from error
         if answer.get("error") or "result" not in answer:
-            message, prefix = (
-                str(answer.get("error") or "the pull task said nothing"),
-                f"cannot pull image {image}",
-            )
-            if message.startswith(prefix):
-                message = f"{prefix} on worker {worker}{message.removeprefix(prefix)}"
-            else:
-                message = f"{prefix} on worker {worker}: {message}"
-            raise ImagePullFailed(message, hint=answer.get("hint"))
+            raise worker_pull_failed(image, worker, answer)
         result = answer["result"]
         return None if result is None else PullResult(**result)
 
