@@ -88,6 +88,8 @@ class DockerHost:
     hook_folder: Path
     dockerd: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    # Registries it talks plain HTTP to (dockerd's --insecure-registry: an address or a CIDR).
+    insecure_registries: tuple[str, ...] = ()
 
     @property
     def socket(self) -> str:
@@ -128,6 +130,7 @@ class DockerHost:
                     "--ip6tables=false",
                     "--add-runtime",
                     f"nvidia={runc}",
+                    *(f"--insecure-registry={registry}" for registry in self.insecure_registries),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -247,7 +250,14 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDockerHosts]:
     hook.write_text(NVIDIA_HOOK_DOUBLE)
     hook.chmod(0o755)
     host_a = DockerHost(f"md-a-{suffix}", f"{subnet}.1", Path(f"/tmp/md-{suffix}-a"), hook_folder)
-    host_b = DockerHost(f"md-b-{suffix}", f"{subnet}.2", Path(f"/tmp/md-{suffix}-b"), hook_folder)
+    # B pulls from a registry on A's address (test_two_hosts_registry.py), over plain HTTP.
+    host_b = DockerHost(
+        f"md-b-{suffix}",
+        f"{subnet}.2",
+        Path(f"/tmp/md-{suffix}-b"),
+        hook_folder,
+        insecure_registries=(f"{subnet}.0/24",),
+    )
     hosts = TwoDockerHosts(host_a, host_b, f"{api_subnet}.2", tmp_path_factory.mktemp("docker-hosts"))
     made: list[str] = []
     try:

@@ -203,8 +203,8 @@ class ControlContext:
     # Instances in the gateway's rotation (ready, verified, engine alive). Kept here rather than
     # read from a pass's snapshot, which may be older than a bring-up that just finished.
     in_rotation: set[int] = field(default_factory=set)
-    # Instance id -> the start number whose image is ready (pulled or found, image_pulls.py).
-    images_ready: dict[int, int] = field(default_factory=dict)
+    # Instance id -> (start number, Ray node or None) whose image is ready (image_pulls.py).
+    images_ready: dict[int, tuple[int, str | None]] = field(default_factory=dict)
 
     def version_or_none(self, deployment: DeploymentView) -> BackendVersion | None:
         try:

@@ -9,6 +9,13 @@ second, without an event each time); when it is done, one event says what came d
 long it took, and the next pass places and launches the container. A failed pull is this
 instance's ``error`` with the registry's answer and the usual back-off; nothing else waits on it.
 
+On a cluster (the Ray runtime) the pull runs on the worker the replica was placed on, against
+that worker's own dockerd (``RayRuntime.prepare_image``: a task pinned to the node); the
+credential is opened here, on the server, and handed over for that one pull. Its reason and
+events say the worker ("pulling image X on worker W", "pulled X: N layers, M MB in T s on
+worker W"); a failure names the image, the worker and the registry's answer. The pull counts
+for the node it ran on: placed elsewhere by the next pass, the start pulls there first.
+
 The registry credential a version names is read from the store and opened here, for the one
 request that presents it; it is in no argv, log line, event or API answer.
 """
@@ -30,12 +37,15 @@ from modelyard.runtimes.base import Runtime
 from modelyard.runtimes.docker import DockerRuntime
 from modelyard.runtimes.image_pull import (
     PullProgress,
+    PullResult,
     RegistryAuth,
+    ReportedProgress,
     credential_server,
     image_present,
     prepare_image,
     registry_matches,
 )
+from modelyard.runtimes.ray_runtime import RayRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +58,24 @@ def image_ready(
     instance: InstanceView,
     version: BackendVersion,
     runtime: Runtime,
+    *,
+    node_id: str | None = None,
 ) -> bool:
     """True when this start may launch now; False when its pull step was started (the instance's
-    task, which pokes the controller when it is done)."""
-    if not version.runs_in_container or not isinstance(runtime, DockerRuntime):
+    task, which pokes the controller when it is done). ``node_id``: the Ray node rank 0 was
+    placed on (the image is pulled there)."""
+    if not version.runs_in_container:
         return True
     start_number = instance.start_count + 1
-    if context.images_ready.get(instance.id) == start_number:
+    if context.images_ready.get(instance.id) == (start_number, node_id):
         return True
-    mounts = [mount.to_json() for mount in runtime.mounts(deployment.model_path)]
-    work = _prepare(context, instance, version, runtime, start_number, mounts)
+    if isinstance(runtime, RayRuntime) and node_id is not None:
+        work = _prepare_on_worker(context, instance, version, runtime, start_number, node_id)
+    elif isinstance(runtime, DockerRuntime):
+        mounts = [mount.to_json() for mount in runtime.mounts(deployment.model_path)]
+        work = _prepare(context, instance, version, runtime, start_number, mounts)
+    else:
+        return True
     context.tasks.spawn(instance.id, work, "bring-up")
     return False
 
@@ -98,19 +116,29 @@ class _ProgressWriter:
     last progress of a burst is written when the interval has passed, even if dockerd then goes
     quiet (a slow layer), so what ``ps`` shows is never older than one interval."""
 
-    def __init__(self, context: ControlContext, instance_id: int, policy: str) -> None:
+    def __init__(
+        self, context: ControlContext, instance_id: int, policy: str, worker: str | None = None
+    ) -> None:
         self._context = context
         self._instance_id = instance_id
         self._policy = policy
+        # The worker whose dockerd pulls (on a cluster); None: this host's.
+        self._worker = worker
         self._last_write = 0.0
         self._latest: dict[str, Any] | None = None
         self._flush: asyncio.Task[None] | None = None
         self._flush_sleeping = False
 
-    async def __call__(self, progress: PullProgress) -> None:
+    async def __call__(self, progress: PullProgress | ReportedProgress) -> None:
+        where = "" if self._worker is None else f" on worker {self._worker}"
         self._latest = {
-            "reason": f"pulling image {progress.image}: {progress.describe()}",
-            "image_pull": {"state": "pulling", "policy": self._policy, **progress.to_json()},
+            "reason": f"pulling image {progress.image}{where}: {progress.describe()}",
+            "image_pull": {
+                "state": "pulling",
+                "policy": self._policy,
+                **progress.to_json(),
+                **({} if self._worker is None else {"worker": self._worker}),
+            },
         }
         wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
         if wait_seconds <= 0:
@@ -185,16 +213,89 @@ async def _prepare(
         failed = {"state": "failed", "image": image, "policy": policy, "error": text}
         await fail_start(context, instance, text, image_pull=failed)
         return
+    await _pulled(context, instance.id, policy, result, start_number, None)
+
+
+async def _pulled(
+    context: ControlContext,
+    instance_id: int,
+    policy: str,
+    result: PullResult | None,
+    start_number: int,
+    node_id: str | None,
+    worker: str | None = None,
+) -> None:
+    """The image is ready (``result``: what came down; None: nothing pulled): said, and the next
+    pass launches."""
     if result is None:
-        await asyncio.to_thread(context.store.update, instance.id, image_pull=None)
+        await asyncio.to_thread(context.store.update, instance_id, image_pull=None)
     else:
+        where = {} if worker is None else {"worker": worker}
+        said = result.describe() + ("" if worker is None else f" on worker {worker}")
         await context.transition(
-            instance.id,
+            instance_id,
             InstanceState.STARTING,
-            result.describe(),
+            said,
             record_event=True,
-            image_pull={"state": "pulled", "policy": policy, **result.to_json()},
+            image_pull={"state": "pulled", "policy": policy, **result.to_json(), **where},
         )
-        logger.info("instance %s: %s", instance.id, result.describe())
-    context.images_ready[instance.id] = start_number
+        logger.info("instance %s: %s", instance_id, said)
+    context.images_ready[instance_id] = (start_number, node_id)
     context.poke()
+
+
+async def _prepare_on_worker(
+    context: ControlContext,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: RayRuntime,
+    start_number: int,
+    node_id: str,
+) -> None:
+    """The pull on the worker ``node_id``'s own dockerd, its progress written as on this host's."""
+    image = version.image or ""
+    policy = version.effective_pull_policy
+    worker = node_id[:12]
+    try:
+        worker = (await runtime.node_names()).get(node_id, worker)
+        auth = await asyncio.to_thread(open_registry_auth, context, version)
+
+        async def pulling() -> None:  # the worker lacks the image, or the policy is always
+            await context.transition(
+                instance.id,
+                InstanceState.STARTING,
+                f"pulling image {image} on worker {worker} (pull policy {policy})",
+                record_event=True,
+                image_pull={"state": "pulling", "image": image, "policy": policy, "worker": worker},
+                runtime=runtime.kind,
+                handle=None,
+                pid=None,
+            )
+
+        writer = _ProgressWriter(context, instance.id, policy, worker)
+        try:
+            result = await runtime.prepare_image(
+                node_id, image, policy, auth, on_progress=writer, on_pulling=pulling
+            )
+        finally:
+            await writer.close()
+    except ModelyardError as error:
+        logger.warning("instance %s: %s", instance.id, error)
+        failed = {
+            "state": "failed",
+            "image": image,
+            "policy": policy,
+            "worker": worker,
+            "error": error.message,
+        }
+        await fail_start(context, instance, f"cannot launch: {error}", image_pull=failed)
+        return
+    except Exception as error:  # as reconcile's guard does: this instance's error, with back-off
+        logger.exception("instance %s: the pull of %s on worker %s failed", instance.id, image, worker)
+        text = (
+            f"internal error while pulling image {image} on worker {worker}: {type(error).__name__}: {error}"
+        )
+        failed = {"state": "failed", "image": image, "policy": policy, "worker": worker, "error": text}
+        await fail_start(context, instance, text, image_pull=failed)
+        return
+    await _pulled(context, instance.id, policy, result, start_number, node_id, worker)

@@ -127,17 +127,17 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     runtime = _runtime_for(context, version)
     # What the engine sees of the model (a container: /models/<folder>, read-only), on any host.
     seen = context.runtimes.for_version(version)
-    if not image_ready(context, deployment, instance, version, runtime):
-        return  # its pull step runs first (the `pulling` stage), then this start goes on
     ranks = decision.placement.ranks
-    gpu_ids = list(ranks[0].gpu_ids)
     on_cluster = runtime.kind == "ray"
+    rank0_node = ranks[0].worker_id if on_cluster else None
+    if not image_ready(context, deployment, instance, version, runtime, node_id=rank0_node):
+        return  # its pull step runs first (the `pulling` stage, on the chosen worker), then it goes on
+    gpu_ids = list(ranks[0].gpu_ids)
     start_number = instance.start_count + 1
     folder = context.settings.instances_dir / instance.uid
     log_path = folder / f"start-{start_number}.log"
     knob = decision.knob_arguments(parameters)
     try:
-        rank0_node = ranks[0].worker_id if on_cluster else None
         address = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
         launch = render_launch(
             version,

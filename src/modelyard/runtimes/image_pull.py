@@ -192,6 +192,21 @@ class PullProgress:
 
 
 @dataclass(frozen=True)
+class ReportedProgress:
+    """A pull's progress as another node reported it (``PullProgress.describe``/``to_json``)."""
+
+    image: str
+    text: str
+    data: dict[str, Any]
+
+    def describe(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
 class PullResult:
     """A finished pull: what came down, how long it took, and dockerd's last word."""
 

@@ -13,6 +13,11 @@ server beside it needs:
   died (a container of a crashed host is not left behind), plus ``--cidfile``, which tells the
   supervisor the container exists.
 
+The image is made ready first (``pull_image_on_this_node``, a Ray task pinned to the node): the
+version's pull policy, against the same dockerd the CLI talks to (``DOCKER_HOST`` of the node's
+Ray processes, else the default socket), with the registry credential the server opened and
+handed over (a ``RegistryAuth``: its password is in no repr, argv or log line).
+
 Orphans: the guard (``container_guard.py``) removes the container when the supervisor dies (it
 is left running after a stop: its ``docker rm`` then finds nothing).
 
@@ -30,19 +35,35 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from modelyard.backends.spec import PullPolicy
+from modelyard.errors import ImagePullFailed, ModelyardError
 from modelyard.runtimes.docker import container_environment
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError, hint_for, meaningful_line
+from modelyard.runtimes.image_pull import (
+    DockerDaemon,
+    PullProgress,
+    PullResult,
+    RegistryAuth,
+    image_present,
+    prepare_image,
+)
 
 CREATE_TIMEOUT_SECONDS = 120.0
 EXIT_AFTER_STOP_SECONDS = 30.0
 LOG_TAIL_BYTES = 8192
+# A pull's progress goes back to the server at most this often.
+PROGRESS_INTERVAL_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.05
 GUARD_MODULE = "modelyard.runtimes.container_guard"
@@ -51,6 +72,77 @@ GUARD_MODULE = "modelyard.runtimes.container_guard"
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def node_daemon() -> DockerDaemon:
+    """The dockerd of this node: the one its ``docker`` CLI talks to (``DOCKER_HOST``)."""
+    return DockerDaemon.from_docker_host(os.environ.get("DOCKER_HOST"))
+
+
+def pull_image_on_this_node(
+    image: str, policy: PullPolicy, auth: RegistryAuth | None
+) -> Iterator[dict[str, Any]]:
+    """Make ``image`` ready on this node's dockerd under ``policy`` (run as a Ray task pinned to
+    the node, a streaming generator): ``{"pulling": True}`` when it pulls (the policy asks for a
+    pull, or the image is missing), ``{"progress": PullProgress.to_json(), "text": ...}`` at
+    most once per ``PROGRESS_INTERVAL_SECONDS`` while it pulls (and the latest before the end),
+    then one last message:
+    ``{"result": PullResult.to_json() or None (nothing pulled), "daemon": ...}``, or ``{"error":
+    ..., "hint": ...}`` with the registry's answer (never an exception: its traceback would
+    travel through Ray's logs)."""
+    messages: queue.Queue[dict[str, Any]] = queue.Queue()
+    daemon = node_daemon()
+
+    async def report(progress: PullProgress) -> None:
+        messages.put({"progress": progress.to_json(), "text": progress.describe()})
+
+    async def ready() -> PullResult | None:
+        if policy == "always" or (policy == "if-missing" and not await image_present(image, daemon=daemon)):
+            messages.put({"pulling": True})
+        return await prepare_image(image, policy, daemon=daemon, auth=auth, on_progress=report)
+
+    def pull() -> None:
+        try:
+            result = asyncio.run(ready())
+        except ModelyardError as error:
+            messages.put({"error": error.message, "hint": error.hint})
+        except Exception as error:  # reported as this start's error, not a crashed task
+            text = f"internal error while pulling image {image}: {type(error).__name__}: {error}"
+            messages.put({"error": text, "hint": None})
+        else:
+            messages.put(
+                {"result": None if result is None else result.to_json(), "daemon": daemon.describe()}
+            )
+
+    threading.Thread(target=pull, name=f"pull {image}", daemon=True).start()
+    last_progress = -PROGRESS_INTERVAL_SECONDS
+    held: dict[str, Any] | None = None  # the latest progress not sent yet
+    while True:
+        message = messages.get()
+        if "pulling" in message:
+            yield message
+            continue
+        if "progress" not in message:
+            if held is not None:  # where the pull ended, before its result
+                yield held
+            yield message
+            return
+        held = message
+        if time.monotonic() - last_progress >= PROGRESS_INTERVAL_SECONDS:
+            last_progress = time.monotonic()
+            held = None
+            yield message
+
+
+def worker_pull_failed(image: str, worker: str, answer: dict[str, Any]) -> ImagePullFailed:
+    """The error of a pull that failed on ``worker`` (``answer``: the pull task's last message),
+    naming the image, the worker and the registry's answer."""
+    message, prefix = str(answer.get("error") or "the pull task said nothing"), f"cannot pull image {image}"
+    if message.startswith(prefix):
+        message = f"{prefix} on worker {worker}{message.removeprefix(prefix)}"
+    else:
+        message = f"{prefix} on worker {worker}: {message}"
+    return ImagePullFailed(message, hint=answer.get("hint"))
 
 
 def status_of_exit_code(code: int) -> tuple[int | None, int | None]:

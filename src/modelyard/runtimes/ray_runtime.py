@@ -22,7 +22,9 @@ GPU.
 - An image backend (``spec.image``): the supervisor runs the container through its node's Docker
   engine (``ray_container.py``) with the Docker runtime's ``docker run`` argv
   (``docker.docker_run_arguments``, host networking, plus ``--rm`` and the label
-  ``modelyard.runtime=ray``); one node per replica (a container gang is refused).
+  ``modelyard.runtime=ray``); one node per replica (a container gang is refused). Its image is
+  made ready on that node's dockerd before (``prepare_image``: the version's pull policy and the
+  registry credential the controller opened, in a task pinned to the node).
 
 Ray is imported when the runtime is made, never at the module's import by the single-host server.
 """
@@ -32,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from modelyard.errors import EngineStartFailed
+from modelyard.backends.spec import PullPolicy
+from modelyard.errors import EngineStartFailed, ImagePullFailed
 from modelyard.runtimes.base import (
     EngineAddress,
     EngineHandle,
@@ -62,8 +66,10 @@ from modelyard.runtimes.engine_ports import (
     PortRange,
     parse_port_range,
 )
+from modelyard.runtimes.image_pull import PullResult, RegistryAuth, ReportedProgress
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
+from modelyard.runtimes.ray_container import pull_image_on_this_node, worker_pull_failed
 from modelyard.runtimes.ray_logs import RankLogCopier
 from modelyard.runtimes.ray_names import WORKER_LABEL, GangName, parse_actor_name
 from modelyard.runtimes.ray_supervisor import (
@@ -114,6 +120,7 @@ class RayRuntime:
         self._supervisor_class = ray.remote(EngineSupervisor)
         self._port_task = ray.remote(free_port_on_this_node)
         self._model_task = ray.remote(model_directory_missing)
+        self._pull_task = ray.remote(pull_image_on_this_node)
         self._placement_timeout = placement_timeout_seconds
         self._copiers: dict[str, RankLogCopier] = {}
         self._exited: dict[str, ExitStatus] = {}
@@ -237,6 +244,48 @@ class RayRuntime:
             hint=f"copy the model to {model_path} on that worker (the same path as on the server), or keep "
             "the deployment off it with a placement selector (docs/clusters.md)",
         )
+
+    async def prepare_image(
+        self,
+        node_id: str,
+        image: str,
+        policy: PullPolicy,
+        auth: RegistryAuth | None,
+        on_progress: Callable[[ReportedProgress], Awaitable[None]] | None = None,
+        on_pulling: Callable[[], Awaitable[None]] | None = None,
+    ) -> PullResult | None:
+        """Make ``image`` ready on ``node_id``'s dockerd under ``policy`` (a task pinned to the
+        node, pulling with ``auth``; ``on_pulling`` once it pulls, its progress to ``on_progress``
+        about once a second); None when nothing was pulled. ``ImagePullFailed`` names the image,
+        the worker and the registry's answer."""
+        worker = (await self.node_names()).get(node_id, node_id[:12])
+        task = self._pull_task.options(
+            scheduling_strategy=self._node_strategy(node_id), num_cpus=0, num_returns="streaming"
+        )
+        answer: dict[str, Any] = {}
+        try:
+            messages: Any = task.remote(image, policy, auth)  # an ObjectRefGenerator
+            async for reference in messages:
+                answer = await reference
+                if "pulling" in answer:
+                    if on_pulling is not None:
+                        await on_pulling()
+                    continue
+                if "progress" in answer:
+                    if on_progress is not None:
+                        await on_progress(ReportedProgress(image, str(answer["text"]), answer["progress"]))
+                    continue
+                break
+        except self._ray.exceptions.RayError as error:
+            raise ImagePullFailed(
+                f"cannot pull image {image} on worker {worker}: the pull task ended ({type(error).__name__})",
+                hint="the worker may have left the cluster: see `modelyard workers`; the replica is "
+                "started again (and placed again) after its back-off",
+            ) from error
+        if answer.get("error") or "result" not in answer:
+            raise worker_pull_failed(image, worker, answer)
+        result = answer["result"]
+        return None if result is None else PullResult(**result)
 
     # -- start ------------------------------------------------------------------------------
 

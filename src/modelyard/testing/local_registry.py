@@ -14,6 +14,11 @@ Usage::
 
     with LocalRegistry.start(tmp_path, username="ci", password=secret) as registry:
         tag = registry.push_new_image("modelyard-test/tiny:1")    # "127.0.0.1:PORT/modelyard-test/tiny:1"
+
+For other hosts (network namespaces), ``start`` takes the command that enters the host
+(``prefix=["ip", "netns", "exec", NS]``), the address to listen on (``listen_host="0.0.0.0"``) and
+the one this process reaches it at (``probe_host``); ``push_new_image(..., docker_host=SOCKET)``
+pushes through that host's dockerd, to its loopback (insecure there by default).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ storage:
   delete:
     enabled: true
 http:
-  addr: 127.0.0.1:{port}
+  addr: {listen_host}:{port}
   secret: modelyard-test-{port}
 auth:
   htpasswd:
@@ -74,6 +79,8 @@ class LocalRegistry:
     username: str
     password: str = field(repr=False)
     process: subprocess.Popen[bytes] | None = None
+    # Where this process asks it whether it answers (its host's loopback unless it runs elsewhere).
+    probe_host: str = "127.0.0.1"
 
     @property
     def host(self) -> str:
@@ -85,21 +92,39 @@ class LocalRegistry:
 
     @classmethod
     @contextmanager
-    def start(cls, root: Path, *, username: str, password: str) -> Iterator[LocalRegistry]:
-        """Run a registry on a free loopback port until the block ends."""
+    def start(
+        cls,
+        root: Path,
+        *,
+        username: str,
+        password: str,
+        prefix: tuple[str, ...] = (),
+        listen_host: str = "127.0.0.1",
+        probe_host: str = "127.0.0.1",
+    ) -> Iterator[LocalRegistry]:
+        """Run a registry on a free port until the block ends (loopback, unless told otherwise)."""
         root.mkdir(parents=True, exist_ok=True)
-        registry = cls(root=root, port=free_port(), username=username, password=password)
+        registry = cls(
+            root=root, port=free_port(), username=username, password=password, probe_host=probe_host
+        )
         htpasswd = subprocess.run(
             ["htpasswd", "-Bbn", username, password], capture_output=True, check=True
         ).stdout
         (root / "htpasswd").write_bytes(htpasswd)
         config = root / "config.yml"
         config.write_text(
-            CONFIG_TEMPLATE.format(root=root / "storage", port=registry.port, htpasswd=root / "htpasswd")
+            CONFIG_TEMPLATE.format(
+                root=root / "storage",
+                listen_host=listen_host,
+                port=registry.port,
+                htpasswd=root / "htpasswd",
+            )
         )
         with registry.log_path.open("wb") as log_file:
             registry.process = subprocess.Popen(
-                [REGISTRY_EXECUTABLE, "serve", str(config)], stdout=log_file, stderr=subprocess.STDOUT
+                [*prefix, REGISTRY_EXECUTABLE, "serve", str(config)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
             )
         try:
             wait_until(registry.answering, START_SECONDS, f"the registry at {registry.host} answering")
@@ -110,26 +135,42 @@ class LocalRegistry:
 
     def answering(self) -> bool:
         try:
-            response = httpx.get(f"http://{self.host}/v2/", timeout=2, trust_env=False)
+            response = httpx.get(f"http://{self.probe_host}:{self.port}/v2/", timeout=2, trust_env=False)
         except httpx.HTTPError:
             return False
         return response.status_code == 401  # it asks for the login: auth is on
 
-    def _docker(self, *arguments: str, config: Path, stdin: bytes | None = None) -> str:
+    def _docker(
+        self, *arguments: str, config: Path, stdin: bytes | None = None, docker_host: str | None = None
+    ) -> str:
+        daemon = ["-H", docker_host] if docker_host else []
         result = subprocess.run(
-            ["docker", "--config", str(config), *arguments], input=stdin, capture_output=True, check=False
+            ["docker", "--config", str(config), *daemon, *arguments],
+            input=stdin,
+            capture_output=True,
+            check=False,
         )
         if result.returncode != 0:
             raise RuntimeError(f"docker {arguments[0]} failed: {result.stderr.decode(errors='replace')}")
         return result.stdout.decode(errors="replace")
 
-    def push_new_image(self, repository_and_tag: str, *, payload_bytes: int = 64 * 1024) -> str:
-        """Build a new image, push it here as ``repository_and_tag``, and remove it from dockerd."""
+    def push_new_image(
+        self, repository_and_tag: str, *, payload_bytes: int = 64 * 1024, docker_host: str | None = None
+    ) -> str:
+        """Build a new image, push it here as ``repository_and_tag``, and remove it from dockerd
+        (``docker_host``: that dockerd's, on the registry's host, instead of this one's)."""
         reference = f"{self.host}/{repository_and_tag}"
         config = self.root / "docker-config"
         config.mkdir(exist_ok=True)
         try:
-            self._docker("import", "-", reference, config=config, stdin=image_tar(payload_bytes))
+            self._docker(
+                "import",
+                "-",
+                reference,
+                config=config,
+                stdin=image_tar(payload_bytes),
+                docker_host=docker_host,
+            )
             self._docker(
                 "login",
                 "--username",
@@ -138,9 +179,10 @@ class LocalRegistry:
                 self.host,
                 config=config,
                 stdin=self.password.encode(),
+                docker_host=docker_host,
             )
-            self._docker("push", reference, config=config)
-            self._docker("image", "rm", reference, config=config)
+            self._docker("push", reference, config=config, docker_host=docker_host)
+            self._docker("image", "rm", reference, config=config, docker_host=docker_host)
         finally:
             shutil.rmtree(config, ignore_errors=True)  # the login's config.json goes with it
         return reference
