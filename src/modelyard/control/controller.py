@@ -71,6 +71,7 @@ class Controller:
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._inventory_read_at = float("-inf")
+        self._inventory_stale = False
         self._swept_at = 0.0
         self._warned_backends: set[str] = set()
         # What the custom backends were when the catalog was last built (None: never built).
@@ -84,8 +85,8 @@ class Controller:
             clock=clock or SystemClock(),
             owner=server_owner_id(settings.data_dir),
             client=httpx.AsyncClient(timeout=httpx.Timeout(30.0), trust_env=False),
-            tasks=TaskBoard(on_done=self.poke),
-            poke=self.poke,
+            tasks=TaskBoard(on_done=self._wake),
+            poke=self._wake,
             secrets=SecretBox.for_data_dir(settings.data_dir),
         )
         if environment is not None:
@@ -94,6 +95,13 @@ class Controller:
     # -- the API's view -------------------------------------------------------------------
 
     def poke(self) -> None:
+        """The API changed desired state: a pass now, on the workers as they are now (a worker that
+        joined a second ago is placed on, not only after the next periodic read)."""
+        self._inventory_stale = True
+        self._wakeup.set()
+
+    def _wake(self) -> None:
+        """A task of the controller's own ended: a pass now."""
         self._wakeup.set()
 
     def gpu_inventory(self) -> GpuInventory:
@@ -174,6 +182,8 @@ class Controller:
     async def _refresh_inventory(self, *, force: bool = False) -> None:
         context = self._context
         now = context.clock.monotonic()
+        force = force or self._inventory_stale
+        self._inventory_stale = False
         if force or now - self._inventory_read_at >= context.options.gpu_refresh_seconds:
             if self._workers_source is not None:
                 workers = await asyncio.to_thread(self._workers_source)
