@@ -188,7 +188,7 @@ async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gp
 async def test_engine_ports_come_from_the_nodes_range_and_a_full_range_is_the_instances_reason(
     cluster_setup: ClusterSetup,
 ) -> None:
-    window = free_port_window(2, start=29300)
+    window = free_port_window(2)
     # A host joined with `worker join --engine-ports A-B`: the range is its node's label.
     cluster_setup.cluster.add_worker(
         "node-p", [fake_gpu("NVIDIA L4", i, 24) for i in range(2)], {"modelyard.io/engine-ports": str(window)}

@@ -109,7 +109,14 @@ class RuntimeUnderTest:
         )
 
 
-@pytest.fixture(params=["process", "docker", "ray"])
+@pytest.fixture(
+    params=[
+        "process",
+        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py).
+        pytest.param("docker", marks=pytest.mark.xdist_group("docker")),
+        pytest.param("ray", marks=pytest.mark.xdist_group("ray")),
+    ]
+)
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
     owner = uuid.uuid4().hex
     if request.param == "process":

@@ -1,0 +1,128 @@
+"""Which tests run together on one worker under ``pytest -n N --dist loadgroup`` (pytest-xdist).
+
+Each xdist worker is its own process with its own session fixtures: a costly one (a Ray cluster,
+a ``modelyard serve`` with a browser, an engine) used by tests spread over three workers would be
+built three times. So every test that uses one is put in that fixture's group, and a group runs
+whole on one worker (the biggest groups are handed out first). Everything else is spread test by
+test. The rules, first match wins:
+
+1. a test's own ``@pytest.mark.xdist_group("name")`` (also on a fixture's ``pytest.param``, as
+   ``tests/runtimes/conftest.py`` does for the runtimes it asks for with ``getfixturevalue``);
+2. the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, whose fixed
+   ports, such as the Ray client's 10001, two heads on one host would fight over), else the
+   first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures;
+3. a session-, package- or module-scoped fixture defined under ``tests/`` (not one of
+   ``CHEAP_FIXTURES``): the group is that fixture's place and name, so the tests sharing it stay
+   on one worker. Of several, the one the others are built on (``api_key`` is built on
+   ``gateway``: the group is ``gateway``'s), then a conftest's before a module's, then by name.
+
+For a new test: nothing to do unless it asks for a costly fixture with ``request.getfixturevalue``
+(name the group with the marker) or adds a costly fixture that several directories share (add it
+to ``SHARED_GROUPS``). ``python -m pytest -n 3 --dist loadgroup -v`` prints each test's worker,
+its id ending in ``@group``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+TESTS_FOLDER = Path(__file__).resolve().parent
+
+# Costly fixtures used by tests of several directories -> their group.
+SHARED_GROUPS = {
+    "ray_cluster": "ray",  # one ray.init per process: every Ray test in one worker
+    "skeleton_image": "docker",
+    "console_server": "browser",
+    "browser": "browser",
+    "tiny_engine": "tiny-engine",
+}
+# Folders (under tests/) whose every test is in a group.
+FOLDER_GROUPS = {"cluster": "ray"}
+# Session fixtures that cost a copy of a cached folder or a second: not worth keeping tests
+# together for (api's admin_template is one scrypt hash and a migrated SQLite file).
+CHEAP_FIXTURES = {
+    "test_models",
+    "tiny_model_dir",
+    "trained_tiny_model_dir",
+    "field_core_dir",
+    "tiny_model",
+    "repository",
+    "admin_template",
+}
+WIDE_SCOPES = {"session", "package", "module"}
+
+
+def _defined_in_tests(definition: pytest.FixtureDef[object]) -> Path | None:
+    try:
+        source = Path(inspect.getfile(definition.func)).resolve()
+    except (TypeError, OSError):
+        return None
+    return source if source.is_relative_to(TESTS_FOLDER) else None
+
+
+def _wide_test_fixtures(item: pytest.Item) -> dict[str, pytest.FixtureDef[object]]:
+    """The session-, package- and module-scoped fixtures from ``tests/`` that ``item`` uses, by
+    name (the definition it gets: the closest override)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return {}
+    found = {}
+    for name in getattr(item, "fixturenames", ()):
+        definitions = info.name2fixturedefs.get(name)
+        if not definitions or name in CHEAP_FIXTURES:
+            continue
+        definition = definitions[-1]
+        if definition.scope in WIDE_SCOPES and _defined_in_tests(definition) is not None:
+            found[name] = definition
+    return found
+
+
+def _built_on(name: str, fixtures: dict[str, pytest.FixtureDef[object]]) -> set[str]:
+    """The fixtures of ``fixtures`` that ``name`` is built on, through its arguments."""
+    found: set[str] = set()
+    pending = [name]
+    while pending:
+        for argument in fixtures[pending.pop()].argnames:
+            if argument in fixtures and argument not in found:
+                found.add(argument)
+                pending.append(argument)
+    return found
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group of ``item`` by the rules above (None: spread test by test)."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return None  # rule 1: xdist reads the marker itself
+    folder = item.path.resolve().parent
+    if folder.is_relative_to(TESTS_FOLDER) and folder != TESTS_FOLDER:
+        top = folder.relative_to(TESTS_FOLDER).parts[0]
+        if top in FOLDER_GROUPS:
+            return FOLDER_GROUPS[top]
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in SHARED_GROUPS.items():
+        if fixture in names:
+            return group
+    fixtures = _wide_test_fixtures(item)
+    if not fixtures:
+        return None
+
+    def order(name: str) -> tuple[int, int, str]:
+        source = _defined_in_tests(fixtures[name])
+        in_conftest = source is not None and source.name == "conftest.py"
+        return (len(_built_on(name, fixtures)), 0 if in_conftest else 1, name)
+
+    chosen = min(fixtures, key=order)
+    source = _defined_in_tests(fixtures[chosen])
+    assert source is not None
+    return f"{source.relative_to(TESTS_FOLDER).as_posix()}::{chosen}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
