@@ -18,14 +18,18 @@ test. The rules, first match wins:
 
 For a new test: nothing to do unless it asks for a costly fixture with ``request.getfixturevalue``
 (name the group with the marker) or adds a costly fixture that several directories share (add it
-to ``SHARED_GROUPS``). ``python -m pytest -n 3 --dist loadgroup -v`` prints each test's worker,
-its id ending in ``@group``.
+to ``SHARED_GROUPS``). ``python -m pytest -n 3 --dist loadgroup -v`` prints each test's worker.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,9 +124,74 @@ def group_of(item: pytest.Item) -> str | None:
     return f"{source.relative_to(TESTS_FOLDER).as_posix()}::{chosen}"
 
 
-@pytest.hookimpl(tryfirst=True)
+# -- carrying the groups to the scheduler --------------------------------------------------------
+# pytest-xdist's own loadgroup reads the group from a suffix it writes into each test's node id,
+# which pytest 9.2 no longer lets it change (pytest-xdist issue 1386: the groups are silently
+# ignored). So the workers write each test's group to a file of their own in a folder the
+# controller made, and the controller's scheduler (the same load-scope scheduling) reads them.
+GROUPS_FOLDER_VARIABLE = "MODELYARD_TEST_GROUPS_FOLDER"
+WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
+
+
+def _runs_in_groups(config: pytest.Config) -> bool:
+    return (
+        bool(getattr(config.option, "numprocesses", None)) and config.getoption("dist", "no") == "loadgroup"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(WORKER_VARIABLE) is None and _runs_in_groups(config):
+        folder = tempfile.mkdtemp(prefix="modelyard-test-groups-")
+        os.environ[GROUPS_FOLDER_VARIABLE] = folder  # the workers, started after this, inherit it
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def _marked_group(item: pytest.Item) -> str | None:
+    names = sorted(
+        {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+    )
+    return "_".join(names) or None
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
     for item in items:
         group = group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        group = _marked_group(item)
+        if group is not None:
+            groups[item.nodeid] = group
+    folder = os.environ.get(GROUPS_FOLDER_VARIABLE)
+    worker = os.environ.get(WORKER_VARIABLE)
+    if folder and worker:
+        partial = Path(folder) / f"{worker}.json.partial"
+        partial.write_text(json.dumps(groups))
+        partial.replace(Path(folder) / f"{worker}.json")  # whole, before the worker reports its tests
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if not _runs_in_groups(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Load-scope scheduling whose scopes are the groups the workers wrote (a test without
+        one is a scope of its own)."""
+
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:  # every worker has collected by the time the scopes are made
+                self._groups = {}
+                for path in Path(os.environ[GROUPS_FOLDER_VARIABLE]).glob("*.json"):
+                    self._groups.update(json.loads(path.read_text()))
+            group = self._groups.get(nodeid)
+            return f"group:{group}" if group is not None else nodeid
+
+    return GroupScheduling(config, log)
