@@ -84,15 +84,16 @@ class StoreChanges:
         self._loop = asyncio.get_running_loop()
         self.changed = asyncio.Event()
         self._database = database
-        event.listen(database.engine, "commit", self._on_commit)
+        # After the commit (the engine's "commit" event comes before it: a read then sees the old rows).
+        event.listen(database.session_factory, "after_commit", self._on_commit)
         endpoints.subscribe(self.changed.set)
 
-    def _on_commit(self, connection: object) -> None:
+    def _on_commit(self, session: object) -> None:
         # Commits come from the controller's threads (asyncio.to_thread) as well as this loop's.
         self._loop.call_soon_threadsafe(self.changed.set)
 
     def close(self) -> None:
-        event.remove(self._database.engine, "commit", self._on_commit)
+        event.remove(self._database.session_factory, "after_commit", self._on_commit)
 
 
 @dataclass

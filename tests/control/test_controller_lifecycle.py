@@ -4,10 +4,16 @@ Each test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from .conftest import FAST, ControllerHarness
+
+
+def loading(harness: ControllerHarness) -> Callable[[], bool]:
+    """Starting, its engine launched (the handle is recorded after the launch token)."""
+    return lambda: harness.first().state == "starting" and bool(harness.first().handle)
 
 
 async def test_a_deployment_reaches_running_and_is_published_at_once(harness: ControllerHarness) -> None:
@@ -98,11 +104,11 @@ async def test_a_stop_while_the_engine_is_still_loading_does_not_wait_for_it(
 ) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
     await harness.stop_then_run(backend_parameters=["--startup-delay-s", "600"])
-    await harness.wait_for(lambda: harness.first().state == "starting", "starting (loading for 600 s)")
-    loading = harness.engine(harness.first())
+    await harness.wait_for(loading(harness), "starting (loading for 600 s)")
+    engine = harness.engine(harness.first())
     harness.set_deployment(desired_state="stopped")
     await harness.wait_for(lambda: harness.first().state == "stopped", "stopped while loading")
-    assert not loading.alive and not loading.serving
+    assert not engine.alive and not engine.serving
 
 
 async def test_a_start_whose_log_stops_growing_is_reported_while_it_keeps_starting(
@@ -110,7 +116,7 @@ async def test_a_start_whose_log_stops_growing_is_reported_while_it_keeps_starti
 ) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
     await harness.stop_then_run(backend_parameters=["--startup-delay-s", "600"])
-    await harness.wait_for(lambda: harness.first().state == "starting", "starting (loading for 600 s)")
+    await harness.wait_for(loading(harness), "starting (loading for 600 s)")
     harness.clock.advance(FAST.stall_seconds + 1)  # the log has been silent for longer than that
     await harness.wait_for(
         lambda: "printed nothing for" in harness.first().reason, "the silent start reported"
