@@ -8,9 +8,9 @@ test. The rules, first match wins:
 
 1. a test's own ``@pytest.mark.xdist_group("name")`` (also on a fixture's ``pytest.param``, as
    ``tests/runtimes/conftest.py`` does for the runtimes it asks for with ``getfixturevalue``);
-2. the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, whose fixed
-   ports, such as the Ray client's 10001, two heads on one host would fight over), else the
-   first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures;
+2. the first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures,
+   else the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, one at a
+   time, beside the simulated cluster of the ``ray`` group as in a plain run);
 3. a session-, package- or module-scoped fixture defined under ``tests/`` (not one of
    ``CHEAP_FIXTURES``): the group is that fixture's place and name, so the tests sharing it stay
    on one worker. Of several, the one the others are built on (``api_key`` is built on
@@ -43,8 +43,19 @@ SHARED_GROUPS = {
     "browser": "browser",
     "tiny_engine": "tiny-engine",
 }
+# The groups that take longest (minutes, from --durations), handed out first under -n.
+LONGEST_FIRST = (
+    "ray-heads",
+    "browser",
+    "ray",
+    "integration/test_serve_end_to_end.py::server",
+    "tiny-engine",
+    "gateway/conftest.py::served_platform",
+    "integration/test_serve_faults.py::server",
+    "docker",
+)
 # Folders (under tests/) whose every test is in a group.
-FOLDER_GROUPS = {"cluster": "ray"}
+FOLDER_GROUPS = {"cluster": "ray-heads"}
 # Session fixtures that cost a copy of a cached folder or a second: not worth keeping tests
 # together for (api's admin_template is one scrypt hash and a migrated SQLite file).
 CHEAP_FIXTURES = {
@@ -100,15 +111,15 @@ def group_of(item: pytest.Item) -> str | None:
     """The xdist group of ``item`` by the rules above (None: spread test by test)."""
     if item.get_closest_marker("xdist_group") is not None:
         return None  # rule 1: xdist reads the marker itself
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in SHARED_GROUPS.items():
+        if fixture in names:
+            return group
     folder = item.path.resolve().parent
     if folder.is_relative_to(TESTS_FOLDER) and folder != TESTS_FOLDER:
         top = folder.relative_to(TESTS_FOLDER).parts[0]
         if top in FOLDER_GROUPS:
             return FOLDER_GROUPS[top]
-    names = getattr(item, "fixturenames", ())
-    for fixture, group in SHARED_GROUPS.items():
-        if fixture in names:
-            return group
     fixtures = _wide_test_fixtures(item)
     if not fixtures:
         return None
@@ -141,6 +152,8 @@ def _runs_in_groups(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(WORKER_VARIABLE) is None and _runs_in_groups(config):
+        # Work is handed out in the order of the tests (LONGEST_FIRST leads), not by group size.
+        config.option.loadscopereorder = False
         folder = tempfile.mkdtemp(prefix="modelyard-test-groups-")
         os.environ[GROUPS_FOLDER_VARIABLE] = folder  # the workers, started after this, inherit it
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
@@ -169,6 +182,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     folder = os.environ.get(GROUPS_FOLDER_VARIABLE)
     worker = os.environ.get(WORKER_VARIABLE)
     if folder and worker:
+        # The longest groups first, so that none of them starts last; the rest as collected.
+        rank = {group: position for position, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(groups.get(item.nodeid, ""), len(rank)))
         partial = Path(folder) / f"{worker}.json.partial"
         partial.write_text(json.dumps(groups))
         partial.replace(Path(folder) / f"{worker}.json")  # whole, before the worker reports its tests
