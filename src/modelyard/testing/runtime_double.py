@@ -16,12 +16,12 @@ host and finds its engines again)::
     host = EngineHostDouble()
     runtimes = RuntimeSet(process=InMemoryRuntimeDouble(host))
     ...
-    engine = host.engine_of(handle)          # its argv, env, identity, address
+    engine = host.engine_of(handle)          # its argv, env, identity, address, exit status
     await host.kill(handle)                  # SIGKILL from outside (the OOM killer)
-    await host.wait_for_start()              # the next engine started (an event, no polling)
+    host.start_count                         # engines started on it so far
 
 It passes the contract suite of ``tests/runtimes/`` (``test_runtime_contract.py``); the
-controller's behaviour tests run on it (``tests/control/``), the real runtimes keep their own.
+controller's decision tests run on it (``tests/control/``); the real runtimes keep their own.
 """
 
 from __future__ import annotations
@@ -185,7 +185,6 @@ class EngineHostDouble:
     def __init__(self) -> None:
         self._engines: dict[str, EngineDouble] = {}
         self._numbers = itertools.count(1)
-        self._started = asyncio.Event()
         self.start_count = 0
 
     def engines(self, *, alive_only: bool = True) -> list[EngineDouble]:
@@ -216,16 +215,9 @@ class EngineHostDouble:
         for engine in self._engines.values():
             engine._ended.wait(_STOP_WAIT_SECONDS)
 
-    async def wait_for_start(self, count: int) -> None:
-        """Until ``count`` engines in all have been started on this host (an event, no polling)."""
-        while self.start_count < count:
-            self._started.clear()
-            await self._started.wait()
-
     def _add(self, engine: EngineDouble) -> None:
         self._engines[engine.handle.id] = engine
         self.start_count += 1
-        self._started.set()
 
     def next_number(self) -> int:
         return next(self._numbers)
