@@ -9,8 +9,9 @@ test. The rules, first match wins:
 1. a test's own ``@pytest.mark.xdist_group("name")`` (also on a fixture's ``pytest.param``, as
    ``tests/runtimes/conftest.py`` does for the runtimes it asks for with ``getfixturevalue``);
 2. the first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures,
-   else the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, one at a
-   time, beside the simulated cluster of the ``ray`` group as in a plain run);
+   else the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, run one at a
+   time with the simulated cluster's tests, as in a plain run: two Ray sessions started at once
+   on one host interfere, through ``/tmp/ray`` among others);
 3. a session-, package- or module-scoped fixture defined under ``tests/`` (not one of
    ``CHEAP_FIXTURES``): the group is that fixture's place and name, so the tests sharing it stay
    on one worker. Of several, the one the others are built on (``api_key`` is built on
@@ -45,9 +46,8 @@ SHARED_GROUPS = {
 }
 # The groups that take longest (minutes, from --durations), handed out first under -n.
 LONGEST_FIRST = (
-    "ray-heads",
-    "browser",
     "ray",
+    "browser",
     "integration/test_serve_end_to_end.py::server",
     "tiny-engine",
     "gateway/conftest.py::served_platform",
@@ -55,7 +55,7 @@ LONGEST_FIRST = (
     "docker",
 )
 # Folders (under tests/) whose every test is in a group.
-FOLDER_GROUPS = {"cluster": "ray-heads"}
+FOLDER_GROUPS = {"cluster": "ray"}
 # Session fixtures that cost a copy of a cached folder or a second: not worth keeping tests
 # together for (api's admin_template is one scrypt hash and a migrated SQLite file).
 CHEAP_FIXTURES = {
