@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from modelyard.control.scheduler import Worker
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.ray_runtime import RayRuntime
 from modelyard.store.tables import Instance, InstanceEvent
@@ -32,7 +33,16 @@ def flag(command: list[str], name: str) -> str | None:
 
 
 async def test_workers_show_their_gpus_read_on_their_node(cluster_setup: ClusterSetup) -> None:
-    workers = {worker.name: worker for worker in cluster_setup.controller.workers()}
+    def read() -> dict[str, Worker]:
+        return {worker.name: worker for worker in cluster_setup.controller.workers()}
+
+    # A node's first probe may not answer in time on a busy host (its Ray worker process still
+    # starting): it is probed again at every refresh.
+    await cluster_setup.wait_for(
+        lambda: all(read().get(name) is not None and read()[name].gpus for name in ("node-a", "node-b")),
+        "both nodes' GPUs read",
+    )
+    workers = read()
     assert {"head", "node-a", "node-b"} <= set(workers)
     assert [gpu.name for gpu in workers["node-a"].gpus] == ["NVIDIA L4", "NVIDIA L4"]
     assert workers["node-a"].gpus[0].memory_total_bytes == 24 << 30
