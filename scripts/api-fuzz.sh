@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 examples=${FUZZ_EXAMPLES:-30}
 work=$(mktemp -d)
-port=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A port the kernel never hands out (testing/ports.py): this runs beside pytest's workers in CI.
+port=$(python -c 'from modelyard.testing.ports import reserved_port; print(reserved_port())')
 url="http://127.0.0.1:$port"
 python -m modelyard.cli.main serve --no-demo --data-dir "$work/data" --port "$port" >"$work/serve.log" 2>&1 &
 server=$!

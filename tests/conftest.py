@@ -22,8 +22,9 @@ from sqlalchemy.engine import make_url
 from model_cache import RECIPES, ModelCache
 from tiny_engine import TinyEngine, run_tiny_engine
 
-# The one simulated Ray cluster of the session (tests/ray_cluster.py).
-pytest_plugins = ["ray_cluster"]
+# The one simulated Ray cluster of the session (tests/ray_cluster.py); which tests share a worker
+# under pytest -n (tests/parallel_groups.py).
+pytest_plugins = ["ray_cluster", "parallel_groups"]
 
 POSTGRES_URL_VARIABLE = "MODELYARD_TEST_POSTGRES_URL"
 
@@ -78,8 +79,15 @@ BACKGROUND_BUILDS = {"trained_tiny_model_dir": "trained-tiny-qwen3", "field_core
 _background_builders: list[subprocess.Popen[bytes]] = []
 
 
+def _xdist_worker() -> str | None:
+    """This process's pytest-xdist worker name (``gw0``, ...), None outside ``pytest -n``."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # Under pytest -n every worker collects the same tests; the first one starts the builds (the
+    # cache's lock file makes any other process that needs the model wait for that build).
+    if session.config.option.collectonly or _xdist_worker() not in (None, "gw0"):
         return
     needed = {
         BACKGROUND_BUILDS[name]
@@ -95,7 +103,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for builder in _background_builders:
-        if builder.poll() is None:
+        if builder.poll() is None and _xdist_worker() is not None:
+            builder.wait()  # other workers may still be waiting for the model: let it finish
+        elif builder.poll() is None:
             builder.terminate()
             builder.wait(timeout=30)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from modelyard.testing.ports import reserved_port
 
 ENGINE_START_SECONDS = 120.0
 
@@ -41,9 +42,7 @@ def run_tiny_engine(model_dir: Path, log_path: Path) -> Iterator[TinyEngine]:
     from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
     from modelyard.backends.render import render_launch
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = reserved_port()  # transformers serve binds it itself (testing/ports.py)
     version = BackendCatalog(builtin=load_builtin_backends()).resolve_version("transformers", None)
     launch = render_launch(
         version,

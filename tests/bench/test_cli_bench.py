@@ -254,6 +254,8 @@ def test_a_start_time_already_past_starts_at_once_and_says_so(
         ("2026-11-30T19:00:00", "has no UTC offset"),
         (str(time.time() + 7200), "h away"),
     ],
+    # Named: an id made from the time would differ between pytest -n's workers.
+    ids=["not-a-time", "no-utc-offset", "two-hours-away"],
 )
 def test_bad_start_times_are_refused(server: ReferenceServer, start_at: str, message: str) -> None:
     result = CliRunner().invoke(app, [*_start_at_run(server), "--start-at", start_at])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
+
+from modelyard.testing.ports import refusing_port
 
 from .conftest import LiveServer
 
@@ -64,14 +65,12 @@ def test_plain_keys_create_prints_only_the_key_on_stdout(live_server: LiveServer
 
 
 def test_no_server_is_one_clear_line(live_server: LiveServer) -> None:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]
-    result = live_server.runner.invoke(
-        __import__("modelyard.cli.main", fromlist=["app"]).app,
-        ["--url", f"http://127.0.0.1:{port}", "keys", "list"],
-        env={"MODELYARD_DATA_DIR": str(live_server.data_dir)},
-    )
+    with refusing_port() as port:
+        result = live_server.runner.invoke(
+            __import__("modelyard.cli.main", fromlist=["app"]).app,
+            ["--url", f"http://127.0.0.1:{port}", "keys", "list"],
+            env={"MODELYARD_DATA_DIR": str(live_server.data_dir)},
+        )
     assert result.exit_code == 1
     assert f"no modelyard server at http://127.0.0.1:{port}" in result.stderr
     assert "modelyard serve" in result.stderr

@@ -21,14 +21,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from modelyard.testing.ports import reserved_port
+
 SERVE = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo"]
 START_SECONDS = 60.0
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return reserved_port()  # testing/ports.py: no race under pytest -n
 
 
 def _environment(**extra: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from modelyard.control.scheduler import Worker
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.ray_runtime import RayRuntime
 from modelyard.store.tables import Instance, InstanceEvent
@@ -32,7 +33,16 @@ def flag(command: list[str], name: str) -> str | None:
 
 
 async def test_workers_show_their_gpus_read_on_their_node(cluster_setup: ClusterSetup) -> None:
-    workers = {worker.name: worker for worker in cluster_setup.controller.workers()}
+    def read() -> dict[str, Worker]:
+        return {worker.name: worker for worker in cluster_setup.controller.workers()}
+
+    # A node's first probe may not answer in time on a busy host (its Ray worker process still
+    # starting): it is probed again at every refresh.
+    await cluster_setup.wait_for(
+        lambda: all(read().get(name) is not None and read()[name].gpus for name in ("node-a", "node-b")),
+        "both nodes' GPUs read",
+    )
+    workers = read()
     assert {"head", "node-a", "node-b"} <= set(workers)
     assert [gpu.name for gpu in workers["node-a"].gpus] == ["NVIDIA L4", "NVIDIA L4"]
     assert workers["node-a"].gpus[0].memory_total_bytes == 24 << 30
@@ -188,7 +198,7 @@ async def test_two_small_deployments_share_one_gpu_and_a_third_is_refused_per_gp
 async def test_engine_ports_come_from_the_nodes_range_and_a_full_range_is_the_instances_reason(
     cluster_setup: ClusterSetup,
 ) -> None:
-    window = free_port_window(2, start=29300)
+    window = free_port_window(2)
     # A host joined with `worker join --engine-ports A-B`: the range is its node's label.
     cluster_setup.cluster.add_worker(
         "node-p", [fake_gpu("NVIDIA L4", i, 24) for i in range(2)], {"modelyard.io/engine-ports": str(window)}

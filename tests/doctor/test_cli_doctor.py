@@ -185,11 +185,12 @@ def running_api(tmp_path: Path) -> Iterator[RunningApi]:
     api.state.context = context
     api.include_router(api_router)
     install_error_handlers(api)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    # A bound socket handed to uvicorn: no moment when another test could take the port.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(api, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline_s = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline_s:
@@ -200,6 +201,7 @@ def running_api(tmp_path: Path) -> Iterator[RunningApi]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        listener.close()
         database.close()
 
 

@@ -22,6 +22,7 @@ from modelyard.doctor.host_sources import (
     parse_docker_info,
 )
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.testing.ports import reserved_port
 
 GIB = 1024**3
 
@@ -323,10 +324,7 @@ def test_port_in_use(listening_port: int) -> None:
 
 
 def test_free_port_is_quiet() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    assert _run(replace(GOOD, port=port)) == []
+    assert _run(replace(GOOD, port=reserved_port())) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")

@@ -5,7 +5,6 @@ reasoning left in the content), and (slow) against transformers serve on a tiny 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.doctor.verify import VerificationBudget, VerificationResult, verify_instance
+from modelyard.testing.ports import refusing_port
 from tiny_engine import TinyEngine
 
 MODEL = "qwen-test"
@@ -182,10 +182,8 @@ async def test_slow_engine_fails_by_timeout(reference: Callable[..., ReferenceSe
 
 
 async def test_unreachable_engine_fails_every_request_check() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    results = await _verify(f"http://127.0.0.1:{port}")
+    with refusing_port() as port:
+        results = await _verify(f"http://127.0.0.1:{port}")
     assert results["verify.models-listed"].status == "failed"
     assert results["verify.streaming"].status == "failed"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from modelyard.hub.download import part_path
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
+from modelyard.testing.ports import reserved_port
 
 from .conftest import REPO_ID, SHARD_1
 
@@ -26,10 +26,7 @@ HELD_AT_BYTE = 30_000
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return reserved_port()  # testing/ports.py: no race under pytest -n
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:

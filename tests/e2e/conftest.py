@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ from playwright.sync_api import (
 from model_cache import ModelCache
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble, RepositoryDouble
+from modelyard.testing.ports import reserved_port
 
 CHROMIUM = "/usr/bin/chromium"
 # A closed network: nothing may try to reach the internet (updates, sync, QUIC probes).
@@ -67,10 +67,8 @@ HUB_REPOSITORY = "modelyard-test/tiny-qwen3"
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port for a child ``modelyard serve`` to bind (``testing/ports.py``: no race under -n)."""
+    return reserved_port()
 
 
 def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import psutil
 
+from modelyard.testing.ports import reserved_port
 from modelyard.testing.weightless_model import build_weightless_model
 
 # The engine double launched with each engine's own command line (vLLM's positional model,
@@ -48,10 +48,8 @@ version_configs:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port for a child ``modelyard serve`` to bind (``testing/ports.py``: no race under -n)."""
+    return reserved_port()
 
 
 @dataclass

@@ -9,7 +9,6 @@ test that hits one has found an unbounded case.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,16 @@ import httpx
 import psutil
 import pytest
 
+from modelyard.testing.ports import reserved_port
+
 STARTUP_SECONDS = 120.0
 # Far above any refusal (milliseconds); reaching it means the server did not bound the case.
 CLIENT_TIMEOUT_SECONDS = 60.0
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port for a child ``modelyard serve`` to bind (``testing/ports.py``: no race under -n)."""
+    return reserved_port()
 
 
 @dataclass

@@ -1,18 +1,21 @@
-"""The controller with the real process runtime, starting real engine processes.
+"""The controller with the real process runtime, starting real engine processes: what only real
+processes show (a pid that lives, a SIGKILL from outside, an engine that outlives its server and is
+found again by its environment markers).
 
 The engine is the reference server (``modelyard.bench.reference_server``) playing vLLM's
 contract: a double of vLLM, launched exactly as the platform launches a real engine, through a
-custom backend whose command line is vLLM's. Each test runs on SQLite and on PostgreSQL.
+custom backend whose command line is vLLM's. Each test runs on SQLite and on PostgreSQL. The
+controller's other decisions (scaling, stops, failed starts, verification, adoption) are tested
+on the runtime double in ``tests/control/``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -22,7 +25,6 @@ from sqlalchemy import select
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.runtimes.selection import RuntimeSet
-from modelyard.services.deployments import request_verification
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, ModelFile
@@ -189,36 +191,6 @@ async def test_killed_engine_restarts_with_the_reason_recorded(harness: Harness)
     assert (Path(after.log_path or "").parent / "start-1.log").is_file()
 
 
-async def test_scale_up_and_down_starts_and_stops_engines(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    harness.set_deployment(replicas=2)
-    await harness.wait_for(lambda: harness.running_count() == 2, "two replicas running")
-    ports = {instance.port for instance in harness.instances()}
-    assert len(ports) == 2
-    await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 2, "both published")
-    second_pid = harness.instances()[1].pid
-    harness.set_deployment(replicas=1)
-    await harness.wait_for(lambda: len(harness.instances()) == 1, "replica 1 removed")
-    assert not _alive(second_pid)
-    await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 1, "one endpoint left")
-
-
-async def test_stop_then_start_then_remove_leaves_no_process(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    pid = harness.instances()[0].pid
-    harness.set_deployment(desired_state="stopped")
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    assert not _alive(pid)
-    assert harness.endpoints.endpoints_for("chat") == ()
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.running_count() == 1, "running again")
-    pid = harness.instances()[0].pid
-    harness.set_deployment(desired_state="deleted")
-    await harness.wait_for(lambda: not harness.endpoints.is_known("chat"), "deployment forgotten")
-    assert harness.instances() == []
-    assert not _alive(pid)
-
-
 async def test_restarted_controller_adopts_the_running_engine(harness: Harness) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
     pid = harness.instances()[0].pid
@@ -238,250 +210,3 @@ async def test_restarted_controller_adopts_the_running_engine(harness: Harness) 
     [instance] = harness.instances()
     assert instance.pid == pid
     assert any("re-adopted engine pid" in event.reason for event in harness.events())
-
-
-async def test_engine_failing_at_start_is_diagnosed_and_retried(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    harness.set_deployment(
-        backend_parameters=[
-            "--fail-start",
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-        ]
-    )
-    # Restart the running replica so the new parameters apply.
-    harness.set_deployment(desired_state="stopped")
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.instances()[0].restart_count >= 2, "two failed starts")
-    [instance] = harness.instances()
-    assert instance.state in ("error", "starting", "pending")
-    errors = [event.reason for event in harness.events() if event.to_state == "error"]
-    assert any("exited with code 1 while starting" in reason for reason in errors), errors
-    assert instance.diagnosis is not None and "out of memory" in instance.diagnosis.lower()
-
-
-async def test_stop_while_the_engine_is_still_loading_does_not_wait_for_it(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    harness.set_deployment(desired_state="stopped", backend_parameters=["--startup-delay-s", "600"])
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.instances()[0].state == "starting", "starting (loading for 600 s)")
-    loading_pid = harness.instances()[0].pid
-    harness.set_deployment(desired_state="stopped")
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped while loading")
-    assert not _alive(loading_pid)
-
-
-def _set_metrics_path(harness: Harness, metrics_path: str) -> None:
-    with harness.database.session() as session:
-        backend = session.scalar(select(CustomBackend).where(CustomBackend.name == "vllm-double"))
-        assert backend is not None
-        spec = json.loads(json.dumps(backend.spec))
-        spec["versions"]["1.0"]["metrics_path"] = metrics_path
-        backend.spec = spec
-        session.commit()
-
-
-async def _restart_verified(harness: Harness) -> None:
-    harness.set_deployment(desired_state="stopped", skip_verification=False)
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-
-
-async def test_a_readopted_running_engine_is_back_in_rotation_at_once_with_its_verification(
-    harness: Harness,
-) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    await _restart_verified(harness)
-    await harness.wait_for(lambda: harness.running_count() == 1, "running and verified")
-    [before] = harness.instances()
-    assert before.verified_at is not None and before.verification
-    await harness.controller.shutdown(stop_engines=False)
-    harness.endpoints.forget("chat")  # a new server process starts with no endpoints
-    successor = Controller(
-        settings=harness.settings,
-        database=harness.database,
-        endpoints=harness.endpoints,
-        runtimes=RuntimeSet(),
-        options=FAST,
-    )
-    harness.controller = successor
-    await successor.start()
-    # In rotation when start() returns: no readiness wait, no verification run again.
-    [endpoint] = harness.endpoints.endpoints_for("chat")
-    [after] = harness.instances()
-    assert endpoint.instance_id == after.id and after.state == "running"
-    assert after.verified_at == before.verified_at and after.verification == before.verification
-    assert "back in rotation" in after.reason
-    assert not any(
-        event.to_state == "starting" and event.at > before.updated_at for event in harness.events()
-    )
-
-
-async def test_verification_run_again_puts_a_fixed_instance_back_into_rotation(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    _set_metrics_path(harness, "/no-such-metrics")
-    await _restart_verified(harness)
-    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
-    [failed] = harness.instances()
-    assert "verification failed, kept out of rotation" in failed.reason and "metrics" in failed.reason
-    assert harness.endpoints.endpoints_for("chat") == ()
-    pid = failed.pid
-    _set_metrics_path(harness, "/metrics")  # the user fixes the backend, then asks again
-    with harness.database.session() as session:
-        request_verification(session, "chat")
-    harness.controller.poke()
-    await harness.wait_for(lambda: harness.running_count() == 1, "running after the suite passed again")
-    [fixed] = harness.instances()
-    assert fixed.pid == pid  # the same engine, verified again, not restarted
-    assert "verification run again on request" in fixed.reason
-    await harness.wait_for(lambda: len(harness.endpoints.endpoints_for("chat")) == 1, "back in rotation")
-
-
-async def test_a_start_whose_log_stops_growing_is_reported_while_it_keeps_starting(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    harness.set_deployment(desired_state="stopped", backend_parameters=["--startup-delay-s", "600"])
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(
-        lambda: "printed nothing for" in harness.instances()[0].reason, "the silent start reported"
-    )
-    [instance] = harness.instances()
-    assert instance.state == "starting" and _alive(instance.pid)
-
-
-async def test_an_engine_that_asks_for_its_own_key_gets_it_from_readiness_and_the_gateway(
-    harness: Harness,
-) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    harness.set_deployment(desired_state="stopped", backend_parameters=["--api-key", "engine-own-key"])
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.running_count() == 1, "running with its key")
-    [endpoint] = harness.endpoints.endpoints_for("chat")
-    assert endpoint.engine_api_key == "engine-own-key"
-    assert "engine-own-key" not in repr(endpoint)
-
-
-async def test_a_verification_asked_for_one_start_is_not_run_again_after_a_restart(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    _set_metrics_path(harness, "/no-such-metrics")  # the suite fails on this engine
-    with harness.database.session() as session:
-        request_verification(session, "chat")
-    harness.controller.poke()
-    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
-    harness.set_deployment(desired_state="stopped")
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.running_count() == 1, "running again")
-    [restarted] = harness.instances()
-    # The deployment skips the suite: the new start is in rotation, with no request left pending.
-    assert restarted.start_count == 2 and restarted.verification_requested_at is None
-    assert restarted.verification == [] and "ready" in restarted.reason
-
-
-async def _restart_controller(harness: Harness, options: ControllerOptions) -> None:
-    """Stop the controller and its engines; a new one with ``options`` starts them again."""
-    await harness.controller.shutdown(stop_engines=True)
-    harness.controller = Controller(
-        settings=harness.settings,
-        database=harness.database,
-        endpoints=harness.endpoints,
-        runtimes=RuntimeSet(),
-        options=options,
-    )
-    await harness.controller.start()
-
-
-async def test_a_verification_failed_by_a_busy_engine_is_retried_and_the_instance_enters_rotation(
-    harness: Harness,
-) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    # The engine double answers its first 3 generation requests (the tiny chat, verify.speed,
-    # verify.chat-answer) 2 s late: a CPU shared with something else while it starts.
-    harness.set_deployment(
-        skip_verification=False,
-        backend_parameters=["--slow-requests", "3", "--slow-request-extra-ms", "2000"],
-    )
-    retry_seconds = 1.0
-    await _restart_controller(
-        harness,
-        replace(
-            FAST,
-            verification_floor_seconds=0.5,
-            verification_ceiling_seconds=1.0,
-            verification_retry_initial_seconds=retry_seconds,
-        ),
-    )
-    await harness.wait_for(
-        lambda: harness.running_count() == 1 and "attempt 2" in harness.instances()[0].reason,
-        "running after the second verification",
-    )
-    [instance] = harness.instances()
-    assert instance.started_at is not None
-    assert "verification passed on attempt 2" in instance.reason
-    assert [endpoint.instance_id for endpoint in harness.endpoints.endpoints_for("chat")] == [instance.id]
-    events = [event for event in harness.events() if event.at >= instance.started_at]
-    [failed] = [event for event in events if "verification attempt 1 failed" in event.reason]
-    assert failed.to_state == "starting"  # out of rotation, not an error: it is coming
-    assert "verify.speed: no answer in time" in failed.reason
-    assert f"the suite runs again in {retry_seconds:.0f} s" in failed.reason
-    [again] = [event for event in events if event.reason.startswith("verifying again (attempt 2)")]
-    # It said "in 1 s" no earlier than it scheduled the run, and the run waited until then.
-    scheduled = instance.verification_requested_at
-    assert scheduled is not None and (scheduled - failed.at).total_seconds() <= retry_seconds
-    assert again.at >= scheduled
-
-
-async def test_a_wrong_answer_is_not_retried_and_says_what_to_do(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    _set_metrics_path(harness, "/no-such-metrics")
-    await _restart_verified(harness)
-    await harness.wait_for(lambda: harness.instances()[0].state == "error", "verification failed")
-    [failed] = harness.instances()
-    assert "it is not retried" in failed.reason and "`modelyard verify chat`" in failed.reason
-    assert failed.verification_requested_at is None
-
-
-def _engine_threads(pid: int | None) -> str | None:
-    assert pid is not None
-    return psutil.Process(pid).environ().get("OMP_NUM_THREADS")
-
-
-async def test_cpu_engines_share_the_cores_by_their_thread_variable(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
-    with harness.database.session() as session:
-        backend = session.scalar(select(CustomBackend).where(CustomBackend.name == "vllm-double"))
-        assert backend is not None
-        spec = json.loads(json.dumps(backend.spec))
-        spec["versions"]["1.0"]["cpu_threads_env"] = ["OMP_NUM_THREADS"]
-        backend.spec = spec
-        session.commit()
-    # A server whose own environment leaves the variable unset, on 5 cores (1 kept for it).
-    await harness.controller.shutdown(stop_engines=True)
-    harness.controller = Controller(
-        settings=harness.settings,
-        database=harness.database,
-        endpoints=harness.endpoints,
-        runtimes=RuntimeSet(),
-        options=replace(FAST, cpu_cores=5),
-        environment={},
-    )
-    await harness.controller.start()
-    await harness.wait_for(lambda: harness.running_count() == 1, "restarted with its threads")
-    [first] = harness.instances()
-    assert _engine_threads(first.pid) == "4"
-    harness.set_deployment(replicas=2)
-    await harness.wait_for(lambda: harness.running_count() == 2, "two replicas")
-    second = harness.instances()[1]
-    assert _engine_threads(second.pid) == "2"  # 4 cores for engines, 2 engines
-    events = [event.reason for event in harness.events() if event.instance_id == second.id]
-    assert any(
-        "OMP_NUM_THREADS=2: 5 usable core(s) less 1 kept for the server" in reason for reason in events
-    )
-    # A value the deployment sets wins.
-    harness.set_deployment(desired_state="stopped", replicas=1, env={"OMP_NUM_THREADS": "3"})
-    await harness.wait_for(lambda: harness.instances()[0].state == "stopped", "stopped")
-    harness.set_deployment(desired_state="running")
-    await harness.wait_for(lambda: harness.running_count() == 1, "running with its own value")
-    assert _engine_threads(harness.instances()[0].pid) == "3"

@@ -1,10 +1,11 @@
-"""Runtimes under test, each a real one: engine processes on this host, containers on a real
+"""Runtimes under test: the real ones, engine processes on this host, containers on a real
 Docker engine (``dockerd``, which ``.ci/run`` starts), supervisor actors on a real Ray cluster
 (the session's simulated one, ``tests/ray_cluster.py``: engines on its head node; ``ray-docker``:
-an image backend's container run by the supervisor through that node's Docker engine). The engine
-in all of them is the project's engine double (``python -m modelyard.bench.reference_server``,
-playing vLLM); in a container it runs on this host's Python, bind-mounted into an imported
-skeleton image (nothing is ever pulled).
+an image backend's container run by the supervisor through that node's Docker engine), and the
+runtime double the controller's tests use (``testing/runtime_double.py``: engines on threads of
+this process), held to the same contract. The engine in all of them is the project's engine
+double (``python -m modelyard.bench.reference_server``, playing vLLM); in a container it runs on
+this host's Python, bind-mounted into an imported skeleton image (nothing is ever pulled).
 
 Docker missing is a skip here and a failure under CI (``CI=true``), as PostgreSQL is.
 """
@@ -28,6 +29,7 @@ from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, R
 from modelyard.runtimes.docker import DockerOptions, DockerRuntime, container_model_path
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.runtime_double import EngineHostDouble, InMemoryRuntimeDouble
 
 ENGINE_DOUBLE = [sys.executable, "-m", "modelyard.bench.reference_server"]
 HEALTH_WAIT_SECONDS = 60.0
@@ -61,13 +63,20 @@ def docker_options() -> DockerOptions:
 
 @dataclass
 class RuntimeUnderTest:
-    """One runtime kind: how to make a fresh runtime (a restarted server makes its own) and a spec."""
+    """One runtime kind: how to make a fresh runtime (a restarted server makes its own) and a spec.
+    ``kind`` names the case (``memory``: the double); ``handle_kind`` is the kind its handles carry."""
 
     kind: str
     make: Callable[[], Runtime]
     image: str | None
     owner: str
     tmp_path: Path
+    handle_kind: str = ""
+    # The double's host (what a test does to its engines from outside), for the ``memory`` case.
+    host: EngineHostDouble | None = None
+
+    def __post_init__(self) -> None:
+        self.handle_kind = self.handle_kind or self.kind
 
     async def spec(
         self, *arguments: str, runtime: Runtime, secrets: frozenset[str] = frozenset()
@@ -110,11 +119,27 @@ class RuntimeUnderTest:
         )
 
 
-@pytest.fixture(params=["process", "docker", "ray", "ray-docker"])
+@pytest.fixture(
+    params=[
+        "process",
+        "memory",
+        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py).
+        pytest.param("docker", marks=pytest.mark.xdist_group("docker")),
+        pytest.param("ray", marks=pytest.mark.xdist_group("ray")),
+        pytest.param("ray-docker", marks=pytest.mark.xdist_group("ray")),
+    ]
+)
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
     owner = uuid.uuid4().hex
     if request.param == "process":
         yield RuntimeUnderTest("process", ProcessRuntime, None, owner, tmp_path)
+        return
+    if request.param == "memory":
+        host = EngineHostDouble()
+        yield RuntimeUnderTest(
+            "memory", lambda: InMemoryRuntimeDouble(host), None, owner, tmp_path, "process", host
+        )
+        host.shut_down()  # whatever a failed test left running
         return
     if request.param == "ray":
         request.getfixturevalue("ray_cluster")
@@ -130,7 +155,7 @@ def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         def make() -> Runtime:
             return RayRuntime(docker_options=docker_options())
 
-        yield RuntimeUnderTest("ray-docker", make, image, owner, tmp_path)
+        yield RuntimeUnderTest("ray-docker", make, image, owner, tmp_path, "ray")
     else:
         yield RuntimeUnderTest("docker", lambda: DockerRuntime(docker_options()), image, owner, tmp_path)
     # Whatever a failed test left behind.

@@ -1,6 +1,7 @@
 """The Runtime contract, run against every runtime (``runtimes/base.py`` says what each method
-promises). Each test starts a real engine: a process on this host, a container on Docker, a
-supervisor actor's process on a Ray node, or its container (``ray-docker``)."""
+promises). Each test starts a real engine (a process on this host, a container on Docker, a
+supervisor actor's process on a Ray node, or its container: ``ray-docker``), or, for the runtime
+double the controller's tests use, an engine on a thread of this process."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.base import EngineHandle, ExitStatus, Runtime
 from modelyard.runtimes.process import ENV_OWNER
 from modelyard.runtimes.ray_runtime import RayRuntime
+from modelyard.testing.runtime_double import InMemoryRuntimeDouble
 
 from .conftest import RuntimeUnderTest, wait_until_healthy
 
@@ -35,7 +37,10 @@ async def wait_for_exit(runtime: Runtime, handle: EngineHandle) -> ExitStatus:
 
 async def kill_engine(kind: str, runtime: Runtime, handle: EngineHandle) -> None:
     """SIGKILL the engine from outside, as the OOM killer or an operator would."""
-    if kind == "process":
+    if kind == "memory":
+        assert isinstance(runtime, InMemoryRuntimeDouble)
+        await runtime.host.kill(handle)
+    elif kind == "process":
         os.killpg(int(handle.id.split(":")[0]), signal.SIGKILL)
     elif kind == "ray":
         assert isinstance(runtime, RayRuntime)
@@ -50,9 +55,12 @@ async def kill_engine(kind: str, runtime: Runtime, handle: EngineHandle) -> None
         subprocess.run(["docker", "kill", handle.id], capture_output=True, check=True)
 
 
-def engine_left(kind: str, owner: str) -> list[str]:
+def engine_left(under_test: RuntimeUnderTest) -> list[str]:
     """Anything of this owner's engines still there: processes (zombies included), supervisor
-    actors or containers."""
+    actors, containers, or the double's engines."""
+    kind, owner = under_test.kind, under_test.owner
+    if under_test.host is not None:
+        return [engine.handle.label for engine in under_test.host.engines() if engine.identity.owner == owner]
     if kind in ("process", "ray"):
         left = []
         for process in psutil.process_iter(["pid", "status"]):
@@ -85,7 +93,7 @@ async def test_started_engine_answers_where_the_runtime_says(runtime_under_test:
     spec = await runtime_under_test.spec(runtime=runtime)
     started = await runtime.start(spec)
     try:
-        assert started.handle.runtime == runtime_under_test.kind.removesuffix("-docker")
+        assert started.handle.runtime == runtime_under_test.handle_kind
         await wait_until_healthy(spec.address)
         async with httpx.AsyncClient(trust_env=False) as client:
             models = (await client.get(spec.address.base_url + "/v1/models")).json()
@@ -147,7 +155,7 @@ async def test_stop_leaves_nothing_behind(runtime_under_test: RuntimeUnderTest) 
     started = await runtime.start(spec)
     await wait_until_healthy(spec.address)
     await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
-    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
+    assert engine_left(runtime_under_test) == []
     assert await runtime.exit_status(started.handle) is not None
     assert await runtime.find_engines(runtime_under_test.owner) == []
     await runtime.close()
@@ -177,7 +185,7 @@ async def test_an_engine_killed_from_outside_reports_the_signal(runtime_under_te
     await runtime.close()
     assert status.signal_number == signal.SIGKILL, status.describe()
     assert "killed by SIGKILL" in status.describe()
-    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
+    assert engine_left(runtime_under_test) == []
 
 
 async def test_a_start_that_cannot_launch_says_why_and_leaves_nothing(
@@ -195,4 +203,4 @@ async def test_a_start_that_cannot_launch_says_why_and_leaves_nothing(
         await runtime.start(broken)
     await runtime.close()
     assert raised.value.message in spec.log_path.read_text() or expected in spec.log_path.read_text()
-    assert engine_left(runtime_under_test.kind, runtime_under_test.owner) == []
+    assert engine_left(runtime_under_test) == []

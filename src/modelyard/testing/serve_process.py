@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,28 +24,22 @@ from pathlib import Path
 import httpx
 import psutil
 
-from modelyard.runtimes.engine_ports import PortRange, pick_port
+from modelyard.runtimes.engine_ports import PortRange
 from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
+from modelyard.testing.ports import reserved_port, reserved_port_window
 
 START_SECONDS = 120.0
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port for a child server to bind (``testing/ports.py``: this test process's own slice,
+    never a port the kernel hands out, so parallel test runs do not race for it)."""
+    return reserved_port()
 
 
-def free_port_window(size: int, start: int = 20000) -> PortRange:
-    """``size`` consecutive ports that nothing listens on on 127.0.0.1, from ``start`` on (below the
-    kernel's ephemeral ports, 32768 and up, and above Ray's worker ports, 10002-19999)."""
-    for first in range(start, 32768 - size, size):
-        window = PortRange(first, first + size - 1)
-        ports = range(window.first, window.last + 1)
-        if all(pick_port("127.0.0.1", PortRange(port, port), where="test") == port for port in ports):
-            return window
-    raise AssertionError(f"no {size} free consecutive ports from {start} on")
+def free_port_window(size: int) -> PortRange:
+    """``size`` consecutive ports that nothing is bound to, of this test process's slice."""
+    return reserved_port_window(size)
 
 
 def wait_until(condition: Callable[[], bool], seconds: float, what: str, interval: float = 0.1) -> None:

@@ -1,8 +1,8 @@
 """The controller with an injected GPU inventory and clock: placement on GPUs this machine does not
 have, and restart back-off on a clock the test moves.
 
-The GPUs are NVML doubles (``GpuInventory`` values); the engines are real processes of the engine
-double, given ``CUDA_VISIBLE_DEVICES`` as a real engine would be.
+The GPUs are NVML doubles (``GpuInventory`` values); the engines run on the runtime double
+(``modelyard.testing.runtime_double``: the engine double on threads of this process).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, ModelFile
+from modelyard.testing.runtime_double import InMemoryRuntimeDouble
 
 WAIT_SECONDS = 60.0
 ENGINE_DOUBLE = {
@@ -133,7 +134,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         settings=Settings(data_dir=tmp_path / "data"),
         database=database,
         endpoints=EndpointRegistry(),
-        runtimes=RuntimeSet(),
+        runtimes=RuntimeSet(process=InMemoryRuntimeDouble()),
         options=ControllerOptions(tick_seconds=0.1, backoff_initial_seconds=30.0, backoff_max_seconds=60.0),
         inventory_source=lambda: inventory,
         clock=clock,
