@@ -19,7 +19,7 @@ from typing import Any
 
 from modelyard.doctor.memory import memory_findings
 from modelyard.estimate import estimate_memory, parse_gpu_specs
-from modelyard.estimate.memory import MemoryEstimate
+from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.estimate.weights import pipeline_stages
 from modelyard.modeldir import ModelFacts
 

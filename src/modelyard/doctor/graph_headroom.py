@@ -19,7 +19,7 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
-from modelyard.estimate.memory import MemoryEstimate
+from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.estimate.overheads import CUDA_CONTEXT_BYTES
 
 GIB = 1 << 30

@@ -13,9 +13,9 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.estimate.kv_cache import kv_dtype_bytes
 from modelyard.estimate.layout import PP_PARTITION_VARIABLE
-from modelyard.estimate.memory import MemoryEstimate
 
 GIB = 1 << 30
 

@@ -13,8 +13,9 @@ Its verdict as findings is ``modelyard.doctor.memory.memory_findings``.
 """
 
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments
+from modelyard.estimate.estimate_result import MemoryEstimate, MemoryPlan
 from modelyard.estimate.gpus import GpuSpec, gpu_specs_from_inventory, parse_gpu_specs
-from modelyard.estimate.memory import MemoryEstimate, MemoryPlan, estimate_memory, kv_tokens_from_bytes
+from modelyard.estimate.memory import estimate_memory, kv_tokens_from_bytes
 
 __all__ = [
     "EngineArguments",

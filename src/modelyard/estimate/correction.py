@@ -42,7 +42,7 @@ from typing import Any
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.estimate.engine_arguments import parse_engine_arguments
-from modelyard.estimate.memory import MemoryEstimate, MemoryPlan
+from modelyard.estimate.estimate_result import MemoryEstimate, MemoryPlan
 
 GIB = 1 << 30
 WINDOW_STARTS = 8

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
@@ -32,6 +32,7 @@ from modelyard.estimate.architecture import ModelShape, read_model_shape
 from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
+from modelyard.estimate.estimate_result import Basis, MemoryEstimate, MemoryPlan
 from modelyard.estimate.gpus import GIB, GpuSpec
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
 from modelyard.estimate.kv_tokens import VLLM_BLOCK_TOKENS, sequences_cache_bytes
@@ -65,86 +66,12 @@ from modelyard.estimate.weights import (
 )
 from modelyard.modeldir import ModelFacts
 
-if TYPE_CHECKING:
-    from modelyard.estimate.correction import KvCorrection
-
 logger = logging.getLogger(__name__)
 
-Basis = Literal["total", "free"]
 # Above these the engine has too little room left for activation spikes under load.
 SAFE_MAX_FRACTION = {"vllm": 0.95, "sglang": 0.95}
 # What a busy GPU must keep free beyond what vLLM asks for: its CUDA context and allocator.
 BUSY_GPU_MARGIN_BYTES = GIB
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """The outcome on one basis: ``total`` (an idle GPU) or ``free`` (the GPU as it is now)."""
-
-    basis: Basis
-    gpu_memory_bytes: int
-    budget_bytes: int
-    kv_cache_bytes: int
-    kv_cache_tokens: int
-    max_concurrency: float
-    fits: bool
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Everything ``modelyard estimate`` prints, per GPU of the largest share."""
-
-    engine: str
-    gpu: GpuSpec
-    gpu_count: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    context_tokens: int
-    memory_knob: str
-    memory_fraction: float
-    memory_fraction_is_default: bool
-    weights_bytes: int
-    weights_source: str
-    cache: CacheShape
-    activation_bytes: int
-    cuda_graph_bytes: int
-    non_torch_bytes: int
-    encoder_loaded: bool
-    plan_on_total: MemoryPlan
-    plan_on_free: MemoryPlan | None
-    recommended_memory_fraction: float | None
-    # The highest knob value that leaves room for what lives outside the engine's budget.
-    safe_memory_fraction: float
-    max_context_tokens_at_safe_fraction: int
-    notes: list[str] = field(default_factory=list)
-    # With pipeline parallelism: each stage (layers, GPU, weights, KV); the figures above are the
-    # limiting stage's, the one with the fewest KV tokens (the one that does not fit, if any).
-    stages: list[StageEstimate] = field(default_factory=list)
-    limiting_stage: int | None = None
-    # vLLM prefix caching (hybrid models then keep two state blocks a sequence).
-    prefix_caching: bool | None = None
-
-    def cache_bytes_for(self, sequences: int) -> int:
-        """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as
-        the engine pages them (``kv_tokens.sequences_cache_bytes``)."""
-        return sequences_cache_bytes(
-            self.cache, self.context_tokens, self.engine, sequences, prefix_caching=self.prefix_caching
-        )
-
-    # Put on by ``correction.apply_correction`` from the starts logged on this installation.
-    correction: KvCorrection | None = None
-
-    @property
-    def fits(self) -> bool:
-        plan = self.plan_on_free or self.plan_on_total
-        return plan.fits
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["fits"] = self.fits
-        data["correction"] = self.correction.to_json() if self.correction is not None else None
-        return data
 
 
 @dataclass(frozen=True)

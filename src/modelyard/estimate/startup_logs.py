@@ -30,8 +30,9 @@ from urllib.parse import urlparse
 
 import yaml
 
+from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.estimate.gpus import parse_gpu_specs
-from modelyard.estimate.memory import MemoryEstimate, estimate_memory, kv_tokens_from_bytes
+from modelyard.estimate.memory import estimate_memory, kv_tokens_from_bytes
 from modelyard.modeldir import read_model_facts
 
 GIB = 1 << 30

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from modelyard.doctor.findings import Severity
 from modelyard.doctor.memory import memory_findings
 from modelyard.estimate import estimate_memory, parse_gpu_specs
-from modelyard.estimate.memory import MemoryEstimate
+from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.modeldir import ModelFacts
 from modelyard.presets.catalog import Preset
 
