@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,8 @@ from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, ModelFile
 from modelyard.testing.runtime_double import InMemoryRuntimeDouble
+
+from .conftest import ManualClock
 
 WAIT_SECONDS = 60.0
 ENGINE_DOUBLE = {
@@ -54,22 +55,6 @@ def gpu_double(index: int) -> GpuInfo:
         memory_free_bytes=total,
         memory_used_bytes=0,
     )
-
-
-class ManualClock:
-    """The controller's clock, moved by the test: ``advance`` makes back-offs pass at once."""
-
-    def __init__(self) -> None:
-        self.offset_seconds = 0.0
-
-    def advance(self, seconds: float) -> None:
-        self.offset_seconds += seconds
-
-    def monotonic(self) -> float:
-        return asyncio.get_running_loop().time() + self.offset_seconds
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.offset_seconds)
 
 
 @dataclass
