@@ -8,7 +8,12 @@ same case runs on a warm compile cache). For each start it writes one case file 
 estimator is judged on), with what else was seen (seconds to ready, nvidia-smi's memory used,
 how it ended), and the whole log beside it.
 
-Usage (on the GPU machine, vLLM importable from PYTHONPATH)::
+The plan's ``engine`` picks the server: ``vllm`` (``vllm.entrypoints.openai.api_server``) or
+``sglang`` (``sglang.launch_server --model-path DIR``); ``common_arguments`` are given to every
+start (for SGLang the sweep kit's ``--attention-backend triton --sampling-backend pytorch``) and
+kept in each case's arguments, so the case holds every input of the start.
+
+Usage (on the GPU machine, the engine importable from PYTHONPATH)::
 
     python3 scripts/field/memory_sweep.py PLAN.yaml OUT_DIR [--only NAME ...] [--budget-s 540]
 
@@ -24,6 +29,7 @@ The plan (YAML)::
         arguments: [--max-model-len, "8192"]
         starts: 2          # cold, then warm compile cache
         tokenizer: false   # true: carry the Qwen3 tokenizer beside the config (multimodal models)
+        until: ready       # or pool: stop once the KV pool is sized (SGLang: before graph capture)
 
 Cases run in plan order; one whose start would pass ``--budget-s`` is left for the next call, and
 a case already in OUT_DIR is skipped, so the same command can be given again to go on.
@@ -48,14 +54,25 @@ from typing import Any
 import yaml
 
 # The lines the estimator and its evaluation read (estimate/startup_logs.py), and the ones that
-# say why a start failed.
+# say why a start failed: vLLM's, then SGLang's (memory at each step, the KV and state pools, the
+# scheduler's summary and the server arguments it resolved).
 KEPT = re.compile(
     r"non-default args|memory snapshot|Model loading took|CUDA graph|KV cache|Free memory on device"
     r"|Maximum concurrency|torch.compile|Compil|profil|Available KV|GPU blocks|num_gpu_blocks"
     r"|Error|error:|Traceback|OutOfMemory|out of memory|ValueError|RuntimeError|Application startup"
-    r"|Loading weights took|Memory profiling|Initial free memory|activation|non[-_]torch",
+    r"|Loading weights took|Memory profiling|Initial free memory|activation|non[-_]torch"
+    r"|avail mem=|mem usage=|KV Cache is allocated|Mamba Cache is allocated|max_total_num_tokens="
+    r"|Memory pool end|Capture cuda graph|mem_fraction_static|server_args=|fired up",
 )
-READY = re.compile(r"Application startup complete")
+READY = re.compile(r"Application startup complete|The server is fired up and ready to roll")
+# A case with ``until: pool`` ends once the engine has sized its pools (SGLang allocates the KV and
+# state pools before it captures CUDA graphs, so the capture adds nothing to what is measured).
+POOL_SIZED = re.compile(r"Memory pool end|GPU KV cache size:")
+# What each engine logs as its KV pool's size in tokens (the sweep's one-line progress).
+TOKENS = {
+    "vllm": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "sglang": re.compile(r"max_total_num_tokens=(\d+)"),
+}
 
 
 def free_port() -> int:
@@ -98,17 +115,41 @@ def model_folder(case: dict[str, Any], root: Path, tokenizer: Path | None) -> Pa
     return folder
 
 
-def start_once(case: dict[str, Any], folder: Path, log_path: Path, timeout_s: float) -> dict[str, Any]:
-    port = free_port()
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(folder), "--served-model-name", case["name"], "--port", str(port),
-        "--host", "127.0.0.1", "--load-format", "dummy",
-    ]  # fmt: skip
+def case_arguments(plan: dict[str, Any], case: dict[str, Any]) -> list[str]:
+    """The engine arguments of one case: the plan's common ones, then the case's own."""
+    common = [str(argument) for argument in plan.get("common_arguments") or []]
+    return common + [str(argument) for argument in case.get("arguments", [])]
+
+
+def engine_argv(plan: dict[str, Any], case: dict[str, Any], folder: Path, port: int) -> list[str]:
+    """The command line of one start, dummy weights, on loopback."""
+    engine = plan.get("engine", "vllm")
+    if engine == "vllm":
+        argv = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(folder), "--served-model-name", case["name"],
+        ]  # fmt: skip
+    elif engine == "sglang":
+        argv = [
+            sys.executable, "-m", "sglang.launch_server",
+            "--model-path", str(folder), "--served-model-name", case["name"],
+        ]  # fmt: skip
+    else:
+        raise SystemExit(f"plan engine {engine!r}: the sweep starts vllm or sglang")
+    argv += ["--port", str(port), "--host", "127.0.0.1", "--load-format", "dummy"]
     if not case.get("tokenizer"):
         argv.append("--skip-tokenizer-init")
-    argv += [str(argument) for argument in case.get("arguments", [])]
-    environment = dict(os.environ, VLLM_LOGGING_LEVEL="DEBUG", PYTHONUNBUFFERED="1")
+    return argv + case_arguments(plan, case)
+
+
+def start_once(
+    plan: dict[str, Any], case: dict[str, Any], folder: Path, log_path: Path, timeout_s: float
+) -> dict[str, Any]:
+    engine = plan.get("engine", "vllm")
+    argv = engine_argv(plan, case, folder, free_port())
+    environment = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+    if engine == "vllm":
+        environment["VLLM_LOGGING_LEVEL"] = "DEBUG"
     environment.update({key: str(value) for key, value in (case.get("env") or {}).items()})
     started = time.monotonic()
     with log_path.open("w") as log:
@@ -116,17 +157,24 @@ def start_once(case: dict[str, Any], folder: Path, log_path: Path, timeout_s: fl
             argv, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
         )
     outcome, used_at_ready = "timeout", None
+    until_pool = case.get("until", "ready") == "pool"
     while time.monotonic() - started < timeout_s:
         if process.poll() is not None:
             outcome = f"exited {process.returncode}"
             break
-        if READY.search(log_path.read_text(errors="replace")):
+        text = log_path.read_text(errors="replace")
+        if READY.search(text):
             outcome = "ready"
+            used_at_ready = gpu_facts()["memory_used_mib"]
+            break
+        if until_pool and POOL_SIZED.search(text):
+            time.sleep(1.0)  # the lines logged right after the pool's
+            outcome = "pool sized"
             used_at_ready = gpu_facts()["memory_used_mib"]
             break
         time.sleep(0.5)
     seconds = round(time.monotonic() - started, 1)
-    stop(process)
+    stop(process, group_first=engine == "vllm")
     return {
         "argv": argv[1:],
         "outcome": outcome,
@@ -135,9 +183,14 @@ def start_once(case: dict[str, Any], folder: Path, log_path: Path, timeout_s: fl
     }
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes], *, group_first: bool = True) -> None:
+    """Ends one start: SIGTERM to the group (vLLM) or to the launcher alone (SGLang, whose
+    scheduler logs a crash on the group signal), then SIGKILL to what is left of the group."""
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        if group_first:
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=15)
     with contextlib.suppress(ProcessLookupError):
@@ -149,29 +202,40 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         time.sleep(0.5)
 
 
+def kept_lines(log: str) -> str:
+    """The lines of a start's log that a case keeps (``KEPT``), progress bars left out."""
+    lines = (line.rsplit("\r", 1)[-1] for line in log.splitlines())
+    return "\n".join(line for line in lines if KEPT.search(line) and "Capturing" not in line) + "\n"
+
+
 def case_record(
-    plan: dict[str, Any], case: dict[str, Any], start: int, seen: dict[str, Any], log: str
+    plan: dict[str, Any],
+    case: dict[str, Any],
+    start: int,
+    seen: dict[str, Any],
+    log: str,
+    gpu: dict[str, Any],
 ) -> dict[str, Any]:
-    gpu = gpu_facts()
-    kept = "\n".join(line for line in log.splitlines() if KEPT.search(line))
+    """One start as a case of ``tests/estimate/sweep/cases`` (``startup_logs.load_case`` reads it):
+    named ``case_prefix`` + name + start, its config beside the cases in ``../configs``."""
     return {
-        "name": f"{case['name']}-start{start}",
-        "source_url": "",
+        "name": f"{plan.get('case_prefix', '')}{case['name']}-start{start}",
+        "source_url": f"field run: {plan['source']}",
         "source": plan["source"],
         "engine": plan["engine"],
         "engine_version": plan["engine_version"],
         "family": case.get("family", ""),
         "model": Path(case["config"]).stem,
-        "config": "configs/" + Path(case["config"]).name,
+        "config": "../configs/" + Path(case["config"]).name,
         "gpu": gpu_label(gpu["name"]),
         "gpu_name": gpu["name"],
         "driver": gpu["driver"],
-        "arguments": [str(argument) for argument in case.get("arguments", [])],
+        "arguments": case_arguments(plan, case),
         "env": case.get("env") or {},
         "compile_cache": "cold" if start == 1 else "warm",
         "predict_available_memory": True,
         **seen,
-        "log": kept + "\n",
+        "log": kept_lines(log),
     }
 
 
@@ -192,7 +256,7 @@ def main() -> int:
         if options.only and case["name"] not in options.only:
             continue
         for start in range(1, int(case.get("starts", 1)) + 1):
-            record_path = options.out / f"{case['name']}-start{start}.yaml"
+            record_path = options.out / f"{plan.get('case_prefix', '')}{case['name']}-start{start}.yaml"
             if record_path.exists():
                 continue
             left_s = options.budget_s - (time.monotonic() - began)
@@ -200,12 +264,12 @@ def main() -> int:
                 print(f"budget: {case['name']} start {start} left for the next call", flush=True)
                 return 0
             folder = model_folder(case, models, options.tokenizer)
-            log_path = options.out / f"{case['name']}-start{start}.log"
-            seen = start_once(case, folder, log_path, min(options.timeout_s, left_s))
+            log_path = record_path.with_suffix(".log")
+            seen = start_once(plan, case, folder, log_path, min(options.timeout_s, left_s))
             log = log_path.read_text(errors="replace")
-            record = case_record(plan, case, start, seen, log)
+            record = case_record(plan, case, start, seen, log, gpu_facts())
             record_path.write_text(yaml.safe_dump(record, sort_keys=False, width=10_000))
-            tokens = re.findall(r"GPU KV cache size: ([\d,]+) tokens", log)
+            tokens = TOKENS[plan.get("engine", "vllm")].findall(log)
             print(
                 json.dumps({"case": record["name"], "outcome": seen["outcome"],
                             "seconds": seen["seconds"], "kv_tokens": tokens[-1:] }),

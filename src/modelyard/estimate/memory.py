@@ -42,6 +42,8 @@ from modelyard.estimate.overheads import (
     CUDA_CONTEXT_BYTES,
     ENCODER_ACTIVATION_BYTES,
     NON_TORCH_PARALLEL_EXTRA_BYTES,
+    SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES,
+    SGLANG_MULTIMODAL_PRELOAD_BYTES,
     VLLM_CUDA_GRAPH_BYTES,
     activation_bytes,
     batched_tokens_default,
@@ -216,12 +218,13 @@ def _prepare(
         graph_batch = max_sequences_default(
             "sglang", gpu.memory_total_bytes, gpu.name, arguments.tensor_parallel
         )
+    prefill_graphs = _sglang_prefill_graphs(model.config, shape, encoder_loaded)
     if arguments.enforce_eager:
         graphs = 0
     elif engine == "vllm":
         graphs = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
     else:
-        graphs = sglang_cuda_graph_bytes(batched, graph_batch)
+        graphs = sglang_cuda_graph_bytes(batched, graph_batch, prefill_graphs=prefill_graphs)
     if arguments.memory_fraction is not None:
         fraction, is_default = arguments.memory_fraction, False
     elif engine == "vllm":
@@ -241,6 +244,7 @@ def _prepare(
             graph_batch,
             not arguments.enforce_eager,
             encoder_shape,
+            prefill_graphs=prefill_graphs,
         )
         is_default = True
     return _Inputs(
@@ -341,12 +345,26 @@ def _limiting_stage(stages: list[_Inputs], engine: str) -> tuple[_Inputs, list[S
 
 
 def _encoder_layers_hidden(config: dict[str, Any]) -> tuple[int, int] | None:
+    """The vision encoder's size as SGLang's ``adjust_mem_fraction_for_vlm`` reads it:
+    ``num_hidden_layers`` (24 where the config names its depth otherwise, as Qwen-VL's ``depth``)
+    and ``hidden_size`` (1024 where absent)."""
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return None
-    layers = vision.get("depth") or vision.get("num_hidden_layers") or 24
-    hidden = vision.get("hidden_size") or vision.get("embed_dim") or 1024
+    layers = vision.get("num_hidden_layers") or 24
+    hidden = vision.get("hidden_size") or 1024
     return (int(layers), int(hidden))
+
+
+def _sglang_prefill_graphs(config: dict[str, Any], shape: ModelShape, multimodal: bool) -> bool:
+    """Whether SGLang 0.5.17 captures prefill CUDA graphs: not for MLA models, and for multimodal
+    models only where their architecture is validated (``_disable_breakable_cudagraph_if_incompatible``)."""
+    if shape.mla_latent_dim:
+        return False
+    if multimodal:
+        architectures = set(config.get("architectures") or [])
+        return bool(architectures & SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES)
+    return True
 
 
 def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> MemoryPlan:
@@ -366,7 +384,10 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
         kv_bytes = inputs.arguments.kv_cache_memory_bytes or budget - overhead
     else:
         parallel_buffers = NON_TORCH_PARALLEL_EXTRA_BYTES if inputs.layout.gpus_needed > 1 else 0
-        free_before = (total if basis == "total" else memory_bytes) - CUDA_CONTEXT_BYTES - parallel_buffers
+        front_end = SGLANG_MULTIMODAL_PRELOAD_BYTES if inputs.encoder_loaded else 0
+        free_before = (
+            (total if basis == "total" else memory_bytes) - CUDA_CONTEXT_BYTES - parallel_buffers - front_end
+        )
         budget = int(free_before * fraction)
         kv_bytes = budget - inputs.weights_bytes
     tokens, concurrency = kv_tokens_from_bytes(

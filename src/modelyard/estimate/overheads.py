@@ -27,6 +27,17 @@ CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 VLLM_CUDA_GRAPH_BYTES = int(1.0 * GIB)
 # Activations of a multimodal encoder's profile run (one image of the largest size), roughly.
 ENCODER_ACTIVATION_BYTES = int(1.0 * GIB)
+# GPU memory already taken when SGLang 0.5.17 measures the free memory its fraction applies to
+# ("Load weight begin. avail mem"), beyond the CUDA context, when the model is multimodal: 139.13
+# GiB free for every text model of the 2026-12-07 sweep on an H200, 137.61 GiB for Qwen3.6-27B
+# and Qwen2.5-VL-7B (their multimodal front end holds GPU memory of its own). Fitted on Qwen3.6-27B.
+SGLANG_MULTIMODAL_PRELOAD_BYTES = int(1.52 * GIB)
+# Multimodal architectures whose prefill SGLang 0.5.17 still captures in (breakable) CUDA graphs
+# (configs/model_config.py ``multimodal_breakable_cuda_graph_supported_model_archs``); for every
+# other multimodal model, and for MLA models, it turns prefill CUDA graphs off and reserves none.
+SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES = frozenset(
+    {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
+)
 
 
 def batched_tokens_default(engine: str, memory_total_bytes: int, gpu_name: str) -> int:
@@ -103,10 +114,13 @@ def _prefill_graph_sizes(max_tokens: int) -> list[int]:
     return [size for size in sizes if size <= max_tokens]
 
 
-def sglang_cuda_graph_bytes(chunked_prefill_tokens: int, cuda_graph_max_batch: int) -> int:
+def sglang_cuda_graph_bytes(
+    chunked_prefill_tokens: int, cuda_graph_max_batch: int, *, prefill_graphs: bool = True
+) -> int:
     """What SGLang's default reserves for CUDA graphs: 2 MiB per decode batch size, 8 MiB per
-    prefill graph size."""
-    return int((cuda_graph_max_batch * 2 + len(_prefill_graph_sizes(chunked_prefill_tokens)) * 8) * MIB)
+    prefill graph size (when it captures prefill graphs)."""
+    prefill = len(_prefill_graph_sizes(chunked_prefill_tokens)) if prefill_graphs else 0
+    return int((cuda_graph_max_batch * 2 + prefill * 8) * MIB)
 
 
 def sglang_default_memory_fraction(
@@ -117,16 +131,22 @@ def sglang_default_memory_fraction(
     cuda_graph_max_batch: int,
     cuda_graphs: bool,
     encoder_layers_hidden: tuple[int, int] | None,
+    *,
+    prefill_graphs: bool = True,
 ) -> float:
     """SGLang 0.5.x's ``--mem-fraction-static`` default (server_args ``_handle_gpu_memory_settings``):
     reserve 512 MiB + 1.5 MiB per chunked-prefill token + 1 GiB per 8 GPUs + 2 MiB per decode
-    CUDA-graph batch size + 8 MiB per prefill CUDA-graph size, at least 10 GiB on GPUs above
-    60 GiB; vision models then scale it by 0.95 and by the encoder's size relative to a ViT-L."""
+    CUDA-graph batch size + 8 MiB per prefill CUDA-graph size (``prefill_graphs``: only where it
+    captures them, ``reserve_for_graph_mb``), at least 10 GiB on GPUs above 60 GiB; vision models
+    then scale it by 0.95 and by the encoder's size relative to a ViT-L
+    (``adjust_mem_fraction_for_vlm``)."""
     gpu_mib = memory_total_bytes / MIB
     reserved_mib = 512 + max(chunked_prefill_tokens, 2048) * 1.5
     reserved_mib += tensor_parallel * pipeline_parallel / 8 * 1024
     if cuda_graphs:
-        reserved_mib += cuda_graph_max_batch * 2 + len(_prefill_graph_sizes(chunked_prefill_tokens)) * 8
+        reserved_mib += cuda_graph_max_batch * 2
+        if prefill_graphs:
+            reserved_mib += len(_prefill_graph_sizes(chunked_prefill_tokens)) * 8
     if gpu_mib > 60 * 1024:
         reserved_mib = max(reserved_mib, 10 * 1024)
     fraction = round((gpu_mib - reserved_mib) / gpu_mib, 3)

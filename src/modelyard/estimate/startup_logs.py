@@ -53,6 +53,10 @@ _VLLM_USAGE = re.compile(
 _SGLANG_KV = re.compile(
     r"KV Cache is allocated\.(?: dtype: \S+,)?(?: #tokens: (\d+),)? K size: ([\d.]+) GB, V size: ([\d.]+) GB"
 )
+# An MLA pool (DeepSeek) holds one latent vector a token and logs a single size.
+_SGLANG_KV_SINGLE = re.compile(
+    r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+), KV size: ([\d.]+) GB"
+)
 _SGLANG_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 _SGLANG_STATE = re.compile(r"conv_state size: ([\d.]+) ?GB, ssm_state size: ([\d.]+) ?GB")
 # vLLM's V0 engine (before 0.7) paged the cache in 16-token blocks and logged the block count.
@@ -132,15 +136,19 @@ def parse_log(engine: str, log: str) -> LoggedKvCache:
             cuda_graph_bytes=_gib(usage.group(4)) if usage else None,
         )
     kv = _SGLANG_KV.search(log)
-    if kv is None:
-        raise ValueError("no 'KV Cache is allocated' line in the SGLang log")
+    single = _SGLANG_KV_SINGLE.search(log)
     # SGLang prints GiB (bytes / 2**30) and calls them GB.
-    memory = float(kv.group(2)) + float(kv.group(3))
+    if kv is not None:
+        memory, logged_count = float(kv.group(2)) + float(kv.group(3)), kv.group(1)
+    elif single is not None:
+        memory, logged_count = float(single.group(2)), single.group(1)
+    else:
+        raise ValueError("no 'KV Cache is allocated' line in the SGLang log")
     state = _SGLANG_STATE.search(log)
     if state:
         memory += float(state.group(1)) + float(state.group(2))
     total = _SGLANG_TOTAL.search(log)
-    count = kv.group(1) or (total.group(1) if total else None)
+    count = logged_count or (total.group(1) if total else None)
     if count is None:
         raise ValueError("no token count (#tokens or max_total_num_tokens) in the SGLang log")
     return LoggedKvCache(memory_bytes=int(memory * GIB), tokens=int(count), context_tokens=None)
