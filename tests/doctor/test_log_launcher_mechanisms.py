@@ -1,6 +1,7 @@
 """Log mechanisms written from the corpus's 2025-2026 fit reports: a JSON override a launcher split at
-its commas, SGLang's weights leaving no room for the KV cache, and a launcher whose release does not
-fit the engine's. Each on the engine's own words, and quiet on the near miss a healthy start prints."""
+its commas, SGLang's weights leaving no room for the KV cache, a launcher whose release does not fit
+the engine's, and a checkpoint saved as a bare model class. Each on the engine's own words, and quiet
+on the near miss a healthy start prints."""
 
 from __future__ import annotations
 
@@ -94,3 +95,15 @@ def test_the_engine_args_keyword_refusal_stays_the_launcher_argument_finding() -
     ids = [finding.check_id for finding in diagnose_log(log, engine="vllm")]
     assert "log.launcher-passed-unknown-argument" in ids
     assert "log.launcher-engine-mismatch" not in ids
+
+
+def test_a_bare_model_class_with_no_vllm_implementation_says_to_fix_architectures() -> None:
+    log = (
+        "engine.py           :116  2025-03-24 18:13:28,839 Error initializing vLLM engine: "
+        "Qwen2_5_VLModel has no vLLM implementation and the Transformers implementation is not "
+        "compatible with vLLM.\n"
+    )
+    finding = _only(diagnose_log(log), "log.unknown-architecture")
+    assert finding.severity is Severity.ERROR
+    assert "Qwen2_5_VLModel" in finding.message
+    assert "`architectures` in config.json" in finding.fix and "ForConditionalGeneration" in finding.fix
