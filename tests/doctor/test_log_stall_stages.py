@@ -146,3 +146,35 @@ def test_cli_refuses_stalled_for_without_a_log(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "doctor", "--stalled-for", "60"])
     assert result.exit_code == 1
     assert "--stalled-for goes with --log" in result.output
+
+
+@pytest.mark.parametrize(
+    ("line", "engine"),
+    [
+        (
+            "[2025-02-18 09:33:55] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', "
+            "tokenizer_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=2)",
+            "sglang",
+        ),
+        (
+            "(APIServer pid=8) INFO 04-16 17:17:55 [utils.py:233] non-default args: "
+            "{'model_tag': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}",
+            "vllm",
+        ),
+    ],
+)
+def test_a_start_silent_after_its_arguments_names_the_hub_the_gpu_and_nccl(line: str, engine: str) -> None:
+    findings = diagnose_log(line + "\n", engine=engine, stalled_seconds=STALL_SECONDS)
+    assert [finding.check_id for finding in findings] == ["log.stalled"]
+    assert findings[0].details["stage_key"] == "engine-start"
+    assert "arguments read" in findings[0].message
+    assert "HF_HUB_OFFLINE=1" in findings[0].fix and "NCCL_DEBUG=INFO" in findings[0].fix
+
+
+def test_a_later_stage_replaces_the_start_of_the_processes() -> None:
+    log = (
+        "INFO 04-16 17:17:55 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-8B'}\n"
+        "INFO 04-16 17:18:02 [parallel_state.py:1] world_size=2 rank=0 local_rank=0 backend=nccl\n"
+    )
+    assert stage_reached(log).stage is not None
+    assert stage_reached(log).stage.key == "collective-init"  # type: ignore[union-attr]

@@ -140,3 +140,23 @@ def test_multi_node_runs_are_not_counted_against_one_nodes_gpus() -> None:
     assert _with(_run(multi[:2], gpu_count=8), "param.tensor-parallel-size")
     local = ["--tensor-parallel-size 2", "--data-parallel-size 4", "--data-parallel-size-local 2"]
     assert _with(_run(local, gpu_count=4), "param.tensor-parallel-size") == []
+
+
+@pytest.mark.parametrize(("version", "warned"), [("0.16.0", True), ("0.10.0", True), ("0.17.0", False)])
+def test_qwen3_parser_on_a_template_that_opens_thinking_follows_the_release(
+    qwen36: ModelFacts, version: str, warned: bool
+) -> None:
+    findings = _with(
+        _run(["--reasoning-parser", "qwen3"], qwen36, version=version), "param.reasoning-parser-mismatch"
+    )
+    assert bool(findings) is warned
+    if warned:
+        assert findings[0].severity is Severity.WARNING
+        assert "opens <think> in the prompt" in findings[0].message and f"in {version}" in findings[0].message
+        assert "--reasoning-parser deepseek_r1" in findings[0].fix and "0.17.0" in findings[0].fix
+
+
+def test_qwen3_parser_on_qwen3s_own_template_is_quiet_on_old_releases(qwen3: ModelFacts) -> None:
+    # Qwen3 (hybrid) writes <think> itself; its template closes the block only when thinking is off.
+    findings = _run(["--reasoning-parser", "qwen3"], qwen3, version="0.10.0")
+    assert _with(findings, "param.reasoning-parser-mismatch") == []

@@ -16,6 +16,7 @@ from modelyard.backends.parameters import Option
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
 from modelyard.doctor.parameters.equivalents import EQUIVALENTS
+from modelyard.doctor.parameters.flags_any_release import keyword_flag
 from modelyard.doctor.parameters.launcher import IMAGE_REFERENCE, launcher_option
 from modelyard.doctor.parameters.text import ENGINE_COMMANDS, ENV_ASSIGNMENT
 
@@ -312,6 +313,10 @@ def _plugin_given(context: ParameterContext, spec: FlagSpec) -> bool:
     return bool(plugin and context.parameters.value_of(plugin))
 
 
+def _table_spellings(context: ParameterContext) -> frozenset[str]:
+    return frozenset(context.table.spellings()) if context.table is not None else frozenset()
+
+
 def _strays(context: ParameterContext) -> list[Finding]:
     findings: list[Finding] = []
     arguments = context.parameters.arguments
@@ -323,13 +328,17 @@ def _strays(context: ParameterContext) -> list[Finding]:
             continue  # param.command-in-args names it
         if IMAGE_REFERENCE.match(argument.text):
             continue  # param.launcher-option names it
+        flag = keyword_flag(argument.text, _table_spellings(context))
         findings.append(
             Finding(
                 "param.unexpected-value",
                 Severity.ERROR,
                 f"line {argument.line_number}: {argument.text!r} follows no flag that takes it; "
                 f"{context.label} would refuse it as an unrecognized argument",
-                fix="remove it, or put the flag it belongs to before it "
+                fix=f"write it as the flag {flag}: {argument.text!r} is the Python keyword of the engine's "
+                "API, which the command line does not read"
+                if flag
+                else "remove it, or put the flag it belongs to before it "
                 "(modelyard gives the model path itself)",
                 details={"line": argument.line_number, "argument": argument.text},
             )

@@ -9,6 +9,11 @@ SGLang's ``ServerArgs.add_cli_args``). The rule reads the engine's flag history
 accepted; anything else is ``param.unknown-flag``, an error, with the other engine's equivalent
 when it is that engine's flag (``equivalents.EQUIVALENTS``). Launcher options are
 ``launcher.check_launcher_options``'s.
+
+A word before the first flag is refused by every release too: ``vllm serve`` takes one positional
+argument, the model, which modelyard gives itself, and SGLang's ``launch_server`` takes none. It is
+``param.unexpected-value``, an error, as ``flags.check_flags`` says it with a table; a Python keyword
+typed as a word (``trust_remote_code=True``) names the flag it stands for (``keyword_flag``).
 """
 
 from __future__ import annotations
@@ -19,10 +24,58 @@ from modelyard.backends.flag_tables import EngineHistory, load_engine_history
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext, engine_label
 from modelyard.doctor.parameters.equivalents import EQUIVALENTS
-from modelyard.doctor.parameters.launcher import launcher_option
+from modelyard.doctor.parameters.launcher import IMAGE_REFERENCE, launcher_option
+from modelyard.doctor.parameters.text import ENGINE_COMMANDS, ENV_ASSIGNMENT
 
 ENGINES = ("vllm", "sglang")
 MAX_EXPLAINED = 9
+
+
+def keyword_flag(word: str, known: frozenset[str]) -> str | None:
+    """The flag a ``snake_case=value`` word stands for (a Python keyword of the engine's API typed on the
+    command line), when ``--snake-case`` is a known spelling; the fix to write for it."""
+    name, equals, value = word.partition("=")
+    if not equals or not name.replace("_", "").isalnum() or not name[:1].isalpha():
+        return None
+    flag = "--" + name.lower().replace("_", "-")
+    if flag not in known:
+        return None
+    if value.strip().lower() in {"true", "1", "yes"}:
+        return flag
+    if value.strip().lower() in {"false", "0", "no"}:
+        return f"--no-{flag[2:]}" if f"--no-{flag[2:]}" in known else f"(leave {flag} out)"
+    return f"{flag} {value}"
+
+
+def _leading_strays(context: ParameterContext, known: frozenset[str]) -> list[Finding]:
+    """Words before the first flag: every release refuses them (the model is modelyard's to give)."""
+    arguments = context.parameters.arguments
+    pasted = bool(arguments) and arguments[0].text.rsplit("/", 1)[-1] in ENGINE_COMMANDS
+    findings: list[Finding] = []
+    for argument in context.parameters.strays:
+        text = argument.text
+        if ENV_ASSIGNMENT.match(text) or IMAGE_REFERENCE.match(text):
+            continue  # param.env-in-args and param.launcher-option name them
+        if pasted and argument.line_number == arguments[0].line_number:
+            continue  # param.command-in-args names it
+        flag = keyword_flag(text, known)
+        fix = (
+            f"write it as the flag {flag}: {text!r} is the Python keyword of the engine's API, which the "
+            "command line does not read"
+            if flag
+            else "remove it, or put the flag it belongs to before it (modelyard gives the model path itself)"
+        )
+        findings.append(
+            Finding(
+                "param.unexpected-value",
+                Severity.ERROR,
+                f"line {argument.line_number}: {text!r} follows no flag; every release of "
+                f'{engine_label(context.engine)} refuses it ("unrecognized arguments")',
+                fix=fix,
+                details={"line": argument.line_number, "argument": text, "any_release": True},
+            )
+        )
+    return findings
 
 
 def check_flags_any_release(context: ParameterContext) -> list[Finding]:
@@ -32,7 +85,7 @@ def check_flags_any_release(context: ParameterContext) -> list[Finding]:
     if history is None:
         return []
     spellings = sorted(history.known_spellings())
-    findings: list[Finding] = []
+    findings: list[Finding] = _leading_strays(context, history.known_spellings())
     releases = f"{history.releases[0]} to {history.releases[-1]}"
     unknown = [
         option

@@ -31,7 +31,7 @@ def check_layout(context: ParameterContext) -> list[Finding]:
     findings.extend(_pipeline(context, layout))
     findings.extend(_experts(context, layout))
     findings.extend(_data_parallel_attention(layout))
-    findings.extend(_mixed(context))
+    findings.extend(_mixed(context, layout))
     return findings
 
 
@@ -251,7 +251,7 @@ def _data_parallel_attention(layout: Layout) -> list[Finding]:
     ]
 
 
-def _mixed(context: ParameterContext) -> list[Finding]:
+def _mixed(context: ParameterContext, layout: Layout) -> list[Finding]:
     gpus = context.gpus or []
     if len(gpus) < 2:
         return []
@@ -263,13 +263,35 @@ def _mixed(context: ParameterContext) -> list[Finding]:
     described = ", ".join(
         f"GPU {gpu.index}: {gpu.name} {gpu.memory_total_bytes / 2**30:.0f} GiB" for gpu in gpus
     )
+    if layout.pipeline_parallel > 1 and context.engine == "vllm":
+        partition = context.deployment_environment.get(PP_PARTITION_VARIABLE)
+        # vLLM splits the layers evenly over the stages (vllm/distributed/utils.py get_pp_indices) unless
+        # VLLM_PP_LAYER_PARTITION says otherwise, and gives every rank the KV blocks of the one with the
+        # fewest (vllm/v1/core/kv_cache_utils.py get_kv_cache_configs: the minimum over all ranks).
+        message = (
+            f"the pipeline stages run on GPUs of different memory ({described}); vLLM gives each stage "
+            + ("the layers VLLM_PP_LAYER_PARTITION names" if partition else "an even share of the layers")
+            + " and every stage the KV cache of the smallest, so the larger GPUs' extra memory is unused"
+        )
+        fix = (
+            "keep VLLM_PP_LAYER_PARTITION's larger shares on the larger GPUs (the first stage runs on the "
+            "first GPU)"
+            if partition
+            else f"set {PP_PARTITION_VARIABLE} (e.g. '40,24') to give the larger GPUs more layers, or give "
+            "the deployment GPUs of one memory size"
+        )
+    else:
+        message = (
+            f"the GPUs of one tensor-parallel group differ ({described}); every shard runs at the pace of "
+            "the slowest and fits the memory of the smallest"
+        )
+        fix = "give the deployment GPUs of one model and memory size (pin --gpus to matching indices)"
     return [
         Finding(
             "param.mixed-gpus",
             Severity.WARNING,
-            f"the GPUs of one tensor-parallel group differ ({described}); every shard runs at the pace of "
-            "the slowest and fits the memory of the smallest",
-            fix="give the deployment GPUs of one model and memory size (pin --gpus to matching indices)",
+            message,
+            fix=fix,
             details={"gpus": [gpu.index for gpu in gpus]},
         )
     ]

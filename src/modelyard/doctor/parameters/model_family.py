@@ -7,15 +7,25 @@ The family comes from config.json (``model_type``, ``architectures``) and the ch
 Qwen3.5/3.6 templates write tool calls as XML (``<function=name><parameter=...>``), which only
 the ``qwen3_coder`` parser (vLLM also ``qwen3_xml``) reads; ``hermes`` reads the JSON inside
 ``<tool_call>`` that Qwen2.5/Qwen3 write.
+
+Templates that open the thinking in the prompt (the generation prompt ends with ``<think>\n``:
+Qwen3.5/3.6, the Qwen3 ``-Thinking-2507`` models) leave the model's output with ``</think>`` only.
+vLLM's ``qwen3`` reasoning parser before 0.17.0 returns an output without both tags as content
+(``vllm/reasoning/qwen3_reasoning_parser.py``, read in 0.10.0, 0.15.0 and 0.16.0); from 0.17.0 it
+strips a ``<think>`` if present and splits at ``</think>``. Such a template with ``qwen3`` on an
+older release is ``param.reasoning-parser-mismatch``, a warning: the engine serves, the reasoning
+lands in ``content``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.estimate.versions import version_before
 from modelyard.modeldir import ModelFacts
 
 QWEN35_MODEL_TYPES = {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
@@ -23,6 +33,12 @@ XML_TOOL_PARSERS = {"qwen3_coder", "qwen3_xml"}
 JSON_TOOL_PARSERS = {"hermes", "qwen25", "qwen"}
 THINK_REASONING_PARSERS = {"qwen3", "qwen3-thinking", "deepseek_r1", "deepseek-r1"}
 MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+# The release whose qwen3 reasoning parser reads thinking the chat template opened in the prompt.
+QWEN3_PARSER_READS_OPENED_THINKING = "0.17.0"
+# In the generation prompt, a string that ends right after an opening <think> (Qwen3.5/3.6's
+# '<think>\n', Thinking-2507's 'assistant\n<think>\n'); a closed '<think>\n\n</think>' (thinking
+# switched off) does not open one.
+_OPENS_THINKING = re.compile(r"<think>(?:\\n|\n)?['\"]")
 
 
 def is_qwen35_family(model: ModelFacts) -> bool:
@@ -34,6 +50,15 @@ def is_qwen35_family(model: ModelFacts) -> bool:
         or text_type in QWEN35_MODEL_TYPES
         or architecture.startswith("Qwen3_5")
     )
+
+
+def opens_thinking_in_prompt(model: ModelFacts) -> bool:
+    """Whether the chat template's generation prompt opens the thinking block (Qwen3.5/3.6 do)."""
+    template = model.chat_template.text
+    if template is not None:
+        prompt = template.rsplit("add_generation_prompt", 1)
+        return len(prompt) == 2 and bool(_OPENS_THINKING.search(prompt[1]))
+    return is_qwen35_family(model)
 
 
 def tool_call_format(model: ModelFacts) -> str | None:
@@ -111,6 +136,24 @@ def _reasoning(context: ParameterContext, model: ModelFacts) -> list[Finding]:
                 details={"parser": parser},
             )
         ]
+    if parser == "qwen3" and context.engine == "vllm" and opens_thinking_in_prompt(model):
+        older = version_before(context.version, QWEN3_PARSER_READS_OPENED_THINKING)
+        if older is not False:
+            release = context.version or "a release without a version given"
+            when = "" if older else f" if it is older than {QWEN3_PARSER_READS_OPENED_THINKING}"
+            return [
+                Finding(
+                    "param.reasoning-parser-mismatch",
+                    Severity.WARNING,
+                    f"{_model_name(model)}'s chat template opens <think> in the prompt, so its output has "
+                    f"only </think>; vLLM's qwen3 reasoning parser in {release}{when} needs both tags and "
+                    "returns the whole answer, reasoning included, as content",
+                    fix=f"use --reasoning-parser deepseek_r1 (it reads an output without <think>), or vLLM "
+                    f"{QWEN3_PARSER_READS_OPENED_THINKING} or later, whose qwen3 parser reads it",
+                    details={"parser": parser, "fixed_in": QWEN3_PARSER_READS_OPENED_THINKING},
+                )
+            ]
+        return []
     if is_qwen35_family(model) and parser != "qwen3":
         return [
             Finding(

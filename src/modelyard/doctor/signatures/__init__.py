@@ -2,7 +2,8 @@
 
 ``memory.REFUSALS`` (the engines' own refusals), then what stops a start early
 (``startup.MORE_SIGNATURES``, ``startup.SIGNATURES``, ``arguments.SIGNATURES``: llama.cpp's and
-llama-box's unknown arguments, mangled JSON), the KV-cache dtype the kernels refuse
+llama-box's unknown arguments, mangled JSON; ``launchers``: a launcher and an engine of releases
+that do not fit), the KV-cache dtype the kernels refuse
 (``kv_cache_dtype``), what the model needs (``model.SIGNATURES``: context, dtype, quantization,
 remote code, heads, chat template, files, disk), what the engine talks to (``network.SIGNATURES``:
 proxies, the hub, NCCL's shared memory; ``collectives``: Gloo's mesh, the custom all-reduce), and
@@ -16,6 +17,7 @@ from modelyard.doctor.signatures import (
     arguments,
     collectives,
     kv_cache_dtype,
+    launchers,
     memory,
     model,
     network,
@@ -28,6 +30,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
     *startup.MORE_SIGNATURES,
     *startup.SIGNATURES,
     *arguments.SIGNATURES,
+    *launchers.SIGNATURES,
     *kv_cache_dtype.SIGNATURES,
     *model.SIGNATURES,
     *network.SIGNATURES,

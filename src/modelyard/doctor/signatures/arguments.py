@@ -7,11 +7,16 @@ flag's value through ``parse_type(json.loads)`` (``vllm/engine/arg_utils.py``), 
 ``argument --X: Value V cannot be converted to <function loads ...>``; releases and engines that
 give argparse ``json.loads`` itself get argparse's ``argument --X: invalid loads value: 'V'``. A
 setting handed over as a string where vLLM expects a mapping reaches its config check as
-``rope_scaling should have a 'rope_type' key``.
+``rope_scaling should have a 'rope_type' key``. vLLM logs the overrides it applies to the model's
+config as a Python mapping (``Overriding HF config with {...}``, ``vllm/config`` ModelConfig); a
+value there that is a list of JSON fragments (a launcher split the JSON at its commas) or a string
+holding JSON (a launcher passed it on unparsed) is a mangled value, whatever error follows.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 
 from modelyard.doctor.findings import Severity
@@ -64,6 +69,60 @@ def _explain_rope_scaling_string(match: re.Match[str], context: LogContext) -> t
     )
 
 
+def _mangled_override(value: object) -> str | None:
+    """How a value of vLLM's config overrides was mangled: split at its commas, or left a string."""
+    if isinstance(value, list) and len(value) > 1 and all(isinstance(part, str) for part in value):
+        joined = ",".join(value)
+        if joined.lstrip().startswith(("{", "[")) and _is_json(joined):
+            return "split at its commas into a list of fragments"
+    if isinstance(value, str) and value.lstrip().startswith(("{", "[")) and _is_json(value):
+        return "left as a string holding JSON, not parsed"
+    if isinstance(value, dict):
+        for inner in value.values():
+            how = _mangled_override(inner)
+            if how:
+                return how
+    return None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _overrides(match: re.Match[str]) -> dict[str, object] | None:
+    try:
+        value = ast.literal_eval(match["overrides"])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _mangled_key(match: re.Match[str]) -> tuple[str, str] | None:
+    overrides = _overrides(match)
+    for key, value in (overrides or {}).items():
+        how = _mangled_override(value)
+        if how:
+            return str(key), how
+    return None
+
+
+def _explain_mangled_override(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    key, how = _mangled_key(match) or ("a setting", "mangled")
+    return (
+        f"vLLM received the config override {key!r} {how}: something between the command and the engine "
+        "(a launcher that splits option values at commas, or one that passes JSON on as text) mangled the "
+        "JSON value, so the model's config gets a list or a string where it needs a mapping",
+        f"pass {key} as one JSON value where the engine parses it "
+        f"(`--hf-overrides '{{\"{key}\": {{...}}}}'`), or, in the launcher, give the setting in its own "
+        "JSON or mapping field instead of an option string it splits; leave it unset to use the model's "
+        "own config",
+    )
+
+
 SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.unrecognized-arguments",
@@ -98,5 +157,13 @@ SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(r"rope_scaling should have a 'rope_type' key"),
         _explain_rope_scaling_string,
         "vllm/transformers_utils/config.py (patch_rope_scaling_dict)",
+    ),
+    LogSignature(
+        "log.launcher-mangled-json",
+        Severity.ERROR,
+        re.compile(r"Overriding HF config with (?P<overrides>\{[^\n]*\})"),
+        _explain_mangled_override,
+        "vllm/config/model.py (ModelConfig: logger 'Overriding HF config with %s'; earlier vllm/config.py)",
+        when=lambda match, text: _mangled_key(match) is not None,
     ),
 )

@@ -106,6 +106,36 @@ def _explain_sglang_not_enough_memory(match: re.Match[str], context: LogContext)
     return message, fix
 
 
+def _explain_sglang_weights_leave_no_kv(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    current_text = match["current"] or context.flag_value("--mem-fraction-static")
+    minimum = match["minimum"]
+    message = (
+        "SGLang: the loaded weights already take more than --mem-fraction-static"
+        + (f"={current_text}" if current_text else "")
+        + " of the GPU's memory, so the KV cache pool gets nothing"
+    )
+    if minimum:
+        above = float(minimum)
+        if above >= 0.95:
+            fix = (
+                f"SGLang needs --mem-fraction-static above {above:g} here, which leaves no room for "
+                "activations and CUDA graphs: spread the weights over more GPUs (--tp-size), or use a "
+                "smaller or more quantised model"
+            )
+        else:
+            fix = (
+                f"raise --mem-fraction-static above {above:g} (SGLang's own minimum for these weights; "
+                f"{min(round_down(above + 0.03), 0.94):g} leaves a small KV pool), or spread the weights "
+                "over more GPUs (--tp-size)"
+            )
+    else:
+        fix = (
+            "raise --mem-fraction-static (it covers weights + KV pool), or spread the weights over more "
+            "GPUs (--tp-size)"
+        )
+    return message, fix
+
+
 def _explain_cuda_oom(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     detail = ""
     if match.groupdict().get("tried"):
@@ -203,6 +233,18 @@ REFUSALS: tuple[LogSignature, ...] = (
         ),
         _explain_sglang_not_enough_memory,
         "sglang/srt/model_executor/model_runner.py, pool_configurator.py (MemoryPoolConfig)",
+    ),
+    # Newer SGLang names the case and the fraction the weights need (raised where the profiled
+    # room for the KV pool is not positive).
+    LogSignature(
+        "log.sglang-not-enough-memory",
+        Severity.ERROR,
+        re.compile(
+            r"Loaded weights leave no GPU memory for the KV cache under\s+--mem-fraction-static="
+            r"(?P<current>[\d.]+)\.?(?:\s*Raise --mem-fraction-static above (?P<minimum>[\d.]+))?"
+        ),
+        _explain_sglang_weights_leave_no_kv,
+        "sglang/srt/model_executor/model_runner_kv_cache_mixin.py (profile_max_num_token: 'minimum viable')",
     ),
 )
 

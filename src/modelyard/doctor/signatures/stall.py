@@ -4,6 +4,11 @@ An engine that hangs prints no error. What it printed last says where it is stuc
 is recognised by the lines the engine prints when the stage begins or moves on (``begins``) and
 when it is done (``ends``), in the wording of vLLM 0.2x (V1 engine) and SGLang 0.5.x:
 
+- starting the engine's processes, after it read its arguments (vLLM's ``non-default args:`` or
+  ``args: Namespace(``, SGLang's ``server_args=ServerArgs(``) and before any later stage says a
+  word: the engine resolves the model's config and tokenizer (from the hub unless the model is a
+  local directory) and starts its GPU processes, which with tensor parallel report only once their
+  collective init begins;
 - initialising the GPUs' collective communication (vLLM: ``world_size=N rank=R ...
   backend=nccl``, ``Found nccl from library``, ``vLLM is using nccl==``, NCCL's own ``NCCL INFO``
   lines; done at ``rank R in world size N is assigned as DP rank ...``. SGLang: ``Init torch
@@ -41,7 +46,9 @@ from modelyard.doctor.findings import Finding, Severity
 # NCCL, compilation and graph capture print at least every few minutes).
 STALL_SECONDS = 600.0
 
-StageKey = Literal["collective-init", "download", "weights", "compile", "graph-capture", "serving"]
+StageKey = Literal[
+    "engine-start", "collective-init", "download", "weights", "compile", "graph-capture", "serving"
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,21 @@ _NCCL_FIX = (
 )
 
 STAGES: tuple[Stage, ...] = (
+    Stage(
+        "engine-start",
+        "starting the engine's processes (arguments read, no later stage begun)",
+        re.compile(r"non-default args: \{|args: Namespace\(|server_args=ServerArgs\("),
+        None,
+        "after reading its arguments the engine resolves the model's config and tokenizer (from the hub "
+        "unless the model is a local directory: a hub or proxy that does not answer hangs here) and starts "
+        "its GPU processes (a GPU or driver that does not answer, or tensor-parallel ranks that wait for "
+        "each other before their first line)",
+        {
+            "": "give a local model directory and set HF_HUB_OFFLINE=1 (or check the network and proxy "
+            "variables); check that `nvidia-smi` answers; with tensor parallel run with NCCL_DEBUG=INFO to "
+            "see whether the ranks are in NCCL's init (then: " + _NCCL_FIX + ")",
+        },
+    ),
     Stage(
         "collective-init",
         "initialising NCCL between the GPUs",

@@ -52,6 +52,26 @@ def _explain_unknown_architecture(match: re.Match[str], context: LogContext) -> 
     return message, fix
 
 
+def _explain_no_implementation(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    architecture = match["architecture"]
+    message = (
+        f"vLLM has no implementation of the architecture {architecture}, and its Transformers fallback "
+        "cannot run it"
+    )
+    if architecture.endswith("Model") and not architecture.endswith("ForCausalLM"):
+        fix = (
+            f"{architecture} is a bare model class without its task head, as a fine-tuning script may save "
+            "it: set `architectures` in config.json to the class the base model's config names (for "
+            "generation the ...ForCausalLM or ...ForConditionalGeneration class), or save the model with it"
+        )
+    else:
+        fix = (
+            "use a vLLM release that implements this architecture, or check `architectures` in the model's "
+            "config.json against the base model's"
+        )
+    return message, fix
+
+
 def _explain_unrecognized_arguments(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     arguments = match["arguments"].strip()
     return (
@@ -233,6 +253,16 @@ SIGNATURES: tuple[LogSignature, ...] = (
         _explain_unknown_architecture,
         "vllm/model_executor/models/registry.py (_raise_for_unsupported)",
         when=_not_in_the_list,
+    ),
+    LogSignature(
+        "log.unknown-architecture",
+        Severity.ERROR,
+        re.compile(
+            r"(?P<architecture>\w+) has no vLLM implementation and the Transformers implementation is not "
+            r"compatible with vLLM"
+        ),
+        _explain_no_implementation,
+        "vllm/model_executor/model_loader/utils.py (resolve_transformers_arch)",
     ),
     LogSignature(
         "log.unrecognized-arguments",
