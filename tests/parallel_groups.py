@@ -159,7 +159,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
-def _marked_group(item: pytest.Item) -> str | None:
+def marked_group(item: pytest.Item) -> str | None:
     names = sorted(
         {
             str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
@@ -176,7 +176,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        group = _marked_group(item)
+        group = marked_group(item)
         if group is not None:
             groups[item.nodeid] = group
     folder = os.environ.get(GROUPS_FOLDER_VARIABLE)

@@ -215,24 +215,28 @@ def _mount_full_tmpfs(folder: Path) -> None:
 
 def test_a_full_log_directory_fails_its_instance_only_and_recovers(server: ServeProcess) -> None:
     assert deploy(server, "full-disk", replicas=0).status_code == 201
+    # The instance's folder is a full tmpfs before the instance exists. The row and the replica
+    # count it fills go in together: a reconcile pass (every second, and one for the create) that
+    # saw the row under replicas 0 would delete it as scaled down, and the replica the PATCH then
+    # asked for would be a new instance, in a folder with room (this test's old flake).
     instance_uid = uuid.uuid4().hex
-    connection = sqlite3.connect(server.data_dir / "modelyard.db")
-    with contextlib.closing(connection):
-        deployment_id = connection.execute("SELECT id FROM deployments WHERE name = 'full-disk'").fetchone()[
-            0
-        ]
-        connection.execute(
-            "INSERT INTO instances (uid, deployment_id, replica_index, state, reason, host, gpu_ids, "
-            "command, start_count, restart_count, verification, runtime, updated_at) VALUES "
-            "(?, ?, 0, 'pending', 'waiting for placement', '127.0.0.1', '[]', '[]', 0, 0, '[]', 'process', "
-            "'2026-12-01 00:00:00.000000+00:00')",
-            (instance_uid, deployment_id),
-        )
-        connection.commit()
     folder = server.data_dir / "instances" / instance_uid
     _mount_full_tmpfs(folder)
     try:
-        with server.api() as client:
+        connection = sqlite3.connect(server.data_dir / "modelyard.db")
+        with contextlib.closing(connection), connection:
+            deployment_id = connection.execute(
+                "SELECT id FROM deployments WHERE name = 'full-disk'"
+            ).fetchone()[0]
+            connection.execute(
+                "INSERT INTO instances (uid, deployment_id, replica_index, state, reason, host, gpu_ids, "
+                "command, start_count, restart_count, verification, runtime, updated_at) VALUES "
+                "(?, ?, 0, 'pending', 'waiting for placement', '127.0.0.1', '[]', '[]', 0, 0, '[]', "
+                "'process', '2026-12-01 00:00:00.000000+00:00')",
+                (instance_uid, deployment_id),
+            )
+            connection.execute("UPDATE deployments SET replicas = 1 WHERE id = ?", (deployment_id,))
+        with server.api() as client:  # the same count through the API: the controller looks now
             assert client.patch("/api/v1/deployments/full-disk", json={"replicas": 1}).status_code == 200
         wait_until(
             lambda: (

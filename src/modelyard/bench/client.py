@@ -4,11 +4,11 @@
         record = RequestRecord(request_index=0, prompt_id="p0", scheduled_send_ns=0, actual_send_ns=0)
         await client.send(record, body_bytes, origin_ns=time.perf_counter_ns())
 
-Requests go over one pool of keep-alive connections (``connection.py``: asyncio protocols and
-httptools, about a quarter of aiohttp's client CPU per streamed request). Times are
-``time.perf_counter_ns()`` (monotonic) relative to the run's origin. A chunk's arrival time is
-when the bytes that completed its ``data:`` line came off the socket; several events in one read
-share it, as they arrived together.
+Requests go over keep-alive connections of the HTTP/1.1 client the gateway uses too
+(``modelyard/http_client.py``: asyncio protocols and httptools, about a quarter of aiohttp's
+client CPU per streamed request). Times are ``time.perf_counter_ns()`` (monotonic) relative to
+the run's origin. A chunk's arrival time is when the bytes that completed its ``data:`` line came
+off the socket; several events in one read share it, as they arrived together.
 
 A chunk counts as generated output when its delta carries content, reasoning (``reasoning`` or
 ``reasoning_content``) or tool calls; role-only and empty deltas do not. TTFT is the first such
@@ -19,6 +19,7 @@ counts come only from ``usage``; per-chunk token counts from cumulative per-chun
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from types import TracebackType
@@ -28,14 +29,24 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from modelyard.bench.connection import ConnectionClosed, ConnectionPool
 from modelyard.bench.records import EndpointKind, RequestRecord
+from modelyard.errors import InvalidInput
+from modelyard.http_client import (
+    AnswerBroken,
+    ClosedBeforeAnswer,
+    Http1Client,
+    Http1Response,
+    ServerUnreachable,
+)
 
 logger = logging.getLogger(__name__)
 
 ERROR_BODY_CHARS = 500
 
 ENDPOINT_PATHS: dict[EndpointKind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+CONNECT_TIMEOUT_S = 30.0
+# Idle keep-alive connections are not reused after this long (uvicorn closes them after 5 s).
+KEEPALIVE_EXPIRY_S = 4.0
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -153,7 +164,7 @@ class _StreamRecorder:
 
 
 class BenchClient:
-    """Sends benchmark requests over one connection pool and fills their ``RequestRecord``."""
+    """Sends benchmark requests over keep-alive connections and fills their ``RequestRecord``."""
 
     def __init__(
         self,
@@ -164,15 +175,25 @@ class BenchClient:
         request_timeout_s: float = 600.0,
     ) -> None:
         root = normalize_base_url(base_url)
-        self._pool = ConnectionPool(root)
-        self.request_path = urlsplit(root).path.rstrip("/") + ENDPOINT_PATHS[endpoint]
+        parts = urlsplit(root)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(
+                f"base URL {base_url!r} is not an http:// or https:// URL", hint="http://host:8000"
+            )
+        self._root = root
+        self.request_path = parts.path.rstrip("/") + ENDPOINT_PATHS[endpoint]
         """Where requests go: the base URL's path prefix (without ``/v1``) and the endpoint's path."""
-        authorization = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-        self._head = (
-            f"POST {self.request_path} HTTP/1.1\r\nHost: {self._pool.host_header}\r\n"
-            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{authorization}Content-Length: "
-        ).encode()
+        self._headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
+        if api_key:
+            self._headers.append((b"authorization", f"Bearer {api_key}".encode()))
         self._timeout_s = request_timeout_s
+        self._http = Http1Client(
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            read_timeout_s=request_timeout_s,
+            keepalive_expiry_s=KEEPALIVE_EXPIRY_S,
+            stamp_arrivals=True,
+        )
+        self._started = False
 
     async def __aenter__(self) -> BenchClient:
         return self
@@ -180,7 +201,7 @@ class BenchClient:
     async def __aexit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        await self._pool.close()
+        await self._http.close()
 
     async def send(
         self, record: RequestRecord, body: bytes, *, origin_ns: int, keep_text: bool = False
@@ -189,23 +210,55 @@ class BenchClient:
 
         Never raises for what the server or the network did: failures end up in ``record.error``.
         """
-        request = self._head + str(len(body)).encode() + b"\r\n\r\n" + body
+        if not self._started:
+            self._http.start()
+            self._started = True
         recorder = _StreamRecorder(record, origin_ns, keep_text)
         clock = time.perf_counter_ns
         record.actual_send_ns = clock() - origin_ns
         try:
-            await self._pool.request(request, recorder, timeout_s=self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                await self._exchange(body, recorder)
             recorder.complete()
-        except TimeoutError as error:
-            record.error = f"timeout: {error}"
-        except ConnectionClosed as error:
+        except TimeoutError:
+            record.error = f"timeout: no complete answer within {self._timeout_s:g} s"
+        except (ClosedBeforeAnswer, AnswerBroken) as error:
             if record.error is None:
                 record.error = f"stream cut after {len(record.chunk_arrival_ns)} chunks: {error}"
-        except OSError as error:
+        except ServerUnreachable as error:
             record.error = f"cannot connect: {error}"
         finally:
             record.end_ns = clock() - origin_ns
         return "".join(recorder.parts or [])
+
+    async def _exchange(self, body: bytes, recorder: _StreamRecorder) -> None:
+        try:
+            response = await self._http.post(self._root, self.request_path, self._headers, body)
+        except ClosedBeforeAnswer:
+            # A keep-alive connection the server had closed while idle: once more on a new one.
+            response = await self._http.post(self._root, self.request_path, self._headers, body, fresh=True)
+        try:
+            recorder.on_status(response.status)
+            response.pipe(_ArrivalSink(recorder, response), _nothing)
+            while not response.complete:
+                await response.wait()
+        finally:
+            response.release()  # closes the connection unless the answer came whole
+
+
+class _ArrivalSink:
+    """Hands each piece of the body to the recorder with the time its bytes arrived."""
+
+    def __init__(self, recorder: _StreamRecorder, response: Http1Response) -> None:
+        self._recorder = recorder
+        self._response = response
+
+    def __call__(self, piece: bytes) -> None:
+        self._recorder.on_body(piece, self._response.arrived_ns)
+
+
+def _nothing() -> None:
+    pass
 
 
 async def probe(url: str, *, api_key: str | None = None, timeout_s: float = 5.0) -> tuple[int, Any] | None:

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from modelyard.bench.records import TimelineSeries
+from modelyard.bench.sampling import PeriodicSampling
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,8 @@ def open_nvml() -> tuple[_Nvml | None, str | None]:
 
 
 class GpuSampler:
-    """Samples every local GPU every ``interval_s`` (NVML calls run in a worker thread)."""
+    """Samples every local GPU every ``interval_s`` (``sampling.PeriodicSampling``; NVML calls run
+    in a worker thread)."""
 
     def __init__(
         self,
@@ -174,15 +176,13 @@ class GpuSampler:
         gpu_indices: list[int] | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        self._interval_s = interval_s
         self._wanted = gpu_indices
-        self._clock_ns = clock_ns
         self._timeline = GpuTimeline()
         self._nvml: _Nvml | None = None
         self._indices: list[int] = []
-        self._start_ns = 0
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._sampling = PeriodicSampling(
+            self._take, interval_s=interval_s, name="gpu-sampler", clock_ns=clock_ns
+        )
 
     async def __aenter__(self) -> GpuSampler:
         await self.start()
@@ -206,15 +206,10 @@ class GpuSampler:
             )
             return
         self._timeline.gpu_names = {index: self._nvml.name(index) for index in self._indices}
-        self._start_ns = self._clock_ns()
-        self._stop.clear()
-        self._task = asyncio.create_task(self._run(), name="gpu-sampler")
+        await self._sampling.start()
 
     async def stop(self) -> GpuTimeline:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        await self._sampling.stop()
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None
@@ -223,21 +218,13 @@ class GpuSampler:
     def timeline(self) -> GpuTimeline:
         return self._timeline
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.to_thread(self._sample_all)
-            if self._stop.is_set():
-                return
-            try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self._interval_s)
-            except TimeoutError:
-                continue
+    async def _take(self, elapsed_s: float) -> None:
+        await asyncio.to_thread(self._sample_all, elapsed_s)
 
-    def _sample_all(self) -> None:
+    def _sample_all(self, elapsed_s: float) -> None:
         nvml = self._nvml
         if nvml is None:
             return
-        elapsed_s = (self._clock_ns() - self._start_ns) / 1e9
         for index in self._indices:
             self._timeline.samples.append(nvml.read(index, elapsed_s))
 

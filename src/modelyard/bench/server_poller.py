@@ -13,8 +13,6 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,14 +21,16 @@ from types import TracebackType
 import httpx
 
 from modelyard.bench.records import TimelineSeries
+from modelyard.bench.sampling import PeriodicSampling
 from modelyard.bench.server_metrics import ServerTimeline, detect_flavor, parse_metrics_text
 
 logger = logging.getLogger(__name__)
 
 
 class ServerMetricsPoller:
-    """Polls ``/metrics`` every ``interval_s`` on its own task until stopped. A failed poll is counted
-    and logged once, never raised: the engine's view is an addition to the run, not a condition of it.
+    """Polls ``/metrics`` every ``interval_s`` (``sampling.PeriodicSampling``) until stopped. A failed
+    poll is counted and logged once, never raised: the engine's view is an addition to the run, not
+    a condition of it.
     """
 
     def __init__(
@@ -43,13 +43,12 @@ class ServerMetricsPoller:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._timeline = ServerTimeline(metrics_url=metrics_url)
-        self._interval_s = interval_s
         self._timeout_s = timeout_s
-        self._clock_ns = clock_ns
         self._transport = transport
-        self._start_ns = 0
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
+        self._sampling = PeriodicSampling(
+            self._poll_once, interval_s=interval_s, name="server-metrics-poller", clock_ns=clock_ns
+        )
 
     async def __aenter__(self) -> ServerMetricsPoller:
         await self.start()
@@ -62,31 +61,23 @@ class ServerMetricsPoller:
 
     async def start(self) -> None:
         """Take the first sample now (the baseline for every delta), then keep polling."""
-        self._start_ns = self._clock_ns()
-        self._stop.clear()
-        self._task = asyncio.create_task(self._run(), name="server-metrics-poller")
+        self._client = httpx.AsyncClient(timeout=self._timeout_s, transport=self._transport)
+        await self._sampling.start()
 
     async def stop(self) -> ServerTimeline:
         """Take a last sample (the end of the window) and stop."""
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        await self._sampling.stop()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
         return self._timeline
 
     def timeline(self) -> ServerTimeline:
         return self._timeline
 
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=self._timeout_s, transport=self._transport) as client:
-            await self._poll_once(client)
-            while not self._stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=self._interval_s)
-                await self._poll_once(client)
-
-    async def _poll_once(self, client: httpx.AsyncClient) -> None:
-        elapsed_s = (self._clock_ns() - self._start_ns) / 1e9
+    async def _poll_once(self, elapsed_s: float) -> None:
+        client = self._client
+        assert client is not None, "start() opens the client before the first poll"
         try:
             response = await client.get(self._timeline.metrics_url)
             response.raise_for_status()

@@ -6,7 +6,7 @@ writes. A streamed answer of one token is then three writes, and each piece of a
 for the relay's task to be woken. ``DirectClientOut`` writes HTTP/1.1 itself onto the transport
 of uvicorn's request cycle (``send.__self__``): the head goes out with the first piece, the last
 piece with the end of the body, and a piece can be written from the engine connection's own
-``data_received`` (``EngineResponse.pipe``), with no task in between.
+``data_received`` (``Http1Response.pipe``), with no task in between.
 
 It keeps the cycle's state as uvicorn's own ``send()`` would (``response_started``,
 ``response_complete``, keep-alive, the ``message_event`` that ends ``receive()``), so uvicorn's

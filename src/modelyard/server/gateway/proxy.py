@@ -18,8 +18,8 @@ from typing import Any
 from starlette.types import Send
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.http_client import ClosedBeforeAnswer, Http1Response, ServerUnreachable
 from modelyard.server.gateway.client_out import DirectWriting
-from modelyard.server.gateway.engine_client import EngineDropped, EngineResponse, EngineUnreachable
 from modelyard.server.gateway.errors import EngineUnreachable as EngineUnreachableError
 from modelyard.server.gateway.errors import error_json_bytes
 from modelyard.server.gateway.form_fields import FormFields
@@ -123,9 +123,7 @@ def choose_endpoint(runtime: GatewayRuntime, request: ForwardRequest, excluded: 
     return balancer.choose(request.endpoints, excluded)
 
 
-async def send_to_replica(
-    runtime: GatewayRuntime, request: ForwardRequest
-) -> tuple[EngineResponse, Endpoint]:
+async def send_to_replica(runtime: GatewayRuntime, request: ForwardRequest) -> tuple[Http1Response, Endpoint]:
     """Send to the chosen replica, moving on while replicas cannot be reached.
 
     A refused or timed-out connection rules a replica out for this request. A connection dropped
@@ -160,14 +158,14 @@ async def send_to_replica(
                 endpoint.base_url, request.route.path, headers, content, fresh=fresh
             )
             return response, endpoint
-        except EngineUnreachable as error:
+        except ServerUnreachable as error:
             balancer.release(endpoint)
             balancer.refused(endpoint)
             # The engine may have died: the controller looks now, not at its next tick.
             runtime.on_refused(endpoint)
             excluded.append(endpoint.base_url)
             failure = f"{endpoint.base_url}: {error}"
-        except EngineDropped as error:
+        except ClosedBeforeAnswer as error:
             balancer.release(endpoint)
             if endpoint.base_url in dropped_once:
                 excluded.append(endpoint.base_url)
@@ -201,7 +199,7 @@ async def exchange(
     model = request.model
     counts.request_started(model)
     outcome = RelayOutcome(status=CLIENT_CLOSED_REQUEST, usage=None, engine_done=False, code="client_closed")
-    sent: tuple[EngineResponse, Endpoint] | None = None
+    sent: tuple[Http1Response, Endpoint] | None = None
 
     def record(status: int, usage: TokenUsage | None) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage is not None else 0

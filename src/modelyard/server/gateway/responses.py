@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
+from modelyard.http_client import AnswerBroken, Http1Response
 from modelyard.server.door.http_protocol import DISCONNECT_EXTENSION
 from modelyard.server.gateway.bodies import normalise_error_body, normalise_success_body
 from modelyard.server.gateway.client_out import DirectClientOut, DirectWriting
-from modelyard.server.gateway.engine_client import EngineBroke, EngineResponse
 from modelyard.server.gateway.errors import error_json_bytes
 from modelyard.server.gateway.model_names import ModelNameRewrite
 from modelyard.server.gateway.passthrough import UsageReader
@@ -245,7 +245,7 @@ class _OpenAiStream:
         self._finishing()
         return tail
 
-    def tail_after_break(self, error: EngineBroke) -> bytes:
+    def tail_after_break(self, error: AnswerBroken) -> bytes:
         logger.warning(
             "%s: the engine broke its stream (%s); the client gets an error event", self._description, error
         )
@@ -267,7 +267,7 @@ class _OpenAiStream:
 
 
 async def relay_openai_stream(
-    upstream: EngineResponse,
+    upstream: Http1Response,
     relay: SseRelay,
     send: Send,
     watch: ClientWatch,
@@ -289,7 +289,7 @@ async def relay_openai_stream(
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 stream.sent()
-    except EngineBroke as error:
+    except AnswerBroken as error:
         tail = stream.tail_after_break(error)
         engine_done = False
     else:
@@ -300,7 +300,7 @@ async def relay_openai_stream(
 
 
 async def _pipe_openai_stream(
-    upstream: EngineResponse,
+    upstream: Http1Response,
     stream: _OpenAiStream,
     out: DirectClientOut,
     headers: list[tuple[bytes, bytes]],
@@ -337,7 +337,7 @@ async def _pipe_openai_stream(
     while True:
         try:
             await upstream.wait()
-        except EngineBroke as error:
+        except AnswerBroken as error:
             out.end_stream(stream.tail_after_break(error))
             return stream.outcome(engine_done=False)
         if upstream.complete:
@@ -348,7 +348,7 @@ async def _pipe_openai_stream(
 
 
 async def relay_passthrough_stream(
-    upstream: EngineResponse,
+    upstream: Http1Response,
     send: Send,
     watch: ClientWatch,
     description: str,
@@ -380,7 +380,7 @@ async def relay_passthrough_stream(
                 timing.first_byte_s = now
                 timing.on_first_byte(now - timing.arrived_s)
             last_s = now
-    except EngineBroke as error:
+    except AnswerBroken as error:
         logger.warning("%s: the engine broke its answer off (%s)", description, error)
         usage = reader.usage if reader is not None else None
         watch.finishing(ENGINE_BROKE_OFF, usage)
@@ -393,7 +393,7 @@ async def relay_passthrough_stream(
 
 
 async def relay_body(
-    upstream: EngineResponse,
+    upstream: Http1Response,
     model_rewrite: ModelNameRewrite | None,
     send: Send,
     watch: ClientWatch,
@@ -406,7 +406,7 @@ async def relay_body(
     """Send a whole answer (``normalise``: model name and reasoning in OpenAI's shape) or the error."""
     try:
         body = await upstream.read_all()
-    except EngineBroke as error:
+    except AnswerBroken as error:
         logger.warning(
             "%s: the engine dropped the connection before its answer was complete (%s)", description, error
         )

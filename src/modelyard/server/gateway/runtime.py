@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from modelyard.control.endpoints import Endpoint, EndpointRegistry
 from modelyard.errors import InvalidInput
+from modelyard.http_client import Http1Client
 from modelyard.server.door.limits import RequestLimits
-from modelyard.server.gateway.engine_client import EngineClient
 from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.limit_counters import SlidingCounters
 from modelyard.server.gateway.limits import Limiter
@@ -103,7 +103,7 @@ class GatewayRuntime:
     settings: GatewaySettings
     registry: EndpointRegistry
     database: Database
-    engine_client: EngineClient
+    engine_client: Http1Client
     key_cache: KeyCache
     usage: UsageSink
     balancer: ReplicaBalancer
@@ -163,10 +163,11 @@ def start_gateway_runtime(
         settings=settings,
         registry=registry,
         database=database,
-        engine_client=EngineClient(
+        engine_client=Http1Client(
             connect_timeout_s=settings.connect_timeout_s,
             read_timeout_s=settings.read_timeout_s,
             keepalive_expiry_s=settings.keepalive_expiry_s,
+            peer="engine",
         ),
         key_cache=KeyCache(
             database,
