@@ -57,7 +57,7 @@ class TunePlatform:
         return [item["name"] for item in self.served.api("GET", "/api/v1/deployments").json()]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tune_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TunePlatform]:
     scratch = tmp_path_factory.mktemp("tune-served")
     gpus = [

@@ -43,7 +43,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_BATCHED_TOKENS)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     known, rest = parser.parse_known_args(argv)
-    ttft_ms, itl_ms, at_once = curve(known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size)
+    ttft_ms, itl_ms, at_once = curve(
+        known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size
+    )
     reference_argv = [*rest, "--ttft-ms", repr(ttft_ms), "--itl-ms", repr(itl_ms)]
     reference_argv += ["--max-concurrency", str(at_once)]
     return run_reference_program(parse_reference_argv(reference_argv, os.environ))

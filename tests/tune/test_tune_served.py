@@ -33,7 +33,14 @@ SPACE = SearchSpace(
     batched_tokens=(1024, 8192),
 )
 WORKLOAD = Workload(
-    "eight-streams", "8 streams of short chats", 16, 8, (8.0,), input_spread=0.0, output_spread=0.0, source="test"
+    "eight-streams",
+    "8 streams of short chats",
+    16,
+    8,
+    (8.0,),
+    input_spread=0.0,
+    output_spread=0.0,
+    source="test",
 )
 # rung 0: the 5 survivors with 16 requests; rung 1: the best 3 with 32: 8 bench runs in all.
 SETTINGS = TuneSettings(rungs=2, requests_per_point=16, growth=2, keep_ratio=2)
@@ -54,7 +61,9 @@ class CountingProgress(SilentProgress):
             raise KeyboardInterrupt
 
 
-def tune(platform: TunePlatform, data_dir: Path, settings: TuneSettings, progress: CountingProgress) -> TuneResult:
+def tune(
+    platform: TunePlatform, data_dir: Path, settings: TuneSettings, progress: CountingProgress
+) -> TuneResult:
     request = TuneRequest(
         model=MODEL_NAME,
         model_facts=platform.model_facts,
@@ -120,7 +129,9 @@ def test_tune_stops_at_its_run_budget_best_first(tune_platform: TunePlatform, tm
     assert "run budget spent: 6 of 6" in result.report["stopped_reason"]
 
 
-def test_an_interrupted_tune_resumes_without_repeating_runs(tune_platform: TunePlatform, tmp_path: Path) -> None:
+def test_an_interrupted_tune_resumes_without_repeating_runs(
+    tune_platform: TunePlatform, tmp_path: Path
+) -> None:
     first = CountingProgress(interrupt_after=2)
     with pytest.raises(KeyboardInterrupt):
         tune(tune_platform, tmp_path, SETTINGS, first)
@@ -133,5 +144,7 @@ def test_an_interrupted_tune_resumes_without_repeating_runs(tune_platform: TuneP
     assert not set(first.finished) & set(second.finished)
     assert result.report["winners"][0]["label"] == BEST_LABEL
     journal = (result.folder / "journal.jsonl").read_text().splitlines()
-    measured = [(e["candidate_id"], e["rung"]) for e in map(json.loads, journal) if e["kind"] == "measurement"]
+    measured = [
+        (e["candidate_id"], e["rung"]) for e in map(json.loads, journal) if e["kind"] == "measurement"
+    ]
     assert len(measured) == len(set(measured)) == 8

@@ -58,19 +58,21 @@ class Journal:
         self._read()
 
     @classmethod
-    def open(cls, data_dir: Path, arguments: dict[str, Any]) -> Journal:
-        """The tune of these arguments: a new folder, or the existing one (resumed)."""
+    def open(cls, data_dir: Path, arguments: dict[str, Any], *, cli: dict[str, Any] | None = None) -> Journal:
+        """The tune of these arguments: a new folder, or the existing one (resumed). ``cli``: the
+        command's own options, kept for ``--resume``."""
         tune_id = tune_id_for(arguments)
         folder = tunes_dir(data_dir) / tune_id
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / TUNE_FILE
         if not path.is_file():
-            path.write_text(json.dumps({"tune_id": tune_id, "arguments": arguments}, indent=2, default=str))
+            record = {"tune_id": tune_id, "arguments": arguments, "cli": cli or {}}
+            path.write_text(json.dumps(record, indent=2, default=str))
         return cls(folder)
 
     @classmethod
     def arguments_of(cls, data_dir: Path, tune_id: str) -> dict[str, Any]:
-        """The arguments a tune was started with (``modelyard tune --resume ID``)."""
+        """What ``tune.json`` holds (``arguments``, ``cli``): for ``modelyard tune --resume ID``."""
         if not tune_id.isalnum():
             raise InvalidInput(f"tune id {tune_id!r} is not a tune id", hint="ids look like 3f9c2a1b7d04")
         path = tunes_dir(data_dir) / tune_id / TUNE_FILE
@@ -79,8 +81,8 @@ class Journal:
                 f"no tune {tune_id} under {tunes_dir(data_dir)}",
                 hint="the id is printed when a tune starts; is --data-dir the same?",
             )
-        arguments: dict[str, Any] = json.loads(path.read_text())["arguments"]
-        return arguments
+        record: dict[str, Any] = json.loads(path.read_text())
+        return record
 
     @property
     def tune_id(self) -> str:
