@@ -61,8 +61,24 @@ class CountingProgress(SilentProgress):
             raise KeyboardInterrupt
 
 
+class SteppingClock:
+    """A clock that moves ``step_s`` at each reading: every start and every run lasts ``step_s``."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        self.now_s += self.step_s
+        return self.now_s
+
+
 def tune(
-    platform: TunePlatform, data_dir: Path, settings: TuneSettings, progress: CountingProgress
+    platform: TunePlatform,
+    data_dir: Path,
+    settings: TuneSettings,
+    progress: CountingProgress,
+    clock: SteppingClock | None = None,
 ) -> TuneResult:
     request = TuneRequest(
         model=MODEL_NAME,
@@ -82,7 +98,9 @@ def tune(
                 deployer.tune_id = tune_id
                 return deployer
 
-            return run_tune(request, data_dir, deployer_for=deployer_for, progress=progress)
+            if clock is None:
+                return run_tune(request, data_dir, deployer_for=deployer_for, progress=progress)
+            return run_tune(request, data_dir, deployer_for=deployer_for, progress=progress, clock=clock)
     finally:
         api.close()
 
@@ -127,6 +145,20 @@ def test_tune_stops_at_its_run_budget_best_first(tune_platform: TunePlatform, tm
     assert len(progress.finished) == 6
     assert [label for label, rung in progress.finished if rung == 1] == [BEST_LABEL]
     assert "run budget spent: 6 of 6" in result.report["stopped_reason"]
+
+
+def test_tune_stops_before_a_run_that_would_pass_its_time_budget(
+    tune_platform: TunePlatform, tmp_path: Path
+) -> None:
+    # Each start and each run takes 10 s on this clock: after 2 runs 40 s are spent, and a third
+    # (a start and a run, 20 s) would pass 45 s.
+    progress = CountingProgress()
+    settings = TuneSettings(rungs=2, requests_per_point=16, growth=2, keep_ratio=2, time_budget_s=45)
+    result = tune(tune_platform, tmp_path, settings, progress, clock=SteppingClock(10.0))
+
+    assert len(progress.finished) == 2
+    assert result.report["spent_s"] == 40
+    assert "time budget spent: 40 s of 45 s" in result.report["stopped_reason"]
 
 
 def test_an_interrupted_tune_resumes_without_repeating_runs(
