@@ -366,6 +366,10 @@ def tune_command(
             skip_verification=not verify,
             start_timeout_s=start_timeout_s,
             gpu_ids=ids,
+            on_leftovers=lambda names: stderr.print(
+                f"removed {len(names)} deployment(s) an interrupted session left: {', '.join(names)}",
+                highlight=False,
+            ),
         )
         try:
             result = run_tune(

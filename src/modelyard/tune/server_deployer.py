@@ -96,7 +96,10 @@ class ServerDeployer:
     start_timeout_s: float = 1800.0
     gpu_ids: list[int] | None = None
     clock: Callable[[], float] = field(default=time.monotonic)
+    on_leftovers: Callable[[list[str]], None] | None = None
+    """Told the names of the deployments an interrupted session left, once they are removed."""
     _key: str | None = None
+    _cleaned: bool = False
 
     @property
     def key_name(self) -> str:
@@ -128,10 +131,30 @@ class ServerDeployer:
             hint=f"see `modelyard ps {name}`; rerun the tune once it is gone",
         )
 
+    def remove_leftovers(self) -> list[str]:
+        """Delete the deployments of this tune still on the server (a killed session's), and wait
+        until they are gone; their names."""
+        status, data = self.api.request("GET", "/deployments")
+        prefix = f"tune-{self.tune_id[:6]}-"
+        names = [
+            str(item["name"])
+            for item in (data if status == 200 and isinstance(data, list) else [])
+            if str(item.get("name", "")).startswith(prefix)
+        ]
+        for name in names:
+            status, _ = self.api.request("DELETE", f"/deployments/{name}")
+            if status != 404:
+                self._wait_gone(name)
+        if names and self.on_leftovers is not None:
+            self.on_leftovers(names)
+        return names
+
     def start(self, candidate: Candidate) -> Endpoint:
         name = self.deployment_name(candidate)
         key = self._api_key()
-        self.stop(candidate)  # one left by an interrupted session
+        if not self._cleaned:
+            self.remove_leftovers()
+            self._cleaned = True
         body: dict[str, Any] = {
             "model": self.model,
             "name": name,
