@@ -96,7 +96,7 @@ def test_a_tune_from_the_command_line_prints_its_report(tune_platform: TunePlatf
         *[MODEL_NAME, "--gpus", GPUS_TEXT, "--slo", "ttft_p95<=150ms", "--backends", BACKEND],
         *["--tp", "2", "--memory", "0.9", "--max-num-seqs", "8", "--batched-tokens", "default,8192"],
         *["--workload", str(workload), "--rungs", "1", "--requests", "8"],
-        *["--out", str(tmp_path / "out"), "--json"],
+        *["--no-knee-search", "--out", str(tmp_path / "out"), "--json"],
     )
     assert code == 0, output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -105,3 +105,35 @@ def test_a_tune_from_the_command_line_prints_its_report(tune_platform: TunePlatf
     assert report["deploy"]["command"].startswith(f"modelyard deploy {MODEL_NAME} ")
     assert (tmp_path / "out" / "report.md").is_file()
     assert tune_platform.deployments() == []
+
+
+def test_the_last_round_searches_each_finalists_saturation_knee(
+    tune_platform: TunePlatform, tmp_path: Path
+) -> None:
+    served = tune_platform.served
+    workload = tmp_path / "eight.yaml"
+    workload.write_text(WORKLOAD_YAML)
+    code, output = run(
+        served.data_dir,
+        served.url,
+        *[MODEL_NAME, "--gpus", GPUS_TEXT, "--slo", "ttft_p95<=250ms", "--backends", BACKEND],
+        *["--tp", "2", "--memory", "0.9", "--max-num-seqs", "8", "--batched-tokens", "8192"],
+        *["--workload", str(workload), "--rungs", "1", "--requests", "8", "--out", str(tmp_path / "out")],
+    )
+    assert code == 0, output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rows = {row["label"]: row for row in report["candidates"]}
+    capped = rows["vllm-double 1.0 tp2 mem=0.9 seqs=8 batched=8192"]["measurements"][-1]
+    record = Path(capped["record_dir"])
+    assert json.loads((record / "search.json").read_text())["kind"] == "knee"
+    assert (record / "result.json").is_file()
+    # 8 requests at once at most (the curve): throughput stops growing past 8 streams.
+    assert json.loads((record / "search.json").read_text())["found_load"] <= 16
+    # No such cap by default (256): throughput grows with the load up to the search's highest.
+    defaults = rows["vllm-double 1.0 tp2 defaults"]["measurements"][-1]
+    assert 32.0 in [point["load"] for point in defaults["points"]]
+    for row in rows.values():
+        assert (Path(row["measurements"][-1]["record_dir"]) / "search.json").is_file()
+    assert report["winners"][0]["load"] in [
+        point["load"] for row in rows.values() for point in row["measurements"][-1]["points"]
+    ]

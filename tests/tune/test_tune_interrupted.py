@@ -23,7 +23,7 @@ WORKLOAD_YAML = (
 ARGUMENTS = [
     *[MODEL_NAME, "--gpus", GPUS_TEXT, "--slo", "ttft_p95<=150ms", "--backends", BACKEND, "--tp", "2"],
     *["--memory", "0.9", "--max-num-seqs", "2,8", "--batched-tokens", "1024,8192", "--rungs", "2"],
-    *["--requests", "16"],
+    *["--requests", "16", "--no-knee-search"],
 ]
 TOTAL_RUNS = 8
 

@@ -95,7 +95,9 @@ def print_report(report: dict[str, Any]) -> None:
     else:
         stdout.print("[yellow]no candidate met the SLOs at any load measured[/yellow]")
     gain = report.get("gain_over_defaults") or {}
-    if gain.get("ratio"):
+    if gain.get("winner_is_defaults"):
+        stdout.print("the engine's defaults won: no knob tried did better")
+    elif gain.get("ratio"):
         stdout.print(f"{gain['ratio']:.2f}x the throughput of the engine's defaults ({gain['defaults']})")
     if report.get("deploy"):
         stdout.print("deploy it with:", highlight=False)
@@ -237,6 +239,7 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         space=space,
         settings=settings,
         warmup_requests=options["warmup_requests"],
+        knee_search=options["knee_search"],
     )
 
 
@@ -255,7 +258,7 @@ def _print_plan(request: TuneRequest) -> None:
 _RESUMED: tuple[str, ...] = (
     *("model", "gpus", "workload", "slo", "backends", "version", "tp", "pp", "memory"),
     *("max_num_seqs", "batched_tokens", "kv_cache_dtype", "prefix_caching", "args", "rungs"),
-    *("requests", "growth", "keep", "warmup_requests", "model_dir", "gpu_ids"),
+    *("requests", "growth", "keep", "warmup_requests", "model_dir", "gpu_ids", "knee_search"),
 )
 
 
@@ -297,6 +300,11 @@ def tune_command(
     keep: int = typer.Option(2, "--keep", help="Each round keeps the best 1/KEEP."),
     warmup_requests: int = typer.Option(
         0, "--warmup-requests", help="Excluded requests at each load's start."
+    ),
+    knee_search: bool = typer.Option(
+        True,
+        "--knee-search/--no-knee-search",
+        help="In the last round, search each finalist's saturation knee (bench search) for its best load.",
     ),
     max_runs: int | None = typer.Option(None, "--max-runs", help="Stop after this many bench runs in all."),
     budget: str | None = typer.Option(

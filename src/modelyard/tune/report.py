@@ -157,6 +157,7 @@ def build_report(
         measurement = outcome.latest(defaults[0].candidate_id) if defaults else None
         point = measurement.best_point(slos) if measurement else None
         gain = {
+            "winner_is_defaults": bool(defaults) and defaults[0] == overall.candidate,
             "defaults": defaults[0].label if defaults else None,
             "defaults_throughput": point.throughput if point else None,
             "ratio": overall.point.throughput / point.throughput if point and point.throughput else None,
@@ -225,7 +226,9 @@ def report_markdown(report: dict[str, Any]) -> str:
                 f"{_figure(winner['throughput'])} | {values} |"
             )
     gain = report.get("gain_over_defaults")
-    if gain and gain.get("ratio"):
+    if gain and gain.get("winner_is_defaults"):
+        lines += ["", "The engine's defaults won: no knob tried did better."]
+    elif gain and gain.get("ratio"):
         lines += [
             "",
             f"Against the engine's defaults ({gain['defaults']}): {gain['ratio']:.2f}x the throughput.",

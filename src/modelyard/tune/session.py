@@ -46,6 +46,8 @@ class TuneRequest:
     space: SearchSpace
     settings: TuneSettings = field(default_factory=TuneSettings)
     warmup_requests: int = 0
+    knee_search: bool = False
+    """The final rung searches the saturation knee (``measure.BenchMeasurer``)."""
 
     def arguments(self) -> dict[str, Any]:
         """What defines the tune (its id), budgets left out."""
@@ -60,6 +62,7 @@ class TuneRequest:
             "growth": self.settings.growth,
             "keep_ratio": self.settings.keep_ratio,
             "warmup_requests": self.warmup_requests,
+            "knee_search": self.knee_search,
         }
 
 
@@ -89,20 +92,24 @@ def run_tune(
     progress: TuneProgress | None = None,
     measurer: Measurer | None = None,
     clock: Callable[[], float] = time.monotonic,
-    on_planned: Callable[[Journal, list[Candidate], PruneOutcome], None] | None = None,
 ) -> TuneResult:
     """Plan, prune, search (resuming what the journal holds), write ``report.json`` and
     ``report.md`` in the tune's folder. ``deployer_for(tune_id)`` makes the deployer."""
     journal = Journal.open(data_dir, request.arguments())
     candidates, pruned = plan_tune(request)
-    if on_planned is not None:
-        on_planned(journal, candidates, pruned)
     settings = request.settings
-    deepest = settings.requests_at(settings.rungs - 1) + request.warmup_requests
-    prompts = write_prompts(request.workload, deepest, journal.folder / PROMPTS_FILE)
-    measurer = measurer or BenchMeasurer(
-        request.workload, prompts, warmup_requests=request.warmup_requests, clock=clock
+    bench = BenchMeasurer(
+        request.workload,
+        journal.folder / PROMPTS_FILE,
+        warmup_requests=request.warmup_requests,
+        knee_search=request.knee_search,
+        clock=clock,
     )
+    deepest = settings.requests_at(settings.rungs - 1)
+    if request.knee_search:
+        deepest = bench.knee_requests(deepest)
+    write_prompts(request.workload, deepest + request.warmup_requests, bench.prompts_file)
+    measurer = measurer or bench
     tuner = Tuner(
         settings,
         pruned.kept,

@@ -40,8 +40,17 @@ logger = logging.getLogger(__name__)
 
 class Measurer(Protocol):
     def measure(
-        self, candidate: Candidate, endpoint: Endpoint, rung: int, requests_per_point: int, record_dir: Path
-    ) -> Measurement: ...
+        self,
+        candidate: Candidate,
+        endpoint: Endpoint,
+        rung: int,
+        requests_per_point: int,
+        record_dir: Path,
+        *,
+        final: bool = False,
+    ) -> Measurement:
+        """One bench run; ``final``: the last rung (where the load may be searched too)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,12 @@ class Tuner:
                 continue
             self.progress.measurement_started(candidate, rung, requests)
             measurement = self.measurer.measure(
-                candidate, endpoint, rung, requests, self.journal.record_dir(candidate.candidate_id, rung)
+                candidate,
+                endpoint,
+                rung,
+                requests,
+                self.journal.record_dir(candidate.candidate_id, rung),
+                final=rung == self.settings.rungs - 1,
             )
             self.journal.add_measurement(measurement)
             self._taken_now += 1
