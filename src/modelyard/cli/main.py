@@ -133,6 +133,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Benchmark OpenAI-compatible endpoints (vLLM, SGLang, transformers serve, the gateway).",
         _TOOLS,
     ),
+    "tune": CommandEntry(
+        ("modelyard.cli.tune",),
+        "Find the engine and parameters that serve a workload best within SLOs (successive halving).",
+        _SERVER,
+    ),
 }
 
 
