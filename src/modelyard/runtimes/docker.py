@@ -45,15 +45,15 @@ from modelyard.runtimes.base import (
     MarkerNames,
     Mount,
     RuntimeKind,
-    SignalTarget,
     StartedEngine,
     refuse_gangs,
 )
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
 from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
+from modelyard.runtimes.exit_memo import ExitMemo
+from modelyard.runtimes.host_addresses import THIS_HOST, reachable_host
 from modelyard.runtimes.image_pull import DockerDaemon
 from modelyard.runtimes.log_files import open_engine_log, shown_command
-from modelyard.runtimes.process import THIS_HOST, reachable_host
 from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,13 @@ def container_environment(spec_env: Mapping[str, str], base: Mapping[str, str]) 
 class DockerRuntime:
     """See the module docstring."""
 
-    def __init__(self, options: DockerOptions | None = None, *, cli: DockerCli | None = None) -> None:
+    def __init__(
+        self,
+        options: DockerOptions | None = None,
+        *,
+        cli: DockerCli | None = None,
+        exit_memo: ExitMemo | None = None,
+    ) -> None:
         self._options = options or DockerOptions()
         self._cli = cli or DockerCli(self._options.docker_executable)
         self._followers: dict[str, asyncio.subprocess.Process] = {}
@@ -205,7 +211,8 @@ class DockerRuntime:
         self._secrets: dict[str, frozenset[str]] = {}
         self._redactors: dict[str, subprocess.Popen[bytes]] = {}
         self._log_paths: dict[str, Path] = {}
-        self._exited: dict[str, ExitStatus] = {}
+        # How ended containers exited (their record is removed with them), by container id.
+        self._exited = exit_memo if exit_memo is not None else ExitMemo()
         self._ports = PortBook()
 
     @property
@@ -299,9 +306,12 @@ class DockerRuntime:
                 await self._reap_redactor(handle.id)  # of an earlier follower of this container
                 self._redactors[handle.id] = redactor.relay
 
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        return None  # the engine is dockerd's (containerd's) child, in its own pid namespace
+
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
-        if handle.id in self._exited:
-            return self._exited[handle.id]
+        if (known := self._exited.get(handle.id)) is not None:
+            return known
         follower = self._followers.get(handle.id)
         if follower is not None and follower.returncode is None:
             return None  # `docker logs -f` ends when the container does
@@ -310,13 +320,13 @@ class DockerRuntime:
         except DockerCliError as error:
             if error.no_such_container:
                 gone = ExitStatus(exit_code=None, signal_number=None, detail="the container is gone")
-                self._exited[handle.id] = gone
+                self._exited.remember(handle.id, gone)
                 return gone
             logger.warning("docker inspect %s failed: %s", handle.label, error.message)
             return None
         status = exit_status_from_state(state)
         if status is not None:
-            self._exited[handle.id] = status
+            self._exited.remember(handle.id, status)
         elif follower is not None and handle.id in self._log_paths:
             # The follower ended, the container did not (dockerd restarted): follow it again.
             await self.resume(handle, self._log_paths[handle.id])
@@ -345,7 +355,7 @@ class DockerRuntime:
         await self._follow_logs(handle, log_path, since=since)
         logger.info("re-adopted engine %s", handle.label)
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
         # `docker stop` signals the container's init, which passes SIGTERM on to the engine.
         try:
             await self._cli.run(["stop", "--time", str(max(0, round(grace_seconds))), handle.id])
