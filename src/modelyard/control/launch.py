@@ -90,8 +90,8 @@ async def _decide(
 
 
 def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:
-    """On a cluster, every engine runs through Ray on the chosen worker (a container through
-    that worker's Docker engine); on a single host, a process or a container here."""
+    """The runtime that runs ``version``: the one rule, ``RuntimeSet.for_version`` (on a cluster
+    Ray, on the chosen worker; on a single host a process or a container here)."""
     return context.runtimes.for_version(version)
 
 
