@@ -4,7 +4,8 @@ The engine is a real launcher process with a child in its process group (as vLLM
 launchers have), each writing down which signal reached it: with ``stop_signal_target="group"``
 both get SIGTERM from the runtime; with ``"launcher"`` only the launcher does, and it ends its
 child itself (SGLang's way). A restarted server's runtime, which was never told, stops the engine
-it finds the same way: the engine carries its stop target in its environment.
+it finds the same way: the process runtime reads it from the engine's environment, a Ray rank's
+supervisor (on the session's simulated cluster) kept it from the start.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import asyncio
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, SignalTarget
+from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, Runtime, SignalTarget
 from modelyard.runtimes.process import ProcessRuntime
 
 # The launcher starts a child in its own process group and says so in a file; on SIGTERM it
@@ -95,15 +97,26 @@ async def wait_until_ready(record: Path) -> None:
         await asyncio.sleep(0.02)
 
 
+@pytest.fixture(params=["process", pytest.param("ray", marks=pytest.mark.xdist_group("ray"))])
+def make_runtime(request: pytest.FixtureRequest) -> Callable[[], Runtime]:
+    """A fresh runtime of the kind under test (a restarted server makes its own)."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+        from modelyard.runtimes.ray_runtime import RayRuntime
+
+        return RayRuntime
+    return ProcessRuntime
+
+
 @pytest.mark.parametrize(
     ("target", "what_the_child_heard"),
     [("group", "child: SIGTERM"), ("launcher", "child: asked by the launcher")],
 )
 async def test_stop_sends_sigterm_where_the_start_said(
-    tmp_path: Path, target: SignalTarget, what_the_child_heard: str
+    tmp_path: Path, target: SignalTarget, what_the_child_heard: str, make_runtime: Callable[[], Runtime]
 ) -> None:
     record = tmp_path / "signals.txt"
-    runtime = ProcessRuntime()
+    runtime = make_runtime()
     started = await runtime.start(launcher_spec(tmp_path, record, target, uuid.uuid4().hex))
     await wait_until_ready(record)
     await runtime.stop(started.handle, grace_seconds=10)
@@ -111,18 +124,23 @@ async def test_stop_sends_sigterm_where_the_start_said(
     assert "launcher: SIGTERM" in heard
     assert what_the_child_heard in heard, heard
     assert await runtime.exit_status(started.handle) is not None
+    await runtime.close()
 
 
-async def test_a_restarted_server_stops_a_launcher_engine_at_its_launcher_untold(tmp_path: Path) -> None:
+async def test_a_restarted_server_stops_a_launcher_engine_at_its_launcher_untold(
+    tmp_path: Path, make_runtime: Callable[[], Runtime]
+) -> None:
     record = tmp_path / "signals.txt"
     owner = uuid.uuid4().hex
-    first = ProcessRuntime()
+    first = make_runtime()
     await first.start(launcher_spec(tmp_path, record, "launcher", owner))
     await wait_until_ready(record)
     await first.close()  # the server goes away; the engine does not
-    successor = ProcessRuntime()
+    successor = make_runtime()
     [found] = await successor.find_engines(owner)
+    await successor.resume(found.handle, tmp_path / "start-1.log")
     await successor.stop(found.handle, grace_seconds=10)
     heard = record.read_text().splitlines()
     assert "child: asked by the launcher" in heard and "child: SIGTERM" not in heard, heard
     assert await successor.find_engines(owner) == []
+    await successor.close()
