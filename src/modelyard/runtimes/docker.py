@@ -194,6 +194,18 @@ def container_environment(spec_env: Mapping[str, str], base: Mapping[str, str]) 
     return {**base, **{key: value for key, value in spec_env.items() if key != GPU_VARIABLE}}
 
 
+@dataclass
+class _FollowedContainer:
+    """What this runtime holds of one container whose output it copies: the per-start log, the
+    launch's secrets (masked there by a redactor between ``docker logs`` and the file), the
+    ``docker logs -f`` child and that redactor's relay process."""
+
+    log_path: Path
+    secrets: frozenset[str] = frozenset()
+    follower: asyncio.subprocess.Process | None = None
+    relay: subprocess.Popen[bytes] | None = None
+
+
 class DockerRuntime:
     """See the module docstring."""
 
@@ -206,11 +218,8 @@ class DockerRuntime:
     ) -> None:
         self._options = options or DockerOptions()
         self._cli = cli or DockerCli(self._options.docker_executable)
-        self._followers: dict[str, asyncio.subprocess.Process] = {}
-        # A launch's secrets, masked in its log by a redactor between `docker logs` and the file.
-        self._secrets: dict[str, frozenset[str]] = {}
-        self._redactors: dict[str, subprocess.Popen[bytes]] = {}
-        self._log_paths: dict[str, Path] = {}
+        # The containers whose output goes to a log file, by container id.
+        self._followed: dict[str, _FollowedContainer] = {}
         # How ended containers exited (their record is removed with them), by container id.
         self._exited = exit_memo if exit_memo is not None else ExitMemo()
         self._ports = PortBook()
@@ -272,8 +281,7 @@ class DockerRuntime:
             raise EngineStartFailed("docker run printed no container id")
         handle = _handle(container_id, container_name(spec.identity))
         self._ports.claim(THIS_HOST, spec.address.reach_port, handle.id)
-        if spec.secrets:
-            self._secrets[handle.id] = spec.secrets
+        self._followed[handle.id] = _FollowedContainer(spec.log_path, spec.secrets)
         await self._follow_logs(handle, spec.log_path, since=None)
         logger.info("started engine %s (%s)", handle.label, spec.image)
         return StartedEngine(handle=handle, command=argv)
@@ -288,23 +296,23 @@ class DockerRuntime:
             logger.warning("could not remove the container of a failed start: %s", error.message)
 
     async def _follow_logs(self, handle: EngineHandle, log_path: Path, since: float | None) -> None:
-        self._log_paths[handle.id] = log_path
+        followed = self._followed.setdefault(handle.id, _FollowedContainer(log_path))
+        followed.log_path = log_path
         log_file = open_engine_log(log_path)
         arguments = ["logs", "--follow"]
         if since is not None:
             arguments += ["--since", f"{since:.9f}"]
-        secrets = self._secrets.get(handle.id)
         redactor = None
         try:
-            redactor = start_redactor(log_file, secrets) if secrets else None
+            redactor = start_redactor(log_file, followed.secrets) if followed.secrets else None
             output = log_file if redactor is None else redactor.engine_output
-            self._followers[handle.id] = await self._cli.spawn([*arguments, handle.id], output=output)
+            followed.follower = await self._cli.spawn([*arguments, handle.id], output=output)
         finally:
             log_file.close()
             if redactor is not None:
                 redactor.release()  # the follower holds the pipe; the relay ends with it
-                await self._reap_redactor(handle.id)  # of an earlier follower of this container
-                self._redactors[handle.id] = redactor.relay
+                await self._reap_relay(followed, handle.id)  # of an earlier follower of this container
+                followed.relay = redactor.relay
 
     def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
         return None  # the engine is dockerd's (containerd's) child, in its own pid namespace
@@ -312,7 +320,8 @@ class DockerRuntime:
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
         if (known := self._exited.get(handle.id)) is not None:
             return known
-        follower = self._followers.get(handle.id)
+        followed = self._followed.get(handle.id)
+        follower = followed.follower if followed is not None else None
         if follower is not None and follower.returncode is None:
             return None  # `docker logs -f` ends when the container does
         try:
@@ -327,9 +336,9 @@ class DockerRuntime:
         status = exit_status_from_state(state)
         if status is not None:
             self._exited.remember(handle.id, status)
-        elif follower is not None and handle.id in self._log_paths:
+        elif followed is not None and follower is not None:
             # The follower ended, the container did not (dockerd restarted): follow it again.
-            await self.resume(handle, self._log_paths[handle.id])
+            await self.resume(handle, followed.log_path)
         return status
 
     async def find_engines(self, owner: str) -> list[FoundEngine]:
@@ -372,17 +381,17 @@ class DockerRuntime:
         self._ports.release(handle.id)
 
     async def _end_follower(self, container_id: str) -> None:
-        self._log_paths.pop(container_id, None)
-        self._secrets.pop(container_id, None)
-        follower = self._followers.pop(container_id, None)
-        if follower is not None and follower.returncode is None:
-            follower.terminate()
-            await follower.wait()
-        await self._reap_redactor(container_id)
+        followed = self._followed.pop(container_id, None)
+        if followed is None:
+            return
+        if followed.follower is not None and followed.follower.returncode is None:
+            followed.follower.terminate()
+            await followed.follower.wait()
+        await self._reap_relay(followed, container_id)
 
-    async def _reap_redactor(self, container_id: str) -> None:
+    async def _reap_relay(self, followed: _FollowedContainer, container_id: str) -> None:
         """Wait for the relay of a follower that ended (it ends at the follower's end of file)."""
-        relay = self._redactors.pop(container_id, None)
+        relay, followed.relay = followed.relay, None
         if relay is not None:
             try:
                 await asyncio.to_thread(relay.wait, REDACTOR_EXIT_SECONDS)
@@ -390,6 +399,6 @@ class DockerRuntime:
                 logger.warning("the log redactor of container %s is still running", container_id[:12])
 
     async def close(self) -> None:
-        for container_id in list(self._followers):
+        for container_id in list(self._followed):
             await self._end_follower(container_id)
         self._exited.clear()
