@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,14 @@ STATUS_TIMEOUT_SECONDS = 2.0
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
+@dataclass
+class _HeldGang:
+    """A gang this runtime started or resumed: its actors (one per rank) and its log copier."""
+
+    actors: list[Any]
+    copier: RankLogCopier
+
+
 class RayRuntime:
     """See the module docstring. The process must be connected (``ray_connection.connect``)."""
 
@@ -119,10 +127,9 @@ class RayRuntime:
         self._model_task = ray.remote(model_directory_missing)
         self._pull_task = ray.remote(pull_image_on_this_node)
         self._placement_timeout = placement_timeout_seconds
-        self._copiers: dict[str, RankLogCopier] = {}
         self._exited = exit_memo if exit_memo is not None else ExitMemo()
-        # The actors of the gangs this runtime started or resumed (handle id -> one per rank).
-        self._gangs: dict[str, list[Any]] = {}
+        # The gangs this runtime started or resumed, by handle id.
+        self._held: dict[str, _HeldGang] = {}
         self._local_engine_ports = local_engine_ports
         # Ports handed to starts, by node id; one allocation at a time per node.
         self._ports = PortBook()
@@ -307,8 +314,7 @@ class RayRuntime:
         copier.start()
         handle = name.handle()
         self._ports.claim(rank0_node, spec.address.port, handle.id)
-        self._copiers[handle.id] = copier
-        self._gangs[handle.id] = actors
+        self._held[handle.id] = _HeldGang(actors, copier)
         self._exited.forget(handle.id)
         logger.info("started engine %s on %d Ray node(s)", handle.label, len(ranks))
         return StartedEngine(handle=handle, command=ranks[0][1])
@@ -438,9 +444,9 @@ class RayRuntime:
             return None
 
     async def _actors(self, name: GangName, *, cached: bool = True) -> list[Any | None]:
-        known = self._gangs.get(name.handle().id) if cached else None
-        if known is not None:
-            return list(known)
+        held = self._held.get(name.handle().id) if cached else None
+        if held is not None:
+            return list(held.actors)
         return await asyncio.to_thread(lambda: [self._actor(name, rank) for rank in range(name.ranks)])
 
     def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
@@ -532,8 +538,7 @@ class RayRuntime:
             offsets.append(answer if isinstance(answer, int) else 0)
         copier = RankLogCopier(actors, log_path, offsets)
         copier.start()
-        self._copiers[handle.id] = copier
-        self._gangs[handle.id] = actors
+        self._held[handle.id] = _HeldGang(actors, copier)
         logger.info("re-adopted engine %s", handle.label)
 
     # -- stop -------------------------------------------------------------------------------
@@ -548,12 +553,11 @@ class RayRuntime:
         )
         if self._exited.get(handle.id) is None:
             self._exited.remember(handle.id, gang_end(results, name.ranks))
-        copier = self._copiers.pop(handle.id, None)
-        if copier is not None:
-            await copier.close(drain=True)
+        held = self._held.pop(handle.id, None)
+        if held is not None:
+            await held.copier.close(drain=True)
         await self._call_all([actor.forget_log.remote() for actor in actors])
         await self._remove_gang(name)
-        self._gangs.pop(handle.id, None)
         self._ports.release(handle.id)
 
     async def _remove_gang(self, name: GangName) -> None:
@@ -583,8 +587,7 @@ class RayRuntime:
         )
 
     async def close(self) -> None:
-        for copier in list(self._copiers.values()):
-            await copier.close(drain=True)
-        self._copiers.clear()
+        for held in list(self._held.values()):
+            await held.copier.close(drain=True)
+        self._held.clear()
         self._exited.clear()
-        self._gangs.clear()
