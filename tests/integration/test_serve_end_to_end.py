@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from modelyard.doctor.verify import WEATHER_TOOL
-from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_OWNER
+from modelyard.runtimes.engine_environment import ENV_DEPLOYMENT, ENV_OWNER
 from modelyard.testing.serve_process import ServeProcess, wait_until
 
 pytestmark = pytest.mark.slow

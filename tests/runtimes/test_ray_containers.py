@@ -64,7 +64,7 @@ async def test_a_container_whose_supervisor_dies_is_removed_from_its_node(
         status = await runtime.exit_status(started.handle)
         assert status is not None and "its supervisor is gone" in status.describe()
     finally:
-        await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+        await runtime.stop(started.handle, grace_seconds=5)
         await runtime.close()
         leftovers = _containers(owner)
         if leftovers:
@@ -107,5 +107,5 @@ async def test_a_restarted_server_s_docker_runtime_leaves_a_supervisors_containe
         assert [found.identity for found in await runtime.find_engines(owner)] == [spec.identity]
         assert await DockerRuntime(docker_options()).find_engines(owner) == []
     finally:
-        await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+        await runtime.stop(started.handle, grace_seconds=5)
         await runtime.close()

@@ -16,7 +16,7 @@ import pytest
 
 from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.base import EngineHandle, ExitStatus, Runtime
-from modelyard.runtimes.process import ENV_OWNER
+from modelyard.runtimes.engine_environment import ENV_OWNER
 from modelyard.runtimes.ray_runtime import RayRuntime
 from modelyard.testing.runtime_double import InMemoryRuntimeDouble
 
@@ -41,7 +41,9 @@ async def kill_engine(kind: str, runtime: Runtime, handle: EngineHandle) -> None
         assert isinstance(runtime, InMemoryRuntimeDouble)
         await runtime.host.kill(handle)
     elif kind == "process":
-        os.killpg(int(handle.id.split(":")[0]), signal.SIGKILL)
+        launcher = runtime.host_process(handle)
+        assert launcher is not None
+        os.killpg(launcher[0], signal.SIGKILL)
     elif kind == "ray":
         assert isinstance(runtime, RayRuntime)
         pid = (await runtime.engine_pids(handle))[0]
@@ -100,7 +102,25 @@ async def test_started_engine_answers_where_the_runtime_says(runtime_under_test:
         assert [model["id"] for model in models["data"]] == ["chat"]
         assert await runtime.exit_status(started.handle) is None
     finally:
-        await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+        await runtime.stop(started.handle, grace_seconds=10)
+        await runtime.close()
+
+
+async def test_only_an_engine_of_this_host_names_a_host_process(runtime_under_test: RuntimeUnderTest) -> None:
+    runtime = runtime_under_test.make()
+    spec = await runtime_under_test.spec(runtime=runtime)
+    started = await runtime.start(spec)
+    try:
+        launcher = runtime.host_process(started.handle)
+        if runtime_under_test.kind == "process":
+            assert launcher is not None
+            pid, start_time = launcher
+            assert psutil.Process(pid).environ().get(ENV_OWNER) == runtime_under_test.owner
+            assert abs(psutil.Process(pid).create_time() - start_time) < 1.0
+        else:  # a container, a Ray rank on its node, a thread of the double
+            assert launcher is None
+    finally:
+        await runtime.stop(started.handle, grace_seconds=10)
         await runtime.close()
 
 
@@ -115,7 +135,7 @@ async def test_the_log_holds_the_engine_output_with_the_command_and_every_secret
     try:
         await wait_until_healthy(spec.address)
     finally:
-        await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+        await runtime.stop(started.handle, grace_seconds=10)
         await runtime.close()
     text = spec.log_path.read_text()
     first_line = text.splitlines()[0]
@@ -145,7 +165,7 @@ async def test_a_restarted_server_finds_its_engine_by_identity_and_only_its_own(
         assert await successor.exit_status(found.handle) is None
         await wait_until_healthy(spec.address)
     finally:
-        await successor.stop(started.handle, signal_target="group", grace_seconds=10)
+        await successor.stop(started.handle, grace_seconds=10)
         await successor.close()
 
 
@@ -154,7 +174,7 @@ async def test_stop_leaves_nothing_behind(runtime_under_test: RuntimeUnderTest) 
     spec = await runtime_under_test.spec(runtime=runtime)
     started = await runtime.start(spec)
     await wait_until_healthy(spec.address)
-    await runtime.stop(started.handle, signal_target="group", grace_seconds=10)
+    await runtime.stop(started.handle, grace_seconds=10)
     assert engine_left(runtime_under_test) == []
     assert await runtime.exit_status(started.handle) is not None
     assert await runtime.find_engines(runtime_under_test.owner) == []
@@ -168,7 +188,7 @@ async def test_an_engine_that_fails_at_start_reports_its_exit_code(
     spec = await runtime_under_test.spec("--fail-start", "CUDA out of memory", runtime=runtime)
     started = await runtime.start(spec)
     status = await wait_for_exit(runtime, started.handle)
-    await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+    await runtime.stop(started.handle, grace_seconds=5)
     await runtime.close()
     assert status.exit_code == 1 and status.signal_number is None
     assert "CUDA out of memory" in spec.log_path.read_text()
@@ -181,7 +201,7 @@ async def test_an_engine_killed_from_outside_reports_the_signal(runtime_under_te
     await wait_until_healthy(spec.address)
     await kill_engine(runtime_under_test.kind, runtime, started.handle)
     status = await wait_for_exit(runtime, started.handle)
-    await runtime.stop(started.handle, signal_target="group", grace_seconds=5)
+    await runtime.stop(started.handle, grace_seconds=5)
     await runtime.close()
     assert status.signal_number == signal.SIGKILL, status.describe()
     assert "killed by SIGKILL" in status.describe()

@@ -21,7 +21,7 @@ from modelyard.control.bring_up import bring_up
 from modelyard.control.context import ControlContext, LiveEngine
 from modelyard.control.engine_key import authorization_headers, engine_api_key
 from modelyard.control.instance_store import DeploymentView, InstanceView
-from modelyard.control.launch import instance_label, process_identity
+from modelyard.control.launch import instance_label
 from modelyard.control.placement import placement_from_json
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
@@ -123,7 +123,7 @@ async def _adopt_one(
         instance_label(deployment, instance),
         placement_from_json(instance.placement, instance.host, instance.gpu_ids),
     )
-    pid, start_time = process_identity(handle.runtime, handle.id)
+    pid, start_time = runtime.host_process(handle) or (None, None)
     recorded = {"handle": handle.to_json(), "pid": pid, "process_start_time": start_time}
     if not _wanted(deployment, instance):
         await context.transition(instance.id, instance.state, instance.reason, **recorded)
@@ -197,9 +197,7 @@ async def stop_orphans(context: ControlContext, orphans: list[tuple[Runtime, Fou
             identity.start_number,
         )
         try:
-            await runtime.stop(
-                engine.handle, signal_target="group", grace_seconds=context.options.orphan_grace_seconds
-            )
+            await runtime.stop(engine.handle, grace_seconds=context.options.orphan_grace_seconds)
         except Exception:
             logger.exception("could not stop orphaned engine %s", engine.handle.label)
 

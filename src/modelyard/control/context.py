@@ -223,7 +223,7 @@ class ControlContext:
     def served_name(self, deployment: DeploymentView) -> str:
         version = self.version_or_none(deployment)
         if version is not None and version.served_model_name == "model_path":
-            return self.runtimes.for_version(version).engine_model_path(deployment.model_path)
+            return self.runtimes.engine_view(version).engine_model_path(deployment.model_path)
         return deployment.name
 
     async def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> None:

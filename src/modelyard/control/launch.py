@@ -90,10 +90,8 @@ async def _decide(
 
 
 def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:
-    """On a cluster, every engine runs through Ray on the chosen worker (a container through
-    that worker's Docker engine); on a single host, a process or a container here."""
-    if context.runtimes.ray is not None:
-        return context.runtimes.ray
+    """The runtime that runs ``version``: the one rule, ``RuntimeSet.for_version`` (on a cluster
+    Ray, on the chosen worker; on a single host a process or a container here)."""
     return context.runtimes.for_version(version)
 
 
@@ -126,7 +124,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         return
     runtime = _runtime_for(context, version)
     # What the engine sees of the model (a container: /models/<folder>, read-only), on any host.
-    seen = context.runtimes.for_version(version)
+    seen = context.runtimes.engine_view(version)
     ranks = decision.placement.ranks
     on_cluster = runtime.kind == "ray"
     rank0_node = ranks[0].worker_id if on_cluster else None
@@ -206,6 +204,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         secrets=secrets,
         node_id=rank0_node,
         worker_ranks=worker_ranks,
+        stop_signal_target=version.stop_signal_target,
     )
     where = _where(decision, on_cluster)
     if sizing is not None:
@@ -262,7 +261,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         api_key=engine_api_key(parameters, env),
     )
     context.engines[instance.id] = engine
-    pid, start_time = process_identity(started.handle.runtime, started.handle.id)
+    pid, start_time = runtime.host_process(started.handle) or (None, None)
     await context.transition(
         instance.id,
         InstanceState.STARTING,
@@ -364,14 +363,3 @@ def masked_command(argv: list[str], secrets: frozenset[str]) -> list[str]:
             argument = argument.replace(secret, MASK)
         shown.append(argument)
     return shown
-
-
-def process_identity(runtime: str, handle_id: str) -> tuple[int | None, float | None]:
-    """(pid, start time) for a process engine, shown to people; (None, None) otherwise."""
-    if runtime != "process":
-        return None, None
-    pid_text, _, start_text = handle_id.partition(":")
-    try:
-        return int(pid_text), float(start_text or 0.0)
-    except ValueError:
-        return None, None

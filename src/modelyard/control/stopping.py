@@ -16,7 +16,7 @@ from modelyard.control.instance_store import InstanceView
 from modelyard.control.rotation import leave_rotation
 from modelyard.control.states import InstanceState
 from modelyard.control.verification import diagnose_engine_log
-from modelyard.runtimes.base import ExitStatus, SignalTarget
+from modelyard.runtimes.base import ExitStatus
 
 logger = logging.getLogger(__name__)
 
@@ -24,12 +24,10 @@ DEFAULT_GRACE_SECONDS = 30.0
 LEFTOVER_GRACE_SECONDS = 5.0
 
 
-def stop_policy(context: ControlContext, instance_id: int) -> tuple[SignalTarget, float]:
+def stop_grace_seconds(context: ControlContext, instance_id: int) -> float:
     deployment = context.deployment_of.get(instance_id)
     version = context.version_or_none(deployment) if deployment is not None else None
-    if version is None:
-        return "group", DEFAULT_GRACE_SECONDS
-    return version.stop_signal_target, version.stop_grace_seconds
+    return DEFAULT_GRACE_SECONDS if version is None else version.stop_grace_seconds
 
 
 async def stop_instance(
@@ -45,8 +43,7 @@ async def stop_instance(
         await context.transition(instance_id, final_state, reason, pid=None, handle=None)
         return
     await context.transition(instance_id, InstanceState.STOPPING, reason)
-    signal_target, grace = stop_policy(context, instance_id)
-    await engine.runtime.stop(engine.handle, signal_target=signal_target, grace_seconds=grace)
+    await engine.runtime.stop(engine.handle, grace_seconds=stop_grace_seconds(context, instance_id))
     context.engines.pop(instance_id, None)
     context.scheduler.release(instance_id)
     await context.transition(instance_id, final_state, reason, pid=None, handle=None)
@@ -86,7 +83,7 @@ async def on_engine_exit(
     context.tasks.cancel(instance.id, "bring-up")
     context.tasks.cancel(instance.id, "verify")
     # The launcher is gone; make sure nothing of it lingers (it could hold the GPU).
-    await engine.runtime.stop(engine.handle, signal_target="group", grace_seconds=LEFTOVER_GRACE_SECONDS)
+    await engine.runtime.stop(engine.handle, grace_seconds=LEFTOVER_GRACE_SECONDS)
     starting = instance.state == InstanceState.STARTING
     phase = "while starting" if starting else "while running"
     deployment = context.deployment_of.get(instance.id)

@@ -31,7 +31,12 @@ When each method is called (the controller is the only caller):
 - ``find_engines``: once when the server starts (re-adoption and the orphan sweep), and from time
   to time after that (orphans of a start that failed half-way).
 - ``resume``: once per engine re-adopted after a server restart (e.g. follow its logs again).
-- ``stop``: when an instance must go; returns when nothing of the engine is left, reaped.
+- ``host_process``: after a start and a re-adoption, for the pid people see (``ps``, the API);
+  the controller never reads a handle's id itself.
+- ``stop``: when an instance must go; returns when nothing of the engine is left, reaped. The
+  caller gives the grace period only: how to stop what the handle names is the runtime's (a
+  process group or its launcher, as the start's ``stop_signal_target`` said; a container's init;
+  a gang's supervisors).
 - ``close``: when the server stops; engines keep running (the next server re-adopts them).
 """
 
@@ -192,6 +197,11 @@ class LaunchSpec:
     node_id: str | None = None
     # The ranks above 0 of a multi-node replica (empty: a gang of one).
     worker_ranks: tuple[RankLaunch, ...] = ()
+    # Where a stop's SIGTERM goes when the engine runs as processes (the backend version's
+    # ``stop_signal_target``): the whole process group, or the launcher alone, which ends its
+    # children itself (SGLang). The runtime keeps it with the engine; a container's init passes
+    # SIGTERM on to its engine either way.
+    stop_signal_target: SignalTarget = "group"
 
     @property
     def rank_count(self) -> int:
@@ -280,9 +290,13 @@ class Runtime(Protocol):
     async def resume(self, handle: EngineHandle, log_path: Path) -> None:
         """Take back an engine found alive after a server restart (its logs go on to ``log_path``)."""
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
-        """SIGTERM (to the process group or the launcher), up to ``grace_seconds``, then SIGKILL;
-        returns when nothing of the engine is left."""
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        """The pid and start time (seconds since the epoch) of the engine's launcher when it is a
+        process of the server's host, for people; None for a container or a Ray rank."""
+
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
+        """Ask the engine to end (SIGTERM where its start said, ``docker stop``), wait up to
+        ``grace_seconds``, then kill what is left; returns when nothing of the engine is left."""
 
     async def close(self) -> None:
         """The server stops: release what the runtime holds (log followers), not the engines."""

@@ -45,15 +45,15 @@ from modelyard.runtimes.base import (
     MarkerNames,
     Mount,
     RuntimeKind,
-    SignalTarget,
     StartedEngine,
     refuse_gangs,
 )
 from modelyard.runtimes.docker_cli import DockerCli, DockerCliError
 from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
+from modelyard.runtimes.exit_memo import ExitMemo
+from modelyard.runtimes.host_addresses import THIS_HOST, reachable_host
 from modelyard.runtimes.image_pull import DockerDaemon
 from modelyard.runtimes.log_files import open_engine_log, shown_command
-from modelyard.runtimes.process import THIS_HOST, reachable_host
 from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
@@ -194,18 +194,34 @@ def container_environment(spec_env: Mapping[str, str], base: Mapping[str, str]) 
     return {**base, **{key: value for key, value in spec_env.items() if key != GPU_VARIABLE}}
 
 
+@dataclass
+class _FollowedContainer:
+    """What this runtime holds of one container whose output it copies: the per-start log, the
+    launch's secrets (masked there by a redactor between ``docker logs`` and the file), the
+    ``docker logs -f`` child and that redactor's relay process."""
+
+    log_path: Path
+    secrets: frozenset[str] = frozenset()
+    follower: asyncio.subprocess.Process | None = None
+    relay: subprocess.Popen[bytes] | None = None
+
+
 class DockerRuntime:
     """See the module docstring."""
 
-    def __init__(self, options: DockerOptions | None = None, *, cli: DockerCli | None = None) -> None:
+    def __init__(
+        self,
+        options: DockerOptions | None = None,
+        *,
+        cli: DockerCli | None = None,
+        exit_memo: ExitMemo | None = None,
+    ) -> None:
         self._options = options or DockerOptions()
         self._cli = cli or DockerCli(self._options.docker_executable)
-        self._followers: dict[str, asyncio.subprocess.Process] = {}
-        # A launch's secrets, masked in its log by a redactor between `docker logs` and the file.
-        self._secrets: dict[str, frozenset[str]] = {}
-        self._redactors: dict[str, subprocess.Popen[bytes]] = {}
-        self._log_paths: dict[str, Path] = {}
-        self._exited: dict[str, ExitStatus] = {}
+        # The containers whose output goes to a log file, by container id.
+        self._followed: dict[str, _FollowedContainer] = {}
+        # How ended containers exited (their record is removed with them), by container id.
+        self._exited = exit_memo if exit_memo is not None else ExitMemo()
         self._ports = PortBook()
 
     @property
@@ -265,8 +281,7 @@ class DockerRuntime:
             raise EngineStartFailed("docker run printed no container id")
         handle = _handle(container_id, container_name(spec.identity))
         self._ports.claim(THIS_HOST, spec.address.reach_port, handle.id)
-        if spec.secrets:
-            self._secrets[handle.id] = spec.secrets
+        self._followed[handle.id] = _FollowedContainer(spec.log_path, spec.secrets)
         await self._follow_logs(handle, spec.log_path, since=None)
         logger.info("started engine %s (%s)", handle.label, spec.image)
         return StartedEngine(handle=handle, command=argv)
@@ -281,28 +296,32 @@ class DockerRuntime:
             logger.warning("could not remove the container of a failed start: %s", error.message)
 
     async def _follow_logs(self, handle: EngineHandle, log_path: Path, since: float | None) -> None:
-        self._log_paths[handle.id] = log_path
+        followed = self._followed.setdefault(handle.id, _FollowedContainer(log_path))
+        followed.log_path = log_path
         log_file = open_engine_log(log_path)
         arguments = ["logs", "--follow"]
         if since is not None:
             arguments += ["--since", f"{since:.9f}"]
-        secrets = self._secrets.get(handle.id)
         redactor = None
         try:
-            redactor = start_redactor(log_file, secrets) if secrets else None
+            redactor = start_redactor(log_file, followed.secrets) if followed.secrets else None
             output = log_file if redactor is None else redactor.engine_output
-            self._followers[handle.id] = await self._cli.spawn([*arguments, handle.id], output=output)
+            followed.follower = await self._cli.spawn([*arguments, handle.id], output=output)
         finally:
             log_file.close()
             if redactor is not None:
                 redactor.release()  # the follower holds the pipe; the relay ends with it
-                await self._reap_redactor(handle.id)  # of an earlier follower of this container
-                self._redactors[handle.id] = redactor.relay
+                await self._reap_relay(followed, handle.id)  # of an earlier follower of this container
+                followed.relay = redactor.relay
+
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        return None  # the engine is dockerd's (containerd's) child, in its own pid namespace
 
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
-        if handle.id in self._exited:
-            return self._exited[handle.id]
-        follower = self._followers.get(handle.id)
+        if (known := self._exited.get(handle.id)) is not None:
+            return known
+        followed = self._followed.get(handle.id)
+        follower = followed.follower if followed is not None else None
         if follower is not None and follower.returncode is None:
             return None  # `docker logs -f` ends when the container does
         try:
@@ -310,16 +329,16 @@ class DockerRuntime:
         except DockerCliError as error:
             if error.no_such_container:
                 gone = ExitStatus(exit_code=None, signal_number=None, detail="the container is gone")
-                self._exited[handle.id] = gone
+                self._exited.remember(handle.id, gone)
                 return gone
             logger.warning("docker inspect %s failed: %s", handle.label, error.message)
             return None
         status = exit_status_from_state(state)
         if status is not None:
-            self._exited[handle.id] = status
-        elif follower is not None and handle.id in self._log_paths:
+            self._exited.remember(handle.id, status)
+        elif followed is not None and follower is not None:
             # The follower ended, the container did not (dockerd restarted): follow it again.
-            await self.resume(handle, self._log_paths[handle.id])
+            await self.resume(handle, followed.log_path)
         return status
 
     async def find_engines(self, owner: str) -> list[FoundEngine]:
@@ -345,7 +364,7 @@ class DockerRuntime:
         await self._follow_logs(handle, log_path, since=since)
         logger.info("re-adopted engine %s", handle.label)
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
         # `docker stop` signals the container's init, which passes SIGTERM on to the engine.
         try:
             await self._cli.run(["stop", "--time", str(max(0, round(grace_seconds))), handle.id])
@@ -362,17 +381,17 @@ class DockerRuntime:
         self._ports.release(handle.id)
 
     async def _end_follower(self, container_id: str) -> None:
-        self._log_paths.pop(container_id, None)
-        self._secrets.pop(container_id, None)
-        follower = self._followers.pop(container_id, None)
-        if follower is not None and follower.returncode is None:
-            follower.terminate()
-            await follower.wait()
-        await self._reap_redactor(container_id)
+        followed = self._followed.pop(container_id, None)
+        if followed is None:
+            return
+        if followed.follower is not None and followed.follower.returncode is None:
+            followed.follower.terminate()
+            await followed.follower.wait()
+        await self._reap_relay(followed, container_id)
 
-    async def _reap_redactor(self, container_id: str) -> None:
+    async def _reap_relay(self, followed: _FollowedContainer, container_id: str) -> None:
         """Wait for the relay of a follower that ended (it ends at the follower's end of file)."""
-        relay = self._redactors.pop(container_id, None)
+        relay, followed.relay = followed.relay, None
         if relay is not None:
             try:
                 await asyncio.to_thread(relay.wait, REDACTOR_EXIT_SECONDS)
@@ -380,6 +399,6 @@ class DockerRuntime:
                 logger.warning("the log redactor of container %s is still running", container_id[:12])
 
     async def close(self) -> None:
-        for container_id in list(self._followers):
+        for container_id in list(self._followed):
             await self._end_follower(container_id)
         self._exited.clear()

@@ -7,7 +7,10 @@ its environment (``MODELYARD_ENGINE_OWNER``, ``MODELYARD_LAUNCH_TOKEN``, ...), i
 its children, so a restarted server finds each engine it ever launched by reading
 ``/proc/<pid>/environ``, even one whose pid was never written down. Engines outlive a killed
 server on purpose; the next server re-adopts them. The handle's id is ``"<pid>:<start time>"``:
-the start time tells a re-used pid apart from the engine it once was.
+the start time tells a re-used pid apart from the engine it once was. Only this module reads it
+(``host_process`` gives the pid and start time to whoever shows them). A stop sends SIGTERM where
+the engine's ``MODELYARD_STOP_SIGNAL_TARGET`` says (``engine_environment.py``: its process group,
+or its launcher alone), waits up to the grace period, then SIGKILLs the group.
 """
 
 from __future__ import annotations
@@ -31,58 +34,31 @@ from modelyard.runtimes.base import (
     ExitStatus,
     FoundEngine,
     LaunchSpec,
-    MarkerNames,
     Mount,
     RuntimeKind,
     SignalTarget,
     StartedEngine,
     refuse_gangs,
 )
+from modelyard.runtimes.engine_environment import (
+    ENV_MARKERS,
+    ENV_OWNER,
+    ENV_RUNTIME,
+    engine_environment,
+    stop_signal_target_of,
+)
 from modelyard.runtimes.engine_ports import PortBook, PortRange, pick_port
+from modelyard.runtimes.exit_memo import ExitMemo
+from modelyard.runtimes.host_addresses import THIS_HOST, reachable_host
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.redacted_output import start_redactor
 
 logger = logging.getLogger(__name__)
 
-ENV_MARKERS = MarkerNames(
-    owner="MODELYARD_ENGINE_OWNER",
-    launch_token="MODELYARD_LAUNCH_TOKEN",
-    deployment="MODELYARD_DEPLOYMENT",
-    instance_uid="MODELYARD_INSTANCE_UID",
-    replica_index="MODELYARD_REPLICA_INDEX",
-    start_number="MODELYARD_START_NUMBER",
-)
-ENV_OWNER = ENV_MARKERS.owner
-ENV_LAUNCH_TOKEN = ENV_MARKERS.launch_token
-ENV_DEPLOYMENT = ENV_MARKERS.deployment
-# Set by runtimes other than this one that also run engines as processes of a host (the Ray
-# runtime's supervisors: "ray"): their engines carry the same markers, and are not this runtime's
-# to find, re-adopt or stop (on a one-node cluster they run on the server's own host).
-ENV_RUNTIME = "MODELYARD_ENGINE_RUNTIME"
-
 # Start times of the same process read twice differ by rounding only.
 _START_TIME_TOLERANCE_SECONDS = 1.0
 _POLL_INTERVAL_SECONDS = 0.05
 _KILL_WAIT_POLLS = 100
-
-
-# The key of this host's ports in a runtime's ``PortBook``.
-THIS_HOST = "this host"
-
-
-def free_port(host: str) -> int:
-    """A port nothing listens on now (the engine binds it a moment later)."""
-    return pick_port(host, None, where=THIS_HOST)
-
-
-def reachable_host(bind_host: str) -> str:
-    """Where to reach an engine that listens on ``bind_host`` (a wildcard means loopback here)."""
-    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(bind_host, bind_host)
-
-
-def identity_env(identity: EngineIdentity) -> dict[str, str]:
-    """The environment markers an engine carries."""
-    return ENV_MARKERS.write(identity)
 
 
 def _group_members(process_group_id: int) -> list[psutil.Process]:
@@ -135,15 +111,15 @@ def _launch_error(error: OSError | ValueError, program: str) -> EngineStartFaile
 class ProcessRuntime:
     """Starts engines with ``subprocess.Popen``; see the module docstring."""
 
-    def __init__(self, *, engine_ports: PortRange | None = None) -> None:
+    def __init__(self, *, engine_ports: PortRange | None = None, exit_memo: ExitMemo | None = None) -> None:
         # ``serve --engine-ports``: every engine port on this host from this range.
         self._engine_ports = engine_ports
         self._ports = PortBook()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # Each redacting relay by its engine's pid, waited for once the engine is gone.
         self._redactors: dict[int, subprocess.Popen[bytes]] = {}
-        # How reaped children ended, so that every caller sees the same status.
-        self._exited: dict[int, ExitStatus] = {}
+        # How reaped children ended (by handle id), so that every caller sees the same status.
+        self._exited = exit_memo if exit_memo is not None else ExitMemo()
 
     @property
     def kind(self) -> RuntimeKind:
@@ -168,7 +144,11 @@ class ProcessRuntime:
 
     def _start(self, spec: LaunchSpec) -> StartedEngine:
         argv = [*spec.program, *spec.arguments]
-        environment = {**os.environ, **spec.env, **identity_env(spec.identity)}
+        environment = {
+            **os.environ,
+            **spec.env,
+            **engine_environment(spec.identity, spec.stop_signal_target),
+        }
         with open_engine_log(spec.log_path) as log_file:
             try:
                 spec.working_directory.mkdir(parents=True, exist_ok=True)
@@ -203,35 +183,39 @@ class ProcessRuntime:
                 redactor.release()  # the engine holds the pipe now; its end of file ends the relay
                 self._redactors[child.pid] = redactor.relay
         self._children[child.pid] = child
-        self._exited.pop(child.pid, None)
         try:
             start_time = psutil.Process(child.pid).create_time()
         except psutil.NoSuchProcess:
             start_time = 0.0
         logger.info("started engine pid %s: %s", child.pid, argv[0])
         handle = process_handle(child.pid, start_time)
+        self._exited.forget(handle.id)
         self._ports.claim(THIS_HOST, spec.address.port, handle.id)
         return StartedEngine(handle=handle, command=argv)
 
-    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
-        return self._exit_status(*_parse_handle(handle))
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        """The engine's launcher: its pid and start time (the handle's id says both)."""
+        try:
+            return _parse_handle(handle)
+        except ValueError:
+            return None
 
-    def _exit_status(self, pid: int, start_time: float) -> ExitStatus | None:
+    async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
+        return self._exit_status(handle)
+
+    def _exit_status(self, handle: EngineHandle) -> ExitStatus | None:
         self._sweep_redactors()
-        if pid in self._exited:
-            return self._exited[pid]
+        pid, start_time = _parse_handle(handle)
+        if (known := self._exited.get(handle.id)) is not None:
+            return known
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
             if code is None:
                 return None
             del self._children[pid]
-            status = (
-                ExitStatus(exit_code=None, signal_number=-code)
-                if code < 0
-                else ExitStatus(exit_code=code, signal_number=None)
-            )
-            self._exited[pid] = status
+            status = _status_of_code(code)
+            self._exited.remember(handle.id, status)
             return status
         if _is_same_process_alive(pid, start_time):
             return None
@@ -272,11 +256,11 @@ class ProcessRuntime:
     async def resume(self, handle: EngineHandle, log_path: Path) -> None:
         logger.info("re-adopted engine %s", handle.label)
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
-        pid, start_time = _parse_handle(handle)
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
+        pid, _ = _parse_handle(handle)
         group = pid
         try:
-            if signal_target == "launcher" and self._exit_status(pid, start_time) is None:
+            if self._stop_signal_target(handle) == "launcher":
                 os.kill(pid, signal.SIGTERM)
             else:
                 os.killpg(group, signal.SIGTERM)
@@ -285,7 +269,7 @@ class ProcessRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_seconds
         while loop.time() < deadline:
-            self._exit_status(pid, start_time)  # reaps our child as soon as it exits
+            self._exit_status(handle)  # reaps our child as soon as it exits
             if not _group_members(group):
                 break
             await asyncio.sleep(_POLL_INTERVAL_SECONDS)
@@ -300,30 +284,39 @@ class ProcessRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
             for _ in range(_KILL_WAIT_POLLS):
-                self._exit_status(pid, start_time)
+                self._exit_status(handle)
                 if not _group_members(group):
                     break
                 await asyncio.sleep(_POLL_INTERVAL_SECONDS)
-        await asyncio.to_thread(self._reap, pid)
+        code = await asyncio.to_thread(self._reap, pid)
+        if code is not None:
+            self._exited.remember(handle.id, _status_of_code(code))
         self._ports.release(handle.id)
 
-    def _reap(self, pid: int) -> None:
-        """Wait for our launcher child, so that no zombie is left (its group is gone by now)."""
+    def _stop_signal_target(self, handle: EngineHandle) -> SignalTarget:
+        """Where this engine's SIGTERM goes, as it carries it in its environment; its group
+        once the launcher is gone (nothing else could pass the signal on)."""
+        if self._exit_status(handle) is not None:
+            return "group"
+        try:
+            return stop_signal_target_of(psutil.Process(_parse_handle(handle)[0]).environ())
+        except (psutil.Error, OSError):
+            return "group"
+
+    def _reap(self, pid: int) -> int | None:
+        """Wait for our launcher child, so that no zombie is left (its group is gone by now);
+        its return code, or None when it was not (or no longer) our child."""
         child = self._children.get(pid)
         if child is None:
-            return
+            return None
         try:
             code = child.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             logger.warning("engine pid %s did not exit after its group was killed", pid)
-            return
+            return None
         self._children.pop(pid, None)
         self._reap_redactor(pid, timeout=5.0)
-        self._exited[pid] = (
-            ExitStatus(exit_code=None, signal_number=-code)
-            if code < 0
-            else ExitStatus(exit_code=code, signal_number=None)
-        )
+        return code
 
     def _reap_redactor(self, pid: int, timeout: float) -> None:
         """Wait for the relay of an engine that was stopped (it ends at the engine's end of file)."""
@@ -344,6 +337,13 @@ class ProcessRuntime:
 
     async def close(self) -> None:
         return None
+
+
+def _status_of_code(code: int) -> ExitStatus:
+    """A ``Popen.returncode`` as an ``ExitStatus`` (negative: the signal that killed it)."""
+    if code < 0:
+        return ExitStatus(exit_code=None, signal_number=-code)
+    return ExitStatus(exit_code=code, signal_number=None)
 
 
 def _is_same_process_alive(pid: int, start_time: float) -> bool:

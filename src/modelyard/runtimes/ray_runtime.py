@@ -18,7 +18,8 @@ GPU.
   cluster); the controller then stops the whole gang and starts it again.
 - ``find_engines``: the named actors of this owner (the names say owner, launch token, rank);
   the identity comes from the actors themselves.
-- ``stop``: every rank at once (SIGTERM, grace, SIGKILL), then the actors and the placement group.
+- ``stop``: every rank at once (SIGTERM where the start's ``stop_signal_target`` said, which each
+  supervisor keeps, grace, SIGKILL), then the actors and the placement group.
 - An image backend (``spec.image``): the supervisor runs the container through its node's Docker
   engine (``ray_container.py``) with the Docker runtime's ``docker run`` argv
   (``docker.docker_run_arguments``, host networking, plus ``--rm`` and the label
@@ -35,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,6 @@ from modelyard.runtimes.base import (
     LaunchSpec,
     Mount,
     RuntimeKind,
-    SignalTarget,
     StartedEngine,
 )
 from modelyard.runtimes.docker import (
@@ -66,6 +66,7 @@ from modelyard.runtimes.engine_ports import (
     PortRange,
     parse_port_range,
 )
+from modelyard.runtimes.exit_memo import ExitMemo
 from modelyard.runtimes.image_pull import PullResult, RegistryAuth, ReportedProgress
 from modelyard.runtimes.log_files import open_engine_log, shown_command
 from modelyard.runtimes.ray_connection import NAMESPACE, local_node_id, require_ray
@@ -74,7 +75,9 @@ from modelyard.runtimes.ray_logs import RankLogCopier
 from modelyard.runtimes.ray_names import WORKER_LABEL, GangName, parse_actor_name
 from modelyard.runtimes.ray_supervisor import (
     EngineSupervisor,
+    exit_status_of,
     free_port_on_this_node,
+    gang_end,
     model_directory_missing,
 )
 
@@ -92,11 +95,12 @@ STATUS_TIMEOUT_SECONDS = 2.0
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
-def _status_of(raw: tuple[int | None, int | None] | list[int | None] | None) -> ExitStatus | None:
-    if raw is None:
-        return None
-    code, signal_number = raw
-    return ExitStatus(exit_code=code, signal_number=signal_number)
+@dataclass
+class _HeldGang:
+    """A gang this runtime started or resumed: its actors (one per rank) and its log copier."""
+
+    actors: list[Any]
+    copier: RankLogCopier
 
 
 class RayRuntime:
@@ -108,6 +112,7 @@ class RayRuntime:
         placement_timeout_seconds: float = PLACEMENT_TIMEOUT_SECONDS,
         local_engine_ports: PortRange | None = None,
         docker_options: DockerOptions | None = None,
+        exit_memo: ExitMemo | None = None,
     ) -> None:
         """``local_engine_ports``: the range of the server's own node when its node has no
         ``modelyard.io/engine-ports`` label (a head started elsewhere, ``--ray-address``).
@@ -122,10 +127,9 @@ class RayRuntime:
         self._model_task = ray.remote(model_directory_missing)
         self._pull_task = ray.remote(pull_image_on_this_node)
         self._placement_timeout = placement_timeout_seconds
-        self._copiers: dict[str, RankLogCopier] = {}
-        self._exited: dict[str, ExitStatus] = {}
-        # The actors of the gangs this runtime started or resumed (handle id -> one per rank).
-        self._gangs: dict[str, list[Any]] = {}
+        self._exited = exit_memo if exit_memo is not None else ExitMemo()
+        # The gangs this runtime started or resumed, by handle id.
+        self._held: dict[str, _HeldGang] = {}
         self._local_engine_ports = local_engine_ports
         # Ports handed to starts, by node id; one allocation at a time per node.
         self._ports = PortBook()
@@ -310,9 +314,8 @@ class RayRuntime:
         copier.start()
         handle = name.handle()
         self._ports.claim(rank0_node, spec.address.port, handle.id)
-        self._copiers[handle.id] = copier
-        self._gangs[handle.id] = actors
-        self._exited.pop(handle.id, None)
+        self._held[handle.id] = _HeldGang(actors, copier)
+        self._exited.forget(handle.id)
         logger.info("started engine %s on %d Ray node(s)", handle.label, len(ranks))
         return StartedEngine(handle=handle, command=ranks[0][1])
 
@@ -384,7 +387,7 @@ class RayRuntime:
             return actors
         started = await self._call_all(
             [
-                actor.start.remote(argv, env, str(spec.working_directory))
+                actor.start.remote(argv, env, str(spec.working_directory), spec.stop_signal_target)
                 for actor, (_, argv, env) in zip(actors, ranks, strict=True)
             ]
         )
@@ -441,14 +444,17 @@ class RayRuntime:
             return None
 
     async def _actors(self, name: GangName, *, cached: bool = True) -> list[Any | None]:
-        known = self._gangs.get(name.handle().id) if cached else None
-        if known is not None:
-            return list(known)
+        held = self._held.get(name.handle().id) if cached else None
+        if held is not None:
+            return list(held.actors)
         return await asyncio.to_thread(lambda: [self._actor(name, rank) for rank in range(name.ranks)])
 
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        return None  # a process of its node (``engine_pids``), not of the server's host
+
     async def exit_status(self, handle: EngineHandle) -> ExitStatus | None:
-        if handle.id in self._exited:
-            return self._exited[handle.id]
+        if (known := self._exited.get(handle.id)) is not None:
+            return known
         name = GangName.from_handle(handle)
         actors = await self._actors(name)
         answers = await self._call_all(
@@ -468,11 +474,11 @@ class RayRuntime:
                 logger.warning("rank %s of %s did not answer: %s", rank, handle.label, answer)
                 continue
             else:
-                status = _status_of(answer)
+                status = exit_status_of(answer)
                 if status is not None and name.ranks > 1:
                     status = ExitStatus(status.exit_code, status.signal_number, f"rank {rank}")
             if status is not None:
-                self._exited[handle.id] = status
+                self._exited.remember(handle.id, status)
                 return status
         return None
 
@@ -532,34 +538,26 @@ class RayRuntime:
             offsets.append(answer if isinstance(answer, int) else 0)
         copier = RankLogCopier(actors, log_path, offsets)
         copier.start()
-        self._copiers[handle.id] = copier
-        self._gangs[handle.id] = actors
+        self._held[handle.id] = _HeldGang(actors, copier)
         logger.info("re-adopted engine %s", handle.label)
 
     # -- stop -------------------------------------------------------------------------------
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
         name = GangName.from_handle(handle)
         actors = [actor for actor in await self._actors(name) if actor is not None]
-        stops = [actor.stop.remote(signal_target, grace_seconds) for actor in actors]
+        stops = [actor.stop.remote(grace_seconds) for actor in actors]
         results = await asyncio.gather(
             *(asyncio.wait_for(stop, grace_seconds + ACTOR_CALL_TIMEOUT_SECONDS) for stop in stops),
             return_exceptions=True,
         )
-        if handle.id not in self._exited:
-            for rank, result in enumerate(results):
-                if isinstance(result, (tuple, list)) and (status := _status_of(result)) is not None:
-                    detail = f"rank {rank}" if name.ranks > 1 else ""
-                    self._exited[handle.id] = ExitStatus(status.exit_code, status.signal_number, detail)
-                    break
-            else:
-                self._exited[handle.id] = ExitStatus(exit_code=None, signal_number=None, detail="stopped")
-        copier = self._copiers.pop(handle.id, None)
-        if copier is not None:
-            await copier.close(drain=True)
+        if self._exited.get(handle.id) is None:
+            self._exited.remember(handle.id, gang_end(results, name.ranks))
+        held = self._held.pop(handle.id, None)
+        if held is not None:
+            await held.copier.close(drain=True)
         await self._call_all([actor.forget_log.remote() for actor in actors])
         await self._remove_gang(name)
-        self._gangs.pop(handle.id, None)
         self._ports.release(handle.id)
 
     async def _remove_gang(self, name: GangName) -> None:
@@ -589,8 +587,7 @@ class RayRuntime:
         )
 
     async def close(self) -> None:
-        for copier in list(self._copiers.values()):
-            await copier.close(drain=True)
-        self._copiers.clear()
+        for held in list(self._held.values()):
+            await held.copier.close(drain=True)
+        self._held.clear()
         self._exited.clear()
-        self._gangs.clear()

@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from modelyard.runtimes.base import EngineIdentity
+from modelyard.runtimes.base import EngineIdentity, ExitStatus, SignalTarget
+from modelyard.runtimes.engine_environment import ENV_RUNTIME, engine_environment
 from modelyard.runtimes.engine_ports import NoFreeEnginePort, PortRange, pick_port
-from modelyard.runtimes.process import ENV_OWNER, ENV_RUNTIME, identity_env
 from modelyard.runtimes.ray_container import NodeContainer
 
 ENV_RANK = "MODELYARD_RANK"
@@ -84,6 +84,22 @@ def free_port_on_this_node(host: str, ports: tuple[int, int] | None, held: list[
         return None
 
 
+def exit_status_of(answer: tuple[int | None, int | None] | list[int | None] | None) -> ExitStatus | None:
+    """A supervisor's ``status``/``stop`` answer (exit code, signal) as an ``ExitStatus``."""
+    if answer is None:
+        return None
+    code, signal_number = answer
+    return ExitStatus(exit_code=code, signal_number=signal_number)
+
+
+def gang_end(answers: list[Any], ranks: int) -> ExitStatus:
+    """How a stopped gang ended: the first rank's status its supervisor's ``stop`` gave back."""
+    for rank, answer in enumerate(answers):
+        if isinstance(answer, (tuple, list)) and (status := exit_status_of(answer)) is not None:
+            return ExitStatus(status.exit_code, status.signal_number, f"rank {rank}" if ranks > 1 else "")
+    return ExitStatus(exit_code=None, signal_number=None, detail="stopped")
+
+
 class EngineSupervisor:
     """One rank: ``start`` it, ask its ``status``, copy its log with ``read_log``, ``stop`` it."""
 
@@ -97,14 +113,20 @@ class EngineSupervisor:
         self._copied_bytes = 0
         self._start_error: str | None = None
         self._container: NodeContainer | None = None
+        # Where a stop's SIGTERM goes (the start says; the supervisor outlives the server).
+        self._stop_signal_target: SignalTarget = "group"
 
-    async def start(self, argv: list[str], env: dict[str, str], working_directory: str) -> dict[str, Any]:
-        """Launch the engine; returns its pid and this node's address, or the launch error."""
+    async def start(
+        self, argv: list[str], env: dict[str, str], working_directory: str, stop_signal_target: SignalTarget
+    ) -> dict[str, Any]:
+        """Launch the engine; returns its pid and this node's address, or the launch error.
+        ``stop_signal_target``: where ``stop``'s SIGTERM goes (its process group, or the launcher)."""
         identity = EngineIdentity(**self._identity)
+        self._stop_signal_target = stop_signal_target
         environment = {
             **os.environ,
             **env,
-            **identity_env(identity),
+            **engine_environment(identity, stop_signal_target),
             ENV_RANK: str(self._rank),
             # Not the process runtime's (it scans this host's processes for the same markers).
             ENV_RUNTIME: "ray",
@@ -179,8 +201,9 @@ class EngineSupervisor:
         except FileNotFoundError:
             return b""
 
-    async def stop(self, signal_target: str, grace_seconds: float) -> tuple[int | None, int | None] | None:
-        """SIGTERM (the launcher or its process group), up to ``grace_seconds``, then SIGKILL."""
+    async def stop(self, grace_seconds: float) -> tuple[int | None, int | None] | None:
+        """SIGTERM (the launcher or its process group, as the start said), up to
+        ``grace_seconds``, then SIGKILL of the group."""
         if self._container is not None:
             self._status = await self._container.stop(grace_seconds)
             return self._status
@@ -189,7 +212,7 @@ class EngineSupervisor:
             return await self.status()
         group = child.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if signal_target == "launcher" and child.poll() is None:
+            if self._stop_signal_target == "launcher" and child.poll() is None:
                 os.kill(child.pid, signal.SIGTERM)
             else:
                 os.killpg(group, signal.SIGTERM)
@@ -224,7 +247,6 @@ def _group_alive(group: int) -> bool:
 
 
 __all__ = [
-    "ENV_OWNER",
     "ENV_RANK",
     "EngineSupervisor",
     "free_port_on_this_node",

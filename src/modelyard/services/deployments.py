@@ -239,7 +239,7 @@ def check_deployment(
     env = parse_env(request.env)
     check_chosen(env, request.secret_env)
     gpus_per_replica, gpu_ids = _gpu_request(request, inventory, version)
-    runtime = (runtimes or RuntimeSet()).for_version(version)
+    runtime = (runtimes or RuntimeSet()).engine_view(version)
     check_launch(
         version,
         backend_parameters=parameters,

@@ -53,7 +53,6 @@ from modelyard.runtimes.base import (
     LaunchSpec,
     Mount,
     RuntimeKind,
-    SignalTarget,
     StartedEngine,
     refuse_gangs,
 )
@@ -392,7 +391,10 @@ class InMemoryRuntimeDouble:
     async def resume(self, handle: EngineHandle, log_path: Path) -> None:
         logger.info("re-adopted %s", handle.label)
 
-    async def stop(self, handle: EngineHandle, *, signal_target: SignalTarget, grace_seconds: float) -> None:
+    def host_process(self, handle: EngineHandle) -> tuple[int, float] | None:
+        return None  # a thread of this process, not a process of its own
+
+    async def stop(self, handle: EngineHandle, *, grace_seconds: float) -> None:
         engine = self.host.find(handle.id)
         if engine is None or engine._ended.is_set():
             return

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from modelyard.runtimes.engine_environment import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 from modelyard.runtimes.engine_ports import PortRange
-from modelyard.runtimes.process import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 from modelyard.testing.ports import reserved_port, reserved_port_window
 
 START_SECONDS = 120.0
