@@ -18,10 +18,11 @@ import logging
 from pathlib import Path
 
 from modelyard.control.bring_up import bring_up
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.engine_key import authorization_headers, engine_api_key
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.launch import instance_label, process_identity
+from modelyard.control.live import LiveEngine
 from modelyard.control.placement import placement_from_json
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
@@ -117,7 +118,7 @@ async def _adopt_one(
         on_cpu=not instance.gpu_ids and runtime.kind != "ray",
         api_key=_engine_key(context, deployment),
     )
-    context.engines[instance.id] = engine
+    context.live.of(instance.id).engine = engine
     context.scheduler.book(
         instance.id,
         instance_label(deployment, instance),
@@ -208,14 +209,15 @@ async def stop_orphans(context: ControlContext, orphans: list[tuple[Runtime, Fou
 
 async def sweep_orphans(context: ControlContext) -> None:
     """Engines of this owner that no instance holds and no start in flight will claim."""
-    held = {(engine.runtime.kind, engine.handle.id) for engine in context.engines.values()}
-    held_tokens = {engine.launch_token for engine in context.engines.values() if engine.launch_token}
+    engines = context.live.engines().values()
+    held = {(engine.runtime.kind, engine.handle.id) for engine in engines}
+    held_tokens = {engine.launch_token for engine in engines if engine.launch_token}
     orphans = [
         (runtime, engine)
         for runtime, engine in await _found_engines(context)
         if (runtime.kind, engine.handle.id) not in held
         and engine.identity.launch_token not in held_tokens
-        and engine.identity.launch_token not in context.launching
+        and engine.identity.launch_token not in context.live.launching_tokens()
     ]
     if orphans:
         await stop_orphans(context, orphans)

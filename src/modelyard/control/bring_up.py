@@ -27,9 +27,10 @@ from typing import Any, Literal
 import httpx
 
 from modelyard.backends.spec import BackendVersion
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.engine_key import authorization_headers
 from modelyard.control.instance_store import DeploymentView
+from modelyard.control.live import LiveEngine
 from modelyard.control.readiness import (
     HEALTH_POLL_INTERVAL_SECONDS,
     ReadinessTarget,
@@ -167,8 +168,8 @@ def _passed_count(results: list[dict[str, Any]]) -> int:
 
 
 def _enter_rotation(context: ControlContext, deployment: DeploymentView, instance_id: int) -> None:
-    context.failures.pop(instance_id, None)
-    context.verification_failures.pop(instance_id, None)
+    live = context.live.of(instance_id)
+    live.start_failures = live.verification_failures = 0
     publish_one(context, deployment, instance_id)
 
 
@@ -195,10 +196,11 @@ async def _judge(
     if summary is None:
         return results
     now = context.clock.now()
-    attempt = context.verification_failures.get(instance_id, 0) + 1
+    live = context.live.of(instance_id)
+    attempt = live.verification_failures + 1
     unpublish_one(context, deployment.name, instance_id)
     if worth_retrying(results):
-        context.verification_failures[instance_id] = attempt
+        live.verification_failures = attempt
         delay_seconds = _retry_delay_seconds(context, attempt)
         await context.transition(
             instance_id,
@@ -211,7 +213,7 @@ async def _judge(
             record_event=True,
         )
         return None
-    context.verification_failures.pop(instance_id, None)
+    live.verification_failures = 0
     again = " run again and" if occasion == "request" else ""
     await context.transition(
         instance_id,
@@ -236,7 +238,7 @@ async def reverify(
 ) -> None:
     """The verification suite again on a live engine, asked for by a user or scheduled after a
     busy engine failed it: back into rotation when it passes, out of it when it fails."""
-    attempt = context.verification_failures.get(instance_id, 0) + 1
+    attempt = context.live.of(instance_id).verification_failures + 1
     if not asked_by_user:
         await context.transition(
             instance_id,

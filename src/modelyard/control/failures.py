@@ -16,8 +16,9 @@ from modelyard.control.states import InstanceState
 
 async def fail_start(context: ControlContext, instance: InstanceView, reason: str, **fields: Any) -> None:
     """The start failed: ``error`` with the reason, and a restart after exponential back-off."""
-    failures = context.failures.get(instance.id, 0) + 1
-    context.failures[instance.id] = failures
+    live = context.live.of(instance.id)
+    live.start_failures += 1
+    failures = live.start_failures
     options = context.options
     delay = min(options.backoff_initial_seconds * 2 ** (failures - 1), options.backoff_max_seconds)
     await context.transition(

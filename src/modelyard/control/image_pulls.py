@@ -67,7 +67,7 @@ def image_ready(
     if not version.runs_in_container:
         return True
     start_number = instance.start_count + 1
-    if context.images_ready.get(instance.id) == (start_number, node_id):
+    if context.live.of(instance.id).image_ready_for == (start_number, node_id):
         return True
     if isinstance(runtime, RayRuntime) and node_id is not None:
         work = _prepare_on_worker(context, instance, version, runtime, start_number, node_id)
@@ -240,7 +240,7 @@ async def _pulled(
             image_pull={"state": "pulled", "policy": policy, **result.to_json(), **where},
         )
         logger.info("instance %s: %s", instance_id, said)
-    context.images_ready[instance_id] = (start_number, node_id)
+    context.live.of(instance_id).image_ready_for = (start_number, node_id)
     context.poke()
 
 

@@ -19,12 +19,13 @@ from modelyard.backends.multi_node import rank_arguments
 from modelyard.backends.render import GPU_VARIABLE, render_launch
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.bring_up import bring_up
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cores
 from modelyard.control.engine_key import engine_api_key
 from modelyard.control.failures import fail_start
 from modelyard.control.image_pulls import image_ready
 from modelyard.control.instance_store import DeploymentView, InstanceView
+from modelyard.control.live import LiveEngine
 from modelyard.control.memory_demand import KNOB_FLAGS
 from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
 from modelyard.control.start_observations import load_observations
@@ -53,7 +54,8 @@ async def _decide(
     """Place the replica: its memory demand (the estimator, in a thread, once per deployment
     version of its parameters), then the scheduler's decision (on the loop: microseconds)."""
     key = (deployment.id, "\0".join(deployment.backend_parameters) + f"|{deployment.placement}")
-    if key not in context.demands:
+    known, demand = context.live.demand(key)
+    if not known:
         engine = context.engine_family(deployment)
         now = context.clock.now()
         observations = (
@@ -67,7 +69,7 @@ async def _decide(
             if engine in KNOB_FLAGS and deployment.placement.get("gpu_memory")
             else []
         )
-        context.demands[key] = await asyncio.to_thread(
+        demand = await asyncio.to_thread(
             demand_of,
             context.scheduler.workers,
             deployment,
@@ -78,12 +80,13 @@ async def _decide(
             observations=observations,
             now=now,
         )
+        context.live.remember_demand(key, demand)
     # An image backend goes to a worker whose Docker can run it (as its join recorded).
     server_worker = local_node_id() if context.runtimes.ray is not None else None
     return decide(
         context.scheduler,
         deployment,
-        context.demands[key],
+        demand,
         in_container=version.runs_in_container,
         server_worker=server_worker,
     )
@@ -105,17 +108,18 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         return
     # What a refusal depends on: the scheduler's state, and where the model's files are.
     marker = f"{context.scheduler.epoch}|{sorted((deployment.model_copies or {}).items())}"
-    if context.unplaced.get(instance.id) == marker:
+    live = context.live.of(instance.id)
+    if live.unplaced_marker == marker:
         return  # refused in this state: nothing has changed that could let it fit
     parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
     env = context.secrets.reveal_env(deployment.env)
     try:
         decision = await _decide(context, deployment, version, parameters)
     except Unschedulable as error:
-        context.unplaced[instance.id] = marker
+        live.unplaced_marker = marker
         await _wait(context, instance, f"waiting for placement: {error}")
         return
-    context.unplaced.pop(instance.id, None)
+    live.unplaced_marker = None
     if (busy := shared_gpu_starting(context, decision, instance.id)) is not None:
         await _wait(
             context,
@@ -239,10 +243,9 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         verification_requested_at=None,
     )
     context.scheduler.book(instance.id, instance_label(deployment, instance), decision.placement)
-    context.launching.add(token)
+    live.launching_token = token
     if decision.demand is not None:
-        for key in _gpu_keys(decision):
-            context.starting_on_gpu[key] = instance.id
+        live.starting_on = tuple(_gpu_keys(decision))
     try:
         started = await runtime.start(spec)
     except ModelyardError as error:
@@ -251,7 +254,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         await fail_start(context, instance, f"cannot launch: {error}")
         return
     finally:
-        context.launching.discard(token)
+        live.launching_token = None
     engine = LiveEngine(
         runtime=runtime,
         handle=started.handle,
@@ -261,7 +264,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         on_cpu=on_cpu,
         api_key=engine_api_key(parameters, env),
     )
-    context.engines[instance.id] = engine
+    live.engine = engine
     pid, start_time = process_identity(started.handle.runtime, started.handle.id)
     await context.transition(
         instance.id,
@@ -296,7 +299,8 @@ def _thread_sizing(
     """The thread variables of a CPU engine on this host: its share of the usable cores."""
     if not version.cpu_threads_env:
         return None
-    others = sum(1 for held_id, held in context.engines.items() if held.on_cpu and held_id != instance_id)
+    engines = context.live.engines().items()
+    others = sum(1 for held_id, held in engines if held.on_cpu and held_id != instance_id)
     return size_threads(
         version.cpu_threads_env,
         launch_env=launch_env,
@@ -316,15 +320,16 @@ def shared_gpu_starting(context: ControlContext, decision: Decision, instance_id
     if decision.demand is None:
         return None
     for worker_id, gpu in _gpu_keys(decision):
-        if context.starting_on_gpu.get((worker_id, gpu), instance_id) != instance_id:
+        if context.live.starting_on((worker_id, gpu)) not in (None, instance_id):
             worker = next((w.name for w in context.scheduler.workers if w.id == worker_id), worker_id)
             return f"GPU {gpu} of {worker}"
     return None
 
 
 def release_shared_gpus(context: ControlContext, instance_id: int) -> None:
-    for key in [key for key, owner in context.starting_on_gpu.items() if owner == instance_id]:
-        del context.starting_on_gpu[key]
+    live = context.live.get(instance_id)
+    if live is not None:
+        live.starting_on = ()
 
 
 def _where(decision: Decision, on_cluster: bool) -> str:

@@ -22,8 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.instance_store import DeploymentView
+from modelyard.control.live import LiveEngine
 from modelyard.control.start_observations import add_observation, load_observations
 from modelyard.control.states import InstanceState
 from modelyard.errors import ModelyardError
@@ -218,7 +219,7 @@ async def check_start(
     row.start_number = instance.start_number
     if not await asyncio.to_thread(add_observation, database, row):
         return
-    context.demands.clear()  # placements estimate again, with this start's correction
+    context.live.forget_demands()  # placements estimate again, with this start's correction
     if facts.booked_kv_tokens is not None and logged.tokens < facts.booked_kv_tokens:
         knob = instance.placement.get("memory_knob")
         reason = shortfall_reason(facts.booked_kv_tokens, logged.tokens, knob)
