@@ -27,6 +27,7 @@ from modelyard.control.placement import placement_from_json
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
 from modelyard.control.states import InstanceState
+from modelyard.control.transitions import EngineGone, Readopted
 from modelyard.errors import ModelyardError
 from modelyard.runtimes.base import EngineAddress, EngineHandle, FoundEngine, Runtime
 
@@ -80,14 +81,11 @@ async def adopt_survivors(context: ControlContext, deployments: list[DeploymentV
 
 async def _engine_gone(context: ControlContext, instance: InstanceView) -> None:
     if instance.state in LIVE_STATES:
-        await context.transition(
-            instance.id,
-            InstanceState.ERROR,
-            "the engine was gone when the server started; restarting it",
-            pid=None,
-            handle=None,
+        gone = EngineGone(
+            reason="the engine was gone when the server started; restarting it",
             next_start_at=context.clock.now(),
         )
+        await context.transition(instance.id, gone)
 
 
 async def _adopt_one(
@@ -125,9 +123,19 @@ async def _adopt_one(
         placement_from_json(instance.placement, instance.host, instance.gpu_ids),
     )
     pid, start_time = process_identity(handle.runtime, handle.id)
-    recorded = {"handle": handle.to_json(), "pid": pid, "process_start_time": start_time}
+
+    def readopted(to: InstanceState, reason: str, *, announce: bool = False) -> Readopted:
+        return Readopted(
+            reason=reason,
+            to=to,
+            handle=handle.to_json(),
+            pid=pid,
+            process_start_time=start_time,
+            announce=announce,
+        )
+
     if not _wanted(deployment, instance):
-        await context.transition(instance.id, instance.state, instance.reason, **recorded)
+        await context.transition(instance.id, readopted(instance.state, instance.reason))
         return  # the reconcile loop stops it
     version = context.version_or_none(deployment)
     verified = instance.verified_at is not None and not any(
@@ -142,25 +150,17 @@ async def _adopt_one(
         )
         if await health_answers(context.client, target):
             publish_one(context, deployment, instance.id)
-            await context.transition(
-                instance.id,
-                InstanceState.RUNNING,
-                f"re-adopted engine {handle.label} after a server restart; health answered, back in rotation",
-                record_event=True,
-                **recorded,
+            back = (
+                f"re-adopted engine {handle.label} after a server restart; health answered, back in rotation"
             )
+            await context.transition(instance.id, readopted(InstanceState.RUNNING, back, announce=True))
             return
     if version is None:
-        await context.transition(
-            instance.id, InstanceState.ERROR, "re-adopted, but its backend version is gone", **recorded
-        )
+        gone = "re-adopted, but its backend version is gone"
+        await context.transition(instance.id, readopted(InstanceState.ERROR, gone))
         return
-    await context.transition(
-        instance.id,
-        InstanceState.STARTING,
-        f"re-adopted engine {handle.label}; checking readiness",
-        **recorded,
-    )
+    checking = f"re-adopted engine {handle.label}; checking readiness"
+    await context.transition(instance.id, readopted(InstanceState.STARTING, checking))
     context.tasks.spawn(
         instance.id,
         bring_up(

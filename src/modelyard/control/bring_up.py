@@ -40,8 +40,15 @@ from modelyard.control.readiness import (
 from modelyard.control.rotation import publish_one, unpublish_one
 from modelyard.control.stall_watch import StallWatch
 from modelyard.control.start_check import check_start
-from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
+from modelyard.control.transitions import (
+    Ready,
+    Reverified,
+    Reverifying,
+    StartStalled,
+    VerificationFailed,
+    VerificationRetrying,
+)
 from modelyard.control.verification import (
     diagnose_engine_log,
     failed_summary,
@@ -102,15 +109,11 @@ async def _wait_for_health_watching_the_log(
                     stall_after_seconds=context.options.stall_seconds,
                 )
             )
-            await context.transition(
-                instance_id,
-                InstanceState.STARTING,
-                f"starting, but the engine has printed nothing for {quiet:.0f} s"
-                + (f": {diagnosis}" if diagnosis else ""),
-                diagnosis=diagnosis,
-                # The state stays starting: the event is what tells the replica's history.
-                record_event=True,
+            # The state stays starting: the event is what tells the replica's history.
+            reason = f"starting, but the engine has printed nothing for {quiet:.0f} s" + (
+                f": {diagnosis}" if diagnosis else ""
             )
+            await context.transition(instance_id, StartStalled(reason=reason, diagnosis=diagnosis))
         await asyncio.sleep(HEALTH_POLL_INTERVAL_SECONDS)
 
 
@@ -142,23 +145,25 @@ async def bring_up(
     if problem is not None:
         await fail_running_engine(context, instance_id, problem)
         return
-    fields: dict[str, Any] = {}
+    results: list[dict[str, Any]] | None = None
+    verified_at = None
     passed = ""
     if not deployment.skip_verification and not verified:
         results = await _judge(context, deployment, instance_id, engine, version, occasion="start")
         if results is None:
             return
-        fields.update(verification=results, verified_at=context.clock.now())
+        verified_at = context.clock.now()
         passed = f", {_passed_count(results)} verification check(s) passed"
     elapsed = context.clock.monotonic() - started
     _enter_rotation(context, deployment, instance_id)
-    await context.transition(
-        instance_id,
-        InstanceState.RUNNING,
-        f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request succeeded{passed})",
+    ready = Ready(
+        reason=f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request "
+        f"succeeded{passed})",
         ready_at=context.clock.now(),
-        **fields,
+        verification=results,
+        verified_at=verified_at,
     )
+    await context.transition(instance_id, ready)
     await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()
 
@@ -202,28 +207,24 @@ async def _judge(
     if worth_retrying(results):
         live.verification_failures = attempt
         delay_seconds = _retry_delay_seconds(context, attempt)
-        await context.transition(
-            instance_id,
-            InstanceState.STARTING,
-            f"verification attempt {attempt} failed, out of rotation: {summary}; the engine answered too "
-            f"slowly or not at all, so the suite runs again in {delay_seconds:.0f} s",
+        retrying = VerificationRetrying(
+            reason=f"verification attempt {attempt} failed, out of rotation: {summary}; the engine "
+            f"answered too slowly or not at all, so the suite runs again in {delay_seconds:.0f} s",
             verification=results,
             verified_at=now,
-            verification_requested_at=now + timedelta(seconds=delay_seconds),
-            record_event=True,
+            retry_at=now + timedelta(seconds=delay_seconds),
         )
+        await context.transition(instance_id, retrying)
         return None
     live.verification_failures = 0
     again = " run again and" if occasion == "request" else ""
-    await context.transition(
-        instance_id,
-        InstanceState.ERROR,
-        f"verification{again} failed, kept out of rotation: {summary}; it is not retried: fix the "
-        f"deployment, then `modelyard verify {deployment.name}` runs it again",
+    failed = VerificationFailed(
+        reason=f"verification{again} failed, kept out of rotation: {summary}; it is not retried: fix "
+        f"the deployment, then `modelyard verify {deployment.name}` runs it again",
         verification=results,
         verified_at=now,
-        next_start_at=None,
     )
+    await context.transition(instance_id, failed)
     return None
 
 
@@ -242,9 +243,7 @@ async def reverify(
     if not asked_by_user:
         await context.transition(
             instance_id,
-            InstanceState.STARTING,
-            f"verifying again (attempt {attempt}); out of rotation until it passes",
-            record_event=True,
+            Reverifying(reason=f"verifying again (attempt {attempt}); out of rotation until it passes"),
         )
     results = await _judge(
         context, deployment, instance_id, engine, version, occasion="request" if asked_by_user else "retry"
@@ -258,10 +257,12 @@ async def reverify(
         if asked_by_user
         else f"verification passed on attempt {attempt} ({checks} check(s)); in rotation"
     )
-    fields: dict[str, Any] = {"verification": results, "verified_at": context.clock.now()}
-    if not asked_by_user:
-        fields["ready_at"] = context.clock.now()  # it takes traffic from now on
-    await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True, **fields)
+    now = context.clock.now()
+    # Scheduled after a busy engine failed it, it takes traffic from now on.
+    passed = Reverified(
+        reason=reason, verification=results, verified_at=now, ready_at=None if asked_by_user else now
+    )
+    await context.transition(instance_id, passed)
     if not asked_by_user:  # the start reaches running only now: its KV cache is checked now
         await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()

@@ -26,7 +26,7 @@ from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.instance_store import DeploymentView, InstanceStore
 from modelyard.control.live import LiveInstances, TaskKind
 from modelyard.control.scheduler import Scheduler
-from modelyard.control.states import InstanceState
+from modelyard.control.transitions import Transition
 from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
@@ -194,6 +194,7 @@ class ControlContext:
             return self.runtimes.for_version(version).engine_model_path(deployment.model_path)
         return deployment.name
 
-    async def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> None:
-        await asyncio.to_thread(self.store.transition, instance_id, state, reason, **fields)
-        logger.info("instance %s -> %s: %s", instance_id, state, reason)
+    async def transition(self, instance_id: int, change: Transition) -> None:
+        """Store one typed transition of the instance (``transitions.py``), in a thread."""
+        await asyncio.to_thread(self.store.transition, instance_id, change)
+        logger.info("instance %s -> %s: %s", instance_id, change.state, change.reason)

@@ -24,6 +24,7 @@ from modelyard.control.launch import start_instance
 from modelyard.control.rotation import publish_all
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import on_engine_exit, stop_and_delete, stop_instance
+from modelyard.control.transitions import EngineStopped
 
 logger = logging.getLogger(__name__)
 
@@ -133,4 +134,4 @@ async def _step_stopped(context: ControlContext, instance: InstanceView, reason:
     if context.live.engine(instance.id) is not None:
         context.tasks.spawn(instance.id, stop_instance(context, instance.id, reason), "stop")
     elif instance.state != InstanceState.STOPPED:
-        await context.transition(instance.id, InstanceState.STOPPED, reason, pid=None, handle=None)
+        await context.transition(instance.id, EngineStopped(reason=reason))

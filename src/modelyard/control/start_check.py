@@ -26,7 +26,7 @@ from modelyard.control.context import ControlContext
 from modelyard.control.instance_store import DeploymentView
 from modelyard.control.live import LiveEngine
 from modelyard.control.start_observations import add_observation, load_observations
-from modelyard.control.states import InstanceState
+from modelyard.control.transitions import StartChecked
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.estimate.correction import apply_correction, correction_for, start_key
@@ -224,4 +224,4 @@ async def check_start(
         knob = instance.placement.get("memory_knob")
         reason = shortfall_reason(facts.booked_kv_tokens, logged.tokens, knob)
         logger.warning("instance %s: %s", instance_id, reason)
-        await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True)
+        await context.transition(instance_id, StartChecked(reason=reason))

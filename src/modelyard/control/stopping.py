@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import Literal
 
 from modelyard.control.context import ControlContext
 from modelyard.control.failures import fail_start
@@ -16,6 +17,7 @@ from modelyard.control.instance_store import InstanceView
 from modelyard.control.live import LiveEngine
 from modelyard.control.rotation import leave_rotation
 from modelyard.control.states import InstanceState
+from modelyard.control.transitions import EngineStopped, Stopping
 from modelyard.control.verification import diagnose_engine_log
 from modelyard.runtimes.base import ExitStatus, SignalTarget
 
@@ -38,18 +40,19 @@ async def stop_instance(
     instance_id: int,
     reason: str,
     *,
-    final_state: InstanceState = InstanceState.STOPPED,
+    final_state: Literal[InstanceState.STOPPED, InstanceState.ERROR] = InstanceState.STOPPED,
 ) -> None:
     engine = context.live.engine(instance_id)
     leave_rotation(context, instance_id)
+    stopped = EngineStopped(reason=reason, final_state=final_state)
     if engine is None:
-        await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+        await context.transition(instance_id, stopped)
         return
-    await context.transition(instance_id, InstanceState.STOPPING, reason)
+    await context.transition(instance_id, Stopping(reason=reason))
     signal_target, grace = stop_policy(context, instance_id)
     await engine.runtime.stop(engine.handle, signal_target=signal_target, grace_seconds=grace)
     context.live.end_engine(instance_id)
-    await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+    await context.transition(instance_id, stopped)
 
 
 async def stop_and_delete(context: ControlContext, instance_id: int, reason: str) -> None:
