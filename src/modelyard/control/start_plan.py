@@ -72,9 +72,10 @@ class StartInputs:
 
 @dataclass(frozen=True)
 class StartPlan:
-    """One start, decided: what the runtime is given and what the store records."""
+    """One start, decided: what the runtime is given and what the store records. Its repr
+    leaves out the spec, whose arguments and env hold the opened secrets."""
 
-    spec: LaunchSpec
+    spec: LaunchSpec = field(repr=False)
     runtime_kind: str
     # Where it goes, for its reasons: "GPUs 0,1", "node-a GPU 0 + node-b GPU 0", "CPU; ...".
     where: str
