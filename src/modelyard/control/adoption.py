@@ -212,12 +212,13 @@ async def sweep_orphans(context: ControlContext) -> None:
     engines = context.live.engines().values()
     held = {(engine.runtime.kind, engine.handle.id) for engine in engines}
     held_tokens = {engine.launch_token for engine in engines if engine.launch_token}
+    launching = context.live.launching_tokens()
     orphans = [
         (runtime, engine)
         for runtime, engine in await _found_engines(context)
         if (runtime.kind, engine.handle.id) not in held
         and engine.identity.launch_token not in held_tokens
-        and engine.identity.launch_token not in context.live.launching_tokens()
+        and engine.identity.launch_token not in launching
     ]
     if orphans:
         await stop_orphans(context, orphans)

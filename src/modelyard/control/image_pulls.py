@@ -158,7 +158,10 @@ class _ProgressWriter:
         if latest is None:
             return
         self._last_write = time.monotonic()
-        await asyncio.to_thread(self._context.store.record_pull_progress, self._instance_id, *latest)
+        reason, image_pull = latest
+        await asyncio.to_thread(
+            self._context.store.record_pull_progress, self._instance_id, image_pull, reason
+        )
 
     async def close(self) -> None:
         """The pull ended: nothing more is written, and a write under way has landed (so that it
@@ -226,7 +229,7 @@ async def _pulled(
     """The image is ready (``result``: what came down; None: nothing pulled): said, and the next
     pass launches."""
     if result is None:
-        await asyncio.to_thread(context.store.record_pull_progress, instance_id, "", None)
+        await asyncio.to_thread(context.store.record_pull_progress, instance_id, None)
     else:
         where = {} if worker is None else {"worker": worker}
         said = result.describe() + ("" if worker is None else f" on worker {worker}")

@@ -250,14 +250,16 @@ class InstanceStore:
             session.commit()
             return True
 
-    def record_pull_progress(self, instance_id: int, reason: str, image_pull: dict[str, Any] | None) -> None:
-        """An image pull's progress (or, with ``image_pull`` None and the reason kept, its end with
-        nothing pulled): written without an event, in the same state."""
+    def record_pull_progress(
+        self, instance_id: int, image_pull: dict[str, Any] | None, reason: str | None = None
+    ) -> None:
+        """An image pull's progress and its reason (or, with ``image_pull`` None and no reason, its
+        end with nothing pulled): written without an event, in the same state."""
         with self._database.session() as session:
             instance = session.get(Instance, instance_id)
             if instance is None:
                 return
-            if reason:
+            if reason is not None:
                 instance.reason = reason
             instance.image_pull = image_pull
             session.commit()
