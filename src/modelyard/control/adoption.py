@@ -18,14 +18,16 @@ import logging
 from pathlib import Path
 
 from modelyard.control.bring_up import bring_up
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.engine_key import authorization_headers, engine_api_key
 from modelyard.control.instance_store import DeploymentView, InstanceView
 from modelyard.control.launch import instance_label
+from modelyard.control.live import LiveEngine
 from modelyard.control.placement import placement_from_json
 from modelyard.control.readiness import ReadinessTarget, health_answers
 from modelyard.control.rotation import publish_one
 from modelyard.control.states import InstanceState
+from modelyard.control.transitions import EngineGone, Readopted
 from modelyard.errors import ModelyardError
 from modelyard.runtimes.base import EngineAddress, EngineHandle, FoundEngine, Runtime
 
@@ -79,14 +81,11 @@ async def adopt_survivors(context: ControlContext, deployments: list[DeploymentV
 
 async def _engine_gone(context: ControlContext, instance: InstanceView) -> None:
     if instance.state in LIVE_STATES:
-        await context.transition(
-            instance.id,
-            InstanceState.ERROR,
-            "the engine was gone when the server started; restarting it",
-            pid=None,
-            handle=None,
+        gone = EngineGone(
+            reason="the engine was gone when the server started; restarting it",
             next_start_at=context.clock.now(),
         )
+        await context.transition(instance.id, gone)
 
 
 async def _adopt_one(
@@ -117,16 +116,26 @@ async def _adopt_one(
         on_cpu=not instance.gpu_ids and runtime.kind != "ray",
         api_key=_engine_key(context, deployment),
     )
-    context.engines[instance.id] = engine
+    context.live.of(instance.id).engine = engine
     context.scheduler.book(
         instance.id,
         instance_label(deployment, instance),
         placement_from_json(instance.placement, instance.host, instance.gpu_ids),
     )
     pid, start_time = runtime.host_process(handle) or (None, None)
-    recorded = {"handle": handle.to_json(), "pid": pid, "process_start_time": start_time}
+
+    def readopted(to: InstanceState, reason: str, *, announce: bool = False) -> Readopted:
+        return Readopted(
+            reason=reason,
+            to=to,
+            handle=handle.to_json(),
+            pid=pid,
+            process_start_time=start_time,
+            announce=announce,
+        )
+
     if not _wanted(deployment, instance):
-        await context.transition(instance.id, instance.state, instance.reason, **recorded)
+        await context.transition(instance.id, readopted(instance.state, instance.reason))
         return  # the reconcile loop stops it
     version = context.version_or_none(deployment)
     verified = instance.verified_at is not None and not any(
@@ -141,25 +150,17 @@ async def _adopt_one(
         )
         if await health_answers(context.client, target):
             publish_one(context, deployment, instance.id)
-            await context.transition(
-                instance.id,
-                InstanceState.RUNNING,
-                f"re-adopted engine {handle.label} after a server restart; health answered, back in rotation",
-                record_event=True,
-                **recorded,
+            back = (
+                f"re-adopted engine {handle.label} after a server restart; health answered, back in rotation"
             )
+            await context.transition(instance.id, readopted(InstanceState.RUNNING, back, announce=True))
             return
     if version is None:
-        await context.transition(
-            instance.id, InstanceState.ERROR, "re-adopted, but its backend version is gone", **recorded
-        )
+        gone = "re-adopted, but its backend version is gone"
+        await context.transition(instance.id, readopted(InstanceState.ERROR, gone))
         return
-    await context.transition(
-        instance.id,
-        InstanceState.STARTING,
-        f"re-adopted engine {handle.label}; checking readiness",
-        **recorded,
-    )
+    checking = f"re-adopted engine {handle.label}; checking readiness"
+    await context.transition(instance.id, readopted(InstanceState.STARTING, checking))
     context.tasks.spawn(
         instance.id,
         bring_up(
@@ -206,14 +207,16 @@ async def stop_orphans(context: ControlContext, orphans: list[tuple[Runtime, Fou
 
 async def sweep_orphans(context: ControlContext) -> None:
     """Engines of this owner that no instance holds and no start in flight will claim."""
-    held = {(engine.runtime.kind, engine.handle.id) for engine in context.engines.values()}
-    held_tokens = {engine.launch_token for engine in context.engines.values() if engine.launch_token}
+    engines = context.live.engines().values()
+    held = {(engine.runtime.kind, engine.handle.id) for engine in engines}
+    held_tokens = {engine.launch_token for engine in engines if engine.launch_token}
+    launching = context.live.launching_tokens()
     orphans = [
         (runtime, engine)
         for runtime, engine in await _found_engines(context)
         if (runtime.kind, engine.handle.id) not in held
         and engine.identity.launch_token not in held_tokens
-        and engine.identity.launch_token not in context.launching
+        and engine.identity.launch_token not in launching
     ]
     if orphans:
         await stop_orphans(context, orphans)

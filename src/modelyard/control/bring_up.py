@@ -27,9 +27,10 @@ from typing import Any, Literal
 import httpx
 
 from modelyard.backends.spec import BackendVersion
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.engine_key import authorization_headers
 from modelyard.control.instance_store import DeploymentView
+from modelyard.control.live import LiveEngine
 from modelyard.control.readiness import (
     HEALTH_POLL_INTERVAL_SECONDS,
     ReadinessTarget,
@@ -39,8 +40,15 @@ from modelyard.control.readiness import (
 from modelyard.control.rotation import publish_one, unpublish_one
 from modelyard.control.stall_watch import StallWatch
 from modelyard.control.start_check import check_start
-from modelyard.control.states import InstanceState
 from modelyard.control.stopping import fail_running_engine
+from modelyard.control.transitions import (
+    Ready,
+    Reverified,
+    Reverifying,
+    StartStalled,
+    VerificationFailed,
+    VerificationRetrying,
+)
 from modelyard.control.verification import (
     diagnose_engine_log,
     failed_summary,
@@ -101,15 +109,11 @@ async def _wait_for_health_watching_the_log(
                     stall_after_seconds=context.options.stall_seconds,
                 )
             )
-            await context.transition(
-                instance_id,
-                InstanceState.STARTING,
-                f"starting, but the engine has printed nothing for {quiet:.0f} s"
-                + (f": {diagnosis}" if diagnosis else ""),
-                diagnosis=diagnosis,
-                # The state stays starting: the event is what tells the replica's history.
-                record_event=True,
+            # The state stays starting: the event is what tells the replica's history.
+            reason = f"starting, but the engine has printed nothing for {quiet:.0f} s" + (
+                f": {diagnosis}" if diagnosis else ""
             )
+            await context.transition(instance_id, StartStalled(reason=reason, diagnosis=diagnosis))
         await asyncio.sleep(HEALTH_POLL_INTERVAL_SECONDS)
 
 
@@ -141,23 +145,25 @@ async def bring_up(
     if problem is not None:
         await fail_running_engine(context, instance_id, problem)
         return
-    fields: dict[str, Any] = {}
+    results: list[dict[str, Any]] | None = None
+    verified_at = None
     passed = ""
     if not deployment.skip_verification and not verified:
         results = await _judge(context, deployment, instance_id, engine, version, occasion="start")
         if results is None:
             return
-        fields.update(verification=results, verified_at=context.clock.now())
+        verified_at = context.clock.now()
         passed = f", {_passed_count(results)} verification check(s) passed"
     elapsed = context.clock.monotonic() - started
     _enter_rotation(context, deployment, instance_id)
-    await context.transition(
-        instance_id,
-        InstanceState.RUNNING,
-        f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request succeeded{passed})",
+    ready = Ready(
+        reason=f"ready in {elapsed:.1f} s (health {version.health_path} answered, chat request "
+        f"succeeded{passed})",
         ready_at=context.clock.now(),
-        **fields,
+        verification=results,
+        verified_at=verified_at,
     )
+    await context.transition(instance_id, ready)
     await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()
 
@@ -167,8 +173,8 @@ def _passed_count(results: list[dict[str, Any]]) -> int:
 
 
 def _enter_rotation(context: ControlContext, deployment: DeploymentView, instance_id: int) -> None:
-    context.failures.pop(instance_id, None)
-    context.verification_failures.pop(instance_id, None)
+    live = context.live.of(instance_id)
+    live.start_failures = live.verification_failures = 0
     publish_one(context, deployment, instance_id)
 
 
@@ -195,33 +201,30 @@ async def _judge(
     if summary is None:
         return results
     now = context.clock.now()
-    attempt = context.verification_failures.get(instance_id, 0) + 1
+    live = context.live.of(instance_id)
+    attempt = live.verification_failures + 1
     unpublish_one(context, deployment.name, instance_id)
     if worth_retrying(results):
-        context.verification_failures[instance_id] = attempt
+        live.verification_failures = attempt
         delay_seconds = _retry_delay_seconds(context, attempt)
-        await context.transition(
-            instance_id,
-            InstanceState.STARTING,
-            f"verification attempt {attempt} failed, out of rotation: {summary}; the engine answered too "
-            f"slowly or not at all, so the suite runs again in {delay_seconds:.0f} s",
+        retrying = VerificationRetrying(
+            reason=f"verification attempt {attempt} failed, out of rotation: {summary}; the engine "
+            f"answered too slowly or not at all, so the suite runs again in {delay_seconds:.0f} s",
             verification=results,
             verified_at=now,
-            verification_requested_at=now + timedelta(seconds=delay_seconds),
-            record_event=True,
+            retry_at=now + timedelta(seconds=delay_seconds),
         )
+        await context.transition(instance_id, retrying)
         return None
-    context.verification_failures.pop(instance_id, None)
+    live.verification_failures = 0
     again = " run again and" if occasion == "request" else ""
-    await context.transition(
-        instance_id,
-        InstanceState.ERROR,
-        f"verification{again} failed, kept out of rotation: {summary}; it is not retried: fix the "
-        f"deployment, then `modelyard verify {deployment.name}` runs it again",
+    failed = VerificationFailed(
+        reason=f"verification{again} failed, kept out of rotation: {summary}; it is not retried: fix "
+        f"the deployment, then `modelyard verify {deployment.name}` runs it again",
         verification=results,
         verified_at=now,
-        next_start_at=None,
     )
+    await context.transition(instance_id, failed)
     return None
 
 
@@ -236,13 +239,11 @@ async def reverify(
 ) -> None:
     """The verification suite again on a live engine, asked for by a user or scheduled after a
     busy engine failed it: back into rotation when it passes, out of it when it fails."""
-    attempt = context.verification_failures.get(instance_id, 0) + 1
+    attempt = context.live.of(instance_id).verification_failures + 1
     if not asked_by_user:
         await context.transition(
             instance_id,
-            InstanceState.STARTING,
-            f"verifying again (attempt {attempt}); out of rotation until it passes",
-            record_event=True,
+            Reverifying(reason=f"verifying again (attempt {attempt}); out of rotation until it passes"),
         )
     results = await _judge(
         context, deployment, instance_id, engine, version, occasion="request" if asked_by_user else "retry"
@@ -256,10 +257,12 @@ async def reverify(
         if asked_by_user
         else f"verification passed on attempt {attempt} ({checks} check(s)); in rotation"
     )
-    fields: dict[str, Any] = {"verification": results, "verified_at": context.clock.now()}
-    if not asked_by_user:
-        fields["ready_at"] = context.clock.now()  # it takes traffic from now on
-    await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True, **fields)
+    now = context.clock.now()
+    # Scheduled after a busy engine failed it, it takes traffic from now on.
+    passed = Reverified(
+        reason=reason, verification=results, verified_at=now, ready_at=None if asked_by_user else now
+    )
+    await context.transition(instance_id, passed)
     if not asked_by_user:  # the start reaches running only now: its KV cache is checked now
         await check_start(context, deployment, instance_id, engine, version.version)
     context.poke()

@@ -1,9 +1,11 @@
 """What the controller's parts share while it runs: the store, the runtimes, the engines it holds,
 the slow task of each instance, the scheduler (workers, GPUs, bookings), the clock and its options.
 
-The parts (``launch``, ``bring_up``, ``stopping``, ``adoption``, ``reconcile``) are functions of a
-``ControlContext``; ``Controller`` (``controller.py``) builds one and runs the loop. Everything
-runs in one event loop, so nothing here needs a lock.
+Each instance's live state has one owner (``live.py``: ``LiveInstances``, one ``InstanceLive``
+per instance, freed by its releases). The parts (``launch``, ``bring_up``, ``stopping``,
+``adoption``, ``reconcile``) are functions of a ``ControlContext``; ``Controller``
+(``controller.py``) builds one and runs the loop. Everything runs in one event loop, so nothing
+here needs a lock.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ import os
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -23,19 +24,17 @@ from modelyard.backends.catalog import BackendCatalog, load_builtin_backends
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.instance_store import DeploymentView, InstanceStore
-from modelyard.control.memory_demand import MemoryDemand
+from modelyard.control.live import LiveInstances, TaskKind
 from modelyard.control.scheduler import Scheduler
-from modelyard.control.states import InstanceState
+from modelyard.control.transitions import Transition
 from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.hardware.gpus import GpuInventory
-from modelyard.runtimes.base import EngineHandle, Runtime
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.secret_box import SecretBox
 
 logger = logging.getLogger(__name__)
 
-TaskKind = Literal["bring-up", "stop", "verify"]
 # ``ControllerOptions.stall_seconds`` for ``modelyard serve`` (docs/doctor/log.md#logstalled).
 STALL_SECONDS_VARIABLE = "MODELYARD_ENGINE_STALL_SECONDS"
 
@@ -104,39 +103,24 @@ class ControllerOptions:
         return cls(stall_seconds=stall_seconds)
 
 
-@dataclass
-class LiveEngine:
-    """An engine the controller holds for one instance."""
-
-    runtime: Runtime
-    handle: EngineHandle
-    log_path: Path
-    base_url: str
-    launch_token: str | None = None
-    # Runs on this host's CPU cores, with no GPU (it counts when CPU engines share the cores).
-    on_cpu: bool = False
-    # The key the engine itself asks for (--api-key): sent by readiness, verification and the
-    # gateway; in memory only.
-    api_key: str | None = field(default=None, repr=False)
-
-
 class TaskBoard:
-    """At most one slow task per instance (bringing it up, stopping it, verifying it)."""
+    """At most one slow task per instance (bringing it up, stopping it, verifying it), kept on
+    the instance's live state (``live.py``) while it runs."""
 
-    def __init__(self, on_done: Callable[[], None]) -> None:
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._kinds: dict[int, TaskKind] = {}
+    def __init__(self, live: LiveInstances, on_done: Callable[[], None]) -> None:
+        self._live = live
         self._on_done = on_done
 
     def spawn(self, instance_id: int, work: Coroutine[Any, Any, None], kind: TaskKind) -> None:
         task = asyncio.create_task(work, name=f"instance-{instance_id}-{kind}")
-        self._tasks[instance_id] = task
-        self._kinds[instance_id] = kind
+        live = self._live.of(instance_id)
+        live.task, live.task_kind = task, kind
 
         def done(finished: asyncio.Task[None]) -> None:
-            if self._tasks.get(instance_id) is finished:
-                del self._tasks[instance_id]
-                del self._kinds[instance_id]
+            # Released meanwhile (a stop-and-delete ends with its instance): nothing to clear.
+            held = self._live.get(instance_id)
+            if held is not None and held.task is finished:
+                held.task, held.task_kind = None, None
             if not finished.cancelled() and finished.exception() is not None:
                 logger.error("instance %s %s task failed", instance_id, kind, exc_info=finished.exception())
             self._on_done()
@@ -144,23 +128,27 @@ class TaskBoard:
         task.add_done_callback(done)
 
     def kind(self, instance_id: int) -> TaskKind | None:
-        return self._kinds.get(instance_id)
+        live = self._live.get(instance_id)
+        return None if live is None else live.task_kind
 
     def busy(self, instance_id: int) -> bool:
-        return instance_id in self._tasks
+        live = self._live.get(instance_id)
+        return live is not None and live.task is not None
 
     def cancel(self, instance_id: int, kind: TaskKind) -> None:
-        if self._kinds.get(instance_id) == kind:
-            self._tasks.pop(instance_id).cancel()
-            del self._kinds[instance_id]
+        live = self._live.get(instance_id)
+        if live is not None and live.task is not None and live.task_kind == kind:
+            live.task.cancel()
+            live.task, live.task_kind = None, None
 
     async def cancel_all(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
+        tasks = []
+        for live in self._live:
+            if live.task is not None:
+                tasks.append(live.task)
+                live.task.cancel()
+                live.task, live.task_kind = None, None
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
-        self._kinds.clear()
 
 
 @dataclass
@@ -177,34 +165,14 @@ class ControlContext:
     poke: Callable[[], None]
     # Opens the sealed secrets of deployments (env values, --api-key ...) only to launch engines.
     secrets: SecretBox
-    engines: dict[int, LiveEngine] = field(default_factory=dict)
     # Workers, their GPUs and the bookings of the instances that hold engines (scheduler.py).
-    scheduler: Scheduler = field(default_factory=Scheduler)
-    # Instances refused a placement, with the scheduler's epoch and the model's copies on the
-    # workers then: placed again only once one changed (a GPU freed, a worker joined, a push
-    # ended), not every tick.
-    unplaced: dict[int, str] = field(default_factory=dict)
-    # Memory demands per deployment (id, updated parameters) from the estimator, computed once.
-    demands: dict[tuple[int, str], MemoryDemand | None] = field(default_factory=dict)
-    # Consecutive failed starts per instance (the back-off's exponent).
-    failures: dict[int, int] = field(default_factory=dict)
-    # Consecutive verifications per instance that failed for want of an answer (their back-off).
-    verification_failures: dict[int, int] = field(default_factory=dict)
+    scheduler: Scheduler
+    # Each instance's live state (engine, task, back-off counts ...) and the memory demands.
+    live: LiveInstances
     inventory: GpuInventory = field(default_factory=lambda: GpuInventory(unavailable_reason="not read yet"))
     # The server's environment, which engines inherit: a thread variable set there is kept.
     environment: Mapping[str, str] = field(default_factory=lambda: os.environ)
     catalog: BackendCatalog = field(default_factory=lambda: BackendCatalog(builtin=load_builtin_backends()))
-    deployment_of: dict[int, DeploymentView] = field(default_factory=dict)
-    # Launch tokens of starts in flight: an engine carrying one is not an orphan.
-    launching: set[str] = field(default_factory=set)
-    # GPUs shared by memory with an engine starting on them: (worker id, GPU index) -> instance id.
-    # vLLM and SGLang size their cache from the memory free while they start, so one at a time.
-    starting_on_gpu: dict[tuple[str, int], int] = field(default_factory=dict)
-    # Instances in the gateway's rotation (ready, verified, engine alive). Kept here rather than
-    # read from a pass's snapshot, which may be older than a bring-up that just finished.
-    in_rotation: set[int] = field(default_factory=set)
-    # Instance id -> (start number, Ray node or None) whose image is ready (image_pulls.py).
-    images_ready: dict[int, tuple[int, str | None]] = field(default_factory=dict)
 
     def version_or_none(self, deployment: DeploymentView) -> BackendVersion | None:
         try:
@@ -226,6 +194,7 @@ class ControlContext:
             return self.runtimes.engine_view(version).engine_model_path(deployment.model_path)
         return deployment.name
 
-    async def transition(self, instance_id: int, state: InstanceState, reason: str, **fields: Any) -> None:
-        await asyncio.to_thread(self.store.transition, instance_id, state, reason, **fields)
-        logger.info("instance %s -> %s: %s", instance_id, state, reason)
+    async def transition(self, instance_id: int, change: Transition) -> None:
+        """Store one typed transition of the instance (``transitions.py``), in a thread."""
+        await asyncio.to_thread(self.store.transition, instance_id, change)
+        logger.info("instance %s -> %s: %s", instance_id, change.state, change.reason)

@@ -32,9 +32,10 @@ from modelyard.control.adoption import adopt_survivors, sweep_orphans
 from modelyard.control.context import Clock, ControlContext, ControllerOptions, SystemClock, TaskBoard
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.instance_store import InstanceStore
+from modelyard.control.live import LiveInstances
 from modelyard.control.owner import server_owner_id
 from modelyard.control.reconcile import reconcile_deployment
-from modelyard.control.scheduler import Worker, cluster_inventory, local_worker
+from modelyard.control.scheduler import Scheduler, Worker, cluster_inventory, local_worker
 from modelyard.control.stopping import stop_instance
 from modelyard.hardware.gpus import GpuInventory, read_gpu_inventory
 from modelyard.runtimes.selection import RuntimeSet
@@ -76,6 +77,8 @@ class Controller:
         self._warned_backends: set[str] = set()
         # What the custom backends were when the catalog was last built (None: never built).
         self._catalog_stamp: tuple[object, ...] | None = None
+        scheduler = Scheduler()
+        live = LiveInstances(scheduler)
         self._context = ControlContext(
             settings=settings,
             store=InstanceStore(database),
@@ -85,9 +88,11 @@ class Controller:
             clock=clock or SystemClock(),
             owner=server_owner_id(settings.data_dir),
             client=httpx.AsyncClient(timeout=httpx.Timeout(30.0), trust_env=False),
-            tasks=TaskBoard(on_done=self._wake),
+            tasks=TaskBoard(live, on_done=self._wake),
             poke=self._wake,
             secrets=SecretBox.for_data_dir(settings.data_dir),
+            scheduler=scheduler,
+            live=live,
         )
         if environment is not None:
             self._context.environment = environment
@@ -123,7 +128,7 @@ class Controller:
         await self._refresh_inventory(force=True)
         await asyncio.to_thread(self._refresh_catalog)
         deployments = await asyncio.to_thread(context.store.load_deployments)
-        context.deployment_of = {i.id: d for d in deployments for i in d.instances}
+        context.live.seen(deployments)
         await adopt_survivors(context, deployments)
         self._swept_at = context.clock.monotonic()
         self._loop_task = asyncio.create_task(self._run(), name="modelyard-controller")
@@ -141,7 +146,7 @@ class Controller:
             await asyncio.gather(
                 *(
                     stop_instance(context, instance_id, "the server shut down")
-                    for instance_id in list(context.engines)
+                    for instance_id in context.live.engines()
                 ),
                 return_exceptions=True,
             )
@@ -169,7 +174,7 @@ class Controller:
         await self._refresh_inventory()
         deployments = await asyncio.to_thread(context.store.load_deployments)
         await asyncio.to_thread(self._refresh_catalog)
-        context.deployment_of = {i.id: d for d in deployments for i in d.instances}
+        context.live.seen(deployments)
         for deployment in deployments:
             try:
                 await reconcile_deployment(context, deployment)
@@ -193,6 +198,11 @@ class Controller:
                 workers = [local_worker(context.inventory, context.options.worker_ip)]
             context.scheduler.set_workers(workers)
             self._inventory_read_at = now
+
+    def held_state(self) -> dict[str, list[int]]:
+        """What the controller holds in memory, by kind: instance ids (``demands``: deployment
+        ids); see ``LiveInstances.held``. Empty once every deployment is removed."""
+        return self._context.live.held()
 
     def workers(self) -> list[Worker]:
         """The workers as last read (one, ``local``, on a single host)."""

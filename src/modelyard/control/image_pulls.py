@@ -31,7 +31,7 @@ from modelyard.backends.spec import BackendVersion
 from modelyard.control.context import ControlContext
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import DeploymentView, InstanceView
-from modelyard.control.states import InstanceState
+from modelyard.control.transitions import ImagePulled, PullingImage
 from modelyard.errors import ImagePullFailed, ModelyardError
 from modelyard.runtimes.base import Runtime
 from modelyard.runtimes.docker import DockerRuntime
@@ -67,7 +67,7 @@ def image_ready(
     if not version.runs_in_container:
         return True
     start_number = instance.start_count + 1
-    if context.images_ready.get(instance.id) == (start_number, node_id):
+    if context.live.of(instance.id).image_ready_for == (start_number, node_id):
         return True
     if isinstance(runtime, RayRuntime) and node_id is not None:
         work = _prepare_on_worker(context, instance, version, runtime, start_number, node_id)
@@ -125,21 +125,22 @@ class _ProgressWriter:
         # The worker whose dockerd pulls (on a cluster); None: this host's.
         self._worker = worker
         self._last_write = 0.0
-        self._latest: dict[str, Any] | None = None
+        # The latest (reason, image_pull) not written yet.
+        self._latest: tuple[str, dict[str, Any]] | None = None
         self._flush: asyncio.Task[None] | None = None
         self._flush_sleeping = False
 
     async def __call__(self, progress: PullProgress | ReportedProgress) -> None:
         where = "" if self._worker is None else f" on worker {self._worker}"
-        self._latest = {
-            "reason": f"pulling image {progress.image}{where}: {progress.describe()}",
-            "image_pull": {
+        self._latest = (
+            f"pulling image {progress.image}{where}: {progress.describe()}",
+            {
                 "state": "pulling",
                 "policy": self._policy,
                 **progress.to_json(),
                 **({} if self._worker is None else {"worker": self._worker}),
             },
-        }
+        )
         wait_seconds = self._last_write + PROGRESS_INTERVAL_SECONDS - time.monotonic()
         if wait_seconds <= 0:
             await self._write()
@@ -157,7 +158,10 @@ class _ProgressWriter:
         if latest is None:
             return
         self._last_write = time.monotonic()
-        await asyncio.to_thread(self._context.store.update, self._instance_id, **latest)
+        reason, image_pull = latest
+        await asyncio.to_thread(
+            self._context.store.record_pull_progress, self._instance_id, image_pull, reason
+        )
 
     async def close(self) -> None:
         """The pull ended: nothing more is written, and a write under way has landed (so that it
@@ -187,16 +191,13 @@ async def _prepare(
         if policy == "always" or (
             policy == "if-missing" and not await image_present(image, daemon=runtime.daemon)
         ):
-            await context.transition(
-                instance.id,
-                InstanceState.STARTING,
-                f"pulling image {image} (pull policy {policy})",
-                image_pull=pulling,
+            announced = PullingImage(
+                reason=f"pulling image {image} (pull policy {policy})",
                 runtime=runtime.kind,
+                image_pull=pulling,
                 mounts=mounts,
-                handle=None,
-                pid=None,
             )
+            await context.transition(instance.id, announced)
         writer = _ProgressWriter(context, instance.id, policy)
         try:
             result = await prepare_image(image, policy, daemon=runtime.daemon, auth=auth, on_progress=writer)
@@ -228,19 +229,14 @@ async def _pulled(
     """The image is ready (``result``: what came down; None: nothing pulled): said, and the next
     pass launches."""
     if result is None:
-        await asyncio.to_thread(context.store.update, instance_id, image_pull=None)
+        await asyncio.to_thread(context.store.record_pull_progress, instance_id, None)
     else:
         where = {} if worker is None else {"worker": worker}
         said = result.describe() + ("" if worker is None else f" on worker {worker}")
-        await context.transition(
-            instance_id,
-            InstanceState.STARTING,
-            said,
-            record_event=True,
-            image_pull={"state": "pulled", "policy": policy, **result.to_json(), **where},
-        )
+        pulled = {"state": "pulled", "policy": policy, **result.to_json(), **where}
+        await context.transition(instance_id, ImagePulled(reason=said, image_pull=pulled))
         logger.info("instance %s: %s", instance_id, said)
-    context.images_ready[instance_id] = (start_number, node_id)
+    context.live.of(instance_id).image_ready_for = (start_number, node_id)
     context.poke()
 
 
@@ -261,16 +257,13 @@ async def _prepare_on_worker(
         auth = await asyncio.to_thread(open_registry_auth, context, version)
 
         async def pulling() -> None:  # the worker lacks the image, or the policy is always
-            await context.transition(
-                instance.id,
-                InstanceState.STARTING,
-                f"pulling image {image} on worker {worker} (pull policy {policy})",
-                record_event=True,
-                image_pull={"state": "pulling", "image": image, "policy": policy, "worker": worker},
+            announced = PullingImage(
+                reason=f"pulling image {image} on worker {worker} (pull policy {policy})",
                 runtime=runtime.kind,
-                handle=None,
-                pid=None,
+                image_pull={"state": "pulling", "image": image, "policy": policy, "worker": worker},
+                announce=True,
             )
+            await context.transition(instance.id, announced)
 
         writer = _ProgressWriter(context, instance.id, policy, worker)
         try:

@@ -1,8 +1,9 @@
 """The controller's reads and writes of the store, each one short transaction.
 
 The controller works on plain snapshots (``DeploymentView``, ``InstanceView``) so that no ORM
-object crosses an ``await``. Every state change goes through ``transition``, which also appends
-an ``InstanceEvent`` with the reason.
+object crosses an ``await``. Every change of an instance goes through ``transition`` with a
+typed ``Transition`` (``transitions.py``), which also appends an ``InstanceEvent`` with the
+reason; an image pull's progress is the one write beside it (``record_pull_progress``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
-from modelyard.control.states import InstanceState, check_transition
+from modelyard.control.states import InstanceState
+from modelyard.control.transitions import Transition, records_event
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.process import process_handle
 from modelyard.store.database import Database
@@ -218,29 +220,21 @@ class InstanceStore:
                 session.delete(deployment)
                 session.commit()
 
-    def transition(
-        self,
-        instance_id: int,
-        state: InstanceState,
-        reason: str,
-        *,
-        record_event: bool = False,
-        **fields: Any,
-    ) -> bool:
-        """Set the state (and any other columns given); record the event (always for a new state or
-        a new start, else when ``record_event``). False if the row is gone."""
+    def transition(self, instance_id: int, change: Transition) -> bool:
+        """Make ``change`` (state, reason and its columns) and record the event (for a new state,
+        or when the change asks for one). Raises ``IllegalTransition`` (nothing written) when the
+        state machine or the change refuses the move; False if the row is gone."""
         with self._database.session() as session:
             instance = session.get(Instance, instance_id, options=[selectinload(Instance.deployment)])
             if instance is None:
                 return False
-            previous = instance.state
-            check_transition(InstanceState(previous), state, instance_id)
-            instance.state = state
-            instance.reason = reason
-            for key, value in fields.items():
-                setattr(instance, key, value)
+            previous = InstanceState(instance.state)
+            change.check(previous, instance_id)
+            instance.state = change.state
+            instance.reason = change.reason
+            change.apply(instance)
             instance.updated_at = utc_now()
-            if previous != state or fields.get("start_count") is not None or record_event:
+            if records_event(change, previous):
                 session.add(
                     InstanceEvent(
                         deployment_name=instance.deployment.name,
@@ -249,18 +243,23 @@ class InstanceStore:
                         instance_uid=instance.uid,
                         replica_index=instance.replica_index,
                         from_state=previous,
-                        to_state=state,
-                        reason=reason,
+                        to_state=change.state,
+                        reason=change.reason,
                     )
                 )
             session.commit()
             return True
 
-    def update(self, instance_id: int, **fields: Any) -> None:
+    def record_pull_progress(
+        self, instance_id: int, image_pull: dict[str, Any] | None, reason: str | None = None
+    ) -> None:
+        """An image pull's progress and its reason (or, with ``image_pull`` None and no reason, its
+        end with nothing pulled): written without an event, in the same state."""
         with self._database.session() as session:
             instance = session.get(Instance, instance_id)
             if instance is None:
                 return
-            for key, value in fields.items():
-                setattr(instance, key, value)
+            if reason is not None:
+                instance.reason = reason
+            instance.image_pull = image_pull
             session.commit()

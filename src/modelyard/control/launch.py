@@ -1,4 +1,8 @@
-"""Starting one instance: place it, render its command, record the intent, then launch.
+"""Starting one instance: gather what the start depends on, plan it, record the intent, launch.
+
+``start_instance`` gathers the inputs (the backend version, the placement, the image made ready,
+the addresses the runtime allocates) and hands them to ``start_plan.plan_start``, which decides
+the start and stores nothing; ``execute_start`` carries the plan out.
 
 Intent before action: the instance's launch token (and the runtime, address, log file and GPUs)
 is committed to the store before the runtime is asked to start anything, and the engine carries
@@ -15,24 +19,23 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from modelyard.backends.multi_node import rank_arguments
-from modelyard.backends.render import GPU_VARIABLE, render_launch
 from modelyard.backends.spec import BackendVersion
 from modelyard.control.bring_up import bring_up
-from modelyard.control.context import ControlContext, LiveEngine
-from modelyard.control.cpu_threads import ThreadSizing, size_threads, usable_cores
-from modelyard.control.engine_key import engine_api_key
+from modelyard.control.context import ControlContext
+from modelyard.control.cpu_threads import usable_cores
 from modelyard.control.failures import fail_start
 from modelyard.control.image_pulls import image_ready
 from modelyard.control.instance_store import DeploymentView, InstanceView
+from modelyard.control.live import LiveEngine
 from modelyard.control.memory_demand import KNOB_FLAGS
-from modelyard.control.placement import Decision, decide, demand_of, placement_to_json
+from modelyard.control.placement import Decision, decide, demand_of
 from modelyard.control.start_observations import load_observations
+from modelyard.control.start_plan import StartInputs, StartPlan, gpu_keys, masked_command, plan_start
 from modelyard.control.states import InstanceState
+from modelyard.control.transitions import EngineLaunched, Waiting
 from modelyard.errors import ModelyardError, Unschedulable
-from modelyard.runtimes.base import EngineIdentity, LaunchSpec, RankLaunch, Runtime
+from modelyard.runtimes.base import Runtime
 from modelyard.runtimes.ray_connection import local_node_id
-from modelyard.secret_names import MASK, is_secret_env_name, mask_arguments, secret_argument_indexes
 from modelyard.store.tables import new_uid
 
 logger = logging.getLogger(__name__)
@@ -44,7 +47,7 @@ def instance_label(deployment: DeploymentView, instance: InstanceView) -> str:
 
 async def _wait(context: ControlContext, instance: InstanceView, reason: str) -> None:
     if instance.state != InstanceState.PENDING or instance.reason != reason:
-        await context.transition(instance.id, InstanceState.PENDING, reason)
+        await context.transition(instance.id, Waiting(reason=reason))
 
 
 async def _decide(
@@ -53,7 +56,8 @@ async def _decide(
     """Place the replica: its memory demand (the estimator, in a thread, once per deployment
     version of its parameters), then the scheduler's decision (on the loop: microseconds)."""
     key = (deployment.id, "\0".join(deployment.backend_parameters) + f"|{deployment.placement}")
-    if key not in context.demands:
+    known, demand = context.live.demand(key)
+    if not known:
         engine = context.engine_family(deployment)
         now = context.clock.now()
         observations = (
@@ -67,7 +71,7 @@ async def _decide(
             if engine in KNOB_FLAGS and deployment.placement.get("gpu_memory")
             else []
         )
-        context.demands[key] = await asyncio.to_thread(
+        demand = await asyncio.to_thread(
             demand_of,
             context.scheduler.workers,
             deployment,
@@ -78,12 +82,13 @@ async def _decide(
             observations=observations,
             now=now,
         )
+        context.live.remember_demand(key, demand)
     # An image backend goes to a worker whose Docker can run it (as its join recorded).
     server_worker = local_node_id() if context.runtimes.ray is not None else None
     return decide(
         context.scheduler,
         deployment,
-        context.demands[key],
+        demand,
         in_container=version.runs_in_container,
         server_worker=server_worker,
     )
@@ -96,6 +101,9 @@ def _runtime_for(context: ControlContext, version: BackendVersion) -> Runtime:
 
 
 async def start_instance(context: ControlContext, deployment: DeploymentView, instance: InstanceView) -> None:
+    """Start the instance if it can start now: gather the inputs (version, placement, image,
+    addresses), ``plan_start`` them, then ``execute_start`` the plan. Otherwise it waits
+    (``pending`` with the reason) or fails (``error`` with a back-off)."""
     try:
         version = context.catalog.resolve_version(deployment.backend, deployment.backend_version)
     except ModelyardError as error:
@@ -103,17 +111,18 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         return
     # What a refusal depends on: the scheduler's state, and where the model's files are.
     marker = f"{context.scheduler.epoch}|{sorted((deployment.model_copies or {}).items())}"
-    if context.unplaced.get(instance.id) == marker:
+    live = context.live.of(instance.id)
+    if live.unplaced_marker == marker:
         return  # refused in this state: nothing has changed that could let it fit
     parameters = context.secrets.reveal_arguments(deployment.backend_parameters)
     env = context.secrets.reveal_env(deployment.env)
     try:
         decision = await _decide(context, deployment, version, parameters)
     except Unschedulable as error:
-        context.unplaced[instance.id] = marker
+        live.unplaced_marker = marker
         await _wait(context, instance, f"waiting for placement: {error}")
         return
-    context.unplaced.pop(instance.id, None)
+    live.unplaced_marker = None
     if (busy := shared_gpu_starting(context, decision, instance.id)) is not None:
         await _wait(
             context,
@@ -126,151 +135,91 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
     # What the engine sees of the model (a container: /models/<folder>, read-only), on any host.
     seen = context.runtimes.engine_view(version)
     ranks = decision.placement.ranks
-    on_cluster = runtime.kind == "ray"
-    rank0_node = ranks[0].worker_id if on_cluster else None
+    rank0_node = ranks[0].worker_id if runtime.kind == "ray" and ranks else None
     if not image_ready(context, deployment, instance, version, runtime, node_id=rank0_node):
         return  # its pull step runs first (the `pulling` stage, on the chosen worker), then it goes on
-    gpu_ids = list(ranks[0].gpu_ids)
-    start_number = instance.start_count + 1
-    folder = context.settings.instances_dir / instance.uid
-    log_path = folder / f"start-{start_number}.log"
-    knob = decision.knob_arguments(parameters)
     try:
         address = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
-        launch = render_launch(
-            version,
-            model_path=seen.engine_model_path(deployment.model_path),
-            port=address.port,
-            worker_ip=address.bind_host,
-            model_name=deployment.name,
-            gpu_ids=gpu_ids,
-            backend_parameters=[*parameters, *knob],
-            env=env,
+        master = (
+            await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
+            if len(ranks) > 1
+            else None
         )
-        worker_ranks: tuple[RankLaunch, ...] = ()
-        arguments = launch.arguments
-        if len(ranks) > 1:
-            master = await runtime.allocate_address(context.options.worker_ip, node_id=rank0_node)
-
-            def extra(rank: int) -> list[str]:
-                return rank_arguments(
-                    version,
-                    rank=rank,
-                    nnodes=len(ranks),
-                    master_addr=address.reach_host,
-                    master_port=master.port,
-                )
-
-            arguments = [*launch.arguments, *extra(0)]
-            worker_ranks = tuple(
-                RankLaunch(
-                    rank=number,
-                    node_id=rank.worker_id,
-                    gpu_ids=list(rank.gpu_ids),
-                    program=launch.program,
-                    arguments=[*launch.arguments, *extra(number)],
-                    env={GPU_VARIABLE: ",".join(str(gpu) for gpu in rank.gpu_ids)},
-                )
-                for number, rank in enumerate(ranks[1:], start=1)
+        engines = context.live.engines()
+        plan = plan_start(
+            StartInputs(
+                deployment=deployment,
+                instance=instance,
+                version=version,
+                decision=decision,
+                runtime_kind=runtime.kind,
+                engine_model_path=seen.engine_model_path(deployment.model_path),
+                mounts=[mount.to_json() for mount in seen.mounts(deployment.model_path)],
+                address=address,
+                master_address=master,
+                parameters=parameters,
+                env=env,
+                owner=context.owner,
+                launch_token=new_uid(),
+                instances_dir=context.settings.instances_dir,
+                server_environment=context.environment,
+                usable_cores=context.options.cpu_cores or usable_cores(),
+                other_cpu_engines=sum(
+                    1 for held_id, held in engines.items() if held.on_cpu and held_id != instance.id
+                ),
             )
+        )
     except (ModelyardError, OSError) as error:
         await fail_start(context, instance, f"cannot launch: {error}")
         return
-    on_cpu = not gpu_ids and not on_cluster
-    launch_env = dict(launch.env)
-    sizing = _thread_sizing(context, version, launch_env, instance.id) if on_cpu else None
-    if sizing is not None:
-        launch_env.update(sizing.env)
-    token = new_uid()
-    secrets = secret_values(deployment, parameters, env)
-    spec = LaunchSpec(
-        identity=EngineIdentity(
-            owner=context.owner,
-            launch_token=token,
-            deployment=deployment.name,
-            instance_uid=instance.uid,
-            replica_index=instance.replica_index,
-            start_number=start_number,
-        ),
-        program=launch.program,
-        arguments=arguments,
-        env=launch_env,
-        gpu_ids=gpu_ids,
-        model_path=deployment.model_path,
-        address=address,
-        log_path=log_path,
-        working_directory=folder / "work",
-        image=launch.image,
-        secrets=secrets,
-        node_id=rank0_node,
-        worker_ranks=worker_ranks,
-        stop_signal_target=version.stop_signal_target,
-    )
-    where = _where(decision, on_cluster)
-    if sizing is not None:
-        where += f"; {sizing.describe()}"
-    await context.transition(
-        instance.id,
-        InstanceState.STARTING,
-        f"launching on the {runtime.kind} runtime ({where})",
-        runtime=runtime.kind,
-        launch_token=token,
-        handle=None,
-        pid=None,
-        process_start_time=None,
-        host=address.reach_host,
-        port=address.reach_port,
-        engine_port=address.port,
-        gpu_ids=gpu_ids,
-        placement=placement_to_json(decision),
-        mounts=[mount.to_json() for mount in seen.mounts(deployment.model_path)],
-        command=masked_command([*launch.program, *arguments], secrets),
-        log_path=str(log_path),
-        start_count=start_number,
-        started_at=context.clock.now(),
-        ready_at=None,
-        next_start_at=None,
-        diagnosis=None,
-        verification=[],
-        verified_at=None,
-        # A request to verify again was for the engine that ran until now, not for this one: kept,
-        # it would run the suite on every later start, even of a deployment that skips it.
-        verification_requested_at=None,
-    )
-    context.scheduler.book(instance.id, instance_label(deployment, instance), decision.placement)
-    context.launching.add(token)
-    if decision.demand is not None:
-        for key in _gpu_keys(decision):
-            context.starting_on_gpu[key] = instance.id
+    await execute_start(context, deployment, instance, version, runtime, plan)
+
+
+async def execute_start(
+    context: ControlContext,
+    deployment: DeploymentView,
+    instance: InstanceView,
+    version: BackendVersion,
+    runtime: Runtime,
+    plan: StartPlan,
+) -> None:
+    """Carry ``plan`` out: record the intent (``Launching``), book its GPUs, ask the runtime, record
+    the engine (``EngineLaunched``), then bring it up in the instance's task. A runtime that
+    refuses frees what was booked and fails the start."""
+    live = context.live.of(instance.id)
+    spec = plan.spec
+    await context.transition(instance.id, plan.launching(started_at=context.clock.now()))
+    context.scheduler.book(instance.id, instance_label(deployment, instance), plan.placement)
+    live.image_ready_for = None  # that image was for this start: the next one checks again
+    live.launching_token = spec.identity.launch_token
+    live.starting_on = plan.starting_on
     try:
         started = await runtime.start(spec)
     except ModelyardError as error:
-        context.scheduler.release(instance.id)
-        release_shared_gpus(context, instance.id)
+        context.live.end_engine(instance.id)
         await fail_start(context, instance, f"cannot launch: {error}")
         return
     finally:
-        context.launching.discard(token)
+        live.launching_token = None
     engine = LiveEngine(
         runtime=runtime,
         handle=started.handle,
-        log_path=log_path,
-        base_url=address.base_url,
-        launch_token=token,
-        on_cpu=on_cpu,
-        api_key=engine_api_key(parameters, env),
+        log_path=spec.log_path,
+        base_url=spec.address.base_url,
+        launch_token=spec.identity.launch_token,
+        on_cpu=plan.on_cpu,
+        api_key=plan.api_key,
     )
-    context.engines[instance.id] = engine
+    live.engine = engine
     pid, start_time = runtime.host_process(started.handle) or (None, None)
-    await context.transition(
-        instance.id,
-        InstanceState.STARTING,
-        f"engine {started.handle.label} starting at {address.base_url} ({where})",
+    launched = EngineLaunched(
+        reason=f"engine {started.handle.label} starting at {spec.address.base_url} ({plan.where})",
         handle=started.handle.to_json(),
         pid=pid,
         process_start_time=start_time,
-        command=masked_command(started.command, secrets),
+        command=masked_command(started.command, plan.secrets),
     )
+    await context.transition(instance.id, launched)
     context.tasks.spawn(
         instance.id, _bring_up_then_free_gpus(context, deployment, instance.id, engine, version), "bring-up"
     )
@@ -289,77 +238,19 @@ async def _bring_up_then_free_gpus(
         release_shared_gpus(context, instance_id)
 
 
-def _thread_sizing(
-    context: ControlContext, version: BackendVersion, launch_env: dict[str, str], instance_id: int
-) -> ThreadSizing | None:
-    """The thread variables of a CPU engine on this host: its share of the usable cores."""
-    if not version.cpu_threads_env:
-        return None
-    others = sum(1 for held_id, held in context.engines.items() if held.on_cpu and held_id != instance_id)
-    return size_threads(
-        version.cpu_threads_env,
-        launch_env=launch_env,
-        server_env=context.environment,
-        usable_cores=context.options.cpu_cores or usable_cores(),
-        cpu_engines=others + 1,
-    )
-
-
-def _gpu_keys(decision: Decision) -> list[tuple[str, int]]:
-    return [(rank.worker_id, gpu) for rank in decision.placement.ranks for gpu in rank.gpu_ids]
-
-
 def shared_gpu_starting(context: ControlContext, decision: Decision, instance_id: int) -> str | None:
     """A GPU of ``decision`` shared by memory on which another engine is starting ("GPU 0 of
     node-a"), or None: engines placed by memory start one at a time on each GPU."""
     if decision.demand is None:
         return None
-    for worker_id, gpu in _gpu_keys(decision):
-        if context.starting_on_gpu.get((worker_id, gpu), instance_id) != instance_id:
+    for worker_id, gpu in gpu_keys(decision):
+        if context.live.starting_on((worker_id, gpu)) not in (None, instance_id):
             worker = next((w.name for w in context.scheduler.workers if w.id == worker_id), worker_id)
             return f"GPU {gpu} of {worker}"
     return None
 
 
 def release_shared_gpus(context: ControlContext, instance_id: int) -> None:
-    for key in [key for key, owner in context.starting_on_gpu.items() if owner == instance_id]:
-        del context.starting_on_gpu[key]
-
-
-def _where(decision: Decision, on_cluster: bool) -> str:
-    """Where a start goes, for its reason: "GPUs 0,1", "node-a GPU 0 + node-b GPU 0", "CPU",
-    with the memory knob set from the estimate."""
-    parts = []
-    for rank in decision.placement.ranks:
-        gpus = (
-            f"GPU{'s' if len(rank.gpu_ids) > 1 else ''} {','.join(map(str, rank.gpu_ids))}"
-            if rank.gpu_ids
-            else "CPU"
-        )
-        parts.append(f"{rank.worker_name} {gpus}" if on_cluster else gpus)
-    text = " + ".join(parts)
-    if decision.demand is not None and decision.memory_fraction is not None:
-        text += f"; {decision.demand.knob} {decision.memory_fraction:g} for {decision.demand.summary()}"
-    return text
-
-
-def secret_values(deployment: DeploymentView, parameters: list[str], env: dict[str, str]) -> frozenset[str]:
-    """The clear values that must never be shown: sealed ones, secret env values, secret flags'."""
-    values = {value for name, value in env.items() if value != deployment.env.get(name)}
-    values |= {value for name, value in env.items() if is_secret_env_name(name)}
-    for index in secret_argument_indexes(parameters):
-        argument = parameters[index]
-        values.add(argument.split("=", 1)[1] if argument.startswith("-") else argument)
-    stored = deployment.backend_parameters
-    values |= {value for value, kept in zip(parameters, stored, strict=False) if value != kept}
-    return frozenset(value for value in values if value)
-
-
-def masked_command(argv: list[str], secrets: frozenset[str]) -> list[str]:
-    """The command as ``ps`` and the API show it: secret flags' values and every secret masked."""
-    shown = []
-    for argument in mask_arguments(argv):
-        for secret in secrets:
-            argument = argument.replace(secret, MASK)
-        shown.append(argument)
-    return shown
+    live = context.live.get(instance_id)
+    if live is not None:
+        live.starting_on = ()

@@ -24,6 +24,7 @@ from modelyard.control.launch import start_instance
 from modelyard.control.rotation import publish_all
 from modelyard.control.states import InstanceState
 from modelyard.control.stopping import on_engine_exit, stop_and_delete, stop_instance
+from modelyard.control.transitions import EngineStopped
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ async def guarded(context: ControlContext, instance: InstanceView, step: Awaitab
         await step
     except Exception as error:
         logger.exception("instance %s: %s failed", instance.id, what)
-        if instance.id in context.engines:
+        if context.live.engine(instance.id) is not None:
             return  # it holds an engine: keep it, the next pass looks again
         try:
             await fail_start(
@@ -67,7 +68,7 @@ async def _reconcile_running(context: ControlContext, deployment: DeploymentView
 
 async def _noticed_exit(context: ControlContext, instance: InstanceView) -> bool:
     """If the instance's engine has exited (also while it was starting), handle it; True then."""
-    engine = context.engines.get(instance.id)
+    engine = context.live.engine(instance.id)
     if engine is None or context.tasks.kind(instance.id) == "stop":
         return False
     status = await engine.runtime.exit_status(engine.handle)
@@ -88,7 +89,7 @@ async def _step_running(context: ControlContext, deployment: DeploymentView, ins
         return
     if context.tasks.busy(instance.id):
         return
-    engine = context.engines.get(instance.id)
+    engine = context.live.engine(instance.id)
     if engine is not None:
         if instance.verification_due(context.clock.now()) and instance.state in _VERIFIABLE:
             version = context.version_or_none(deployment)
@@ -113,10 +114,14 @@ async def _reconcile_stopped(context: ControlContext, deployment: DeploymentView
     for instance in deployment.instances:
         await guarded(context, instance, _step_stopped(context, instance, reason), "stopping it")
     busy = any(
-        context.tasks.busy(instance.id) or instance.id in context.engines for instance in deployment.instances
+        context.tasks.busy(instance.id) or context.live.engine(instance.id) is not None
+        for instance in deployment.instances
     )
     if deleting and not busy:
         await asyncio.to_thread(context.store.delete_deployment, deployment.id)
+        for instance in deployment.instances:
+            context.live.release(instance.id)
+        context.live.forget_deployment(deployment.id)
         context.endpoints.forget(deployment.name)
         logger.info("deployment %s removed", deployment.name)
 
@@ -126,7 +131,7 @@ async def _step_stopped(context: ControlContext, instance: InstanceView, reason:
         return
     context.tasks.cancel(instance.id, "bring-up")
     context.tasks.cancel(instance.id, "verify")
-    if instance.id in context.engines:
+    if context.live.engine(instance.id) is not None:
         context.tasks.spawn(instance.id, stop_instance(context, instance.id, reason), "stop")
     elif instance.state != InstanceState.STOPPED:
-        await context.transition(instance.id, InstanceState.STOPPED, reason, pid=None, handle=None)
+        await context.transition(instance.id, EngineStopped(reason=reason))

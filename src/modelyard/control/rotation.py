@@ -1,7 +1,7 @@
 """The gateway's rotation: which instances take requests, published to the endpoint registry.
 
 An instance enters the rotation when its bring-up (or re-verification, or re-adoption) succeeds
-and leaves it the moment it is stopped, fails or exits. ``ControlContext.in_rotation`` is the
+and leaves it the moment it is stopped, fails or exits. ``InstanceLive.in_rotation`` is the
 truth; each reconcile pass republishes every deployment from it (``publish_all``).
 """
 
@@ -14,7 +14,7 @@ from modelyard.control.instance_store import DeploymentView
 
 
 def endpoint_for(context: ControlContext, deployment: DeploymentView, instance_id: int) -> Endpoint | None:
-    engine = context.engines.get(instance_id)
+    engine = context.live.engine(instance_id)
     if engine is None:
         return None
     version = context.version_or_none(deployment)
@@ -38,14 +38,16 @@ def publish_one(context: ControlContext, deployment: DeploymentView, instance_id
     endpoint = endpoint_for(context, deployment, instance_id)
     if endpoint is None:
         return
-    context.in_rotation.add(instance_id)
+    context.live.of(instance_id).in_rotation = True
     others = [e for e in context.endpoints.endpoints_for(deployment.name) if e.instance_id != instance_id]
     context.endpoints.publish(deployment.name, [*others, endpoint])
 
 
 def unpublish_one(context: ControlContext, deployment_name: str, instance_id: int) -> None:
     """Take one instance out of the gateway's rotation now."""
-    context.in_rotation.discard(instance_id)
+    live = context.live.get(instance_id)
+    if live is not None:
+        live.in_rotation = False
     if not context.endpoints.is_known(deployment_name):
         return
     kept = [e for e in context.endpoints.endpoints_for(deployment_name) if e.instance_id != instance_id]
@@ -54,9 +56,11 @@ def unpublish_one(context: ControlContext, deployment_name: str, instance_id: in
 
 def leave_rotation(context: ControlContext, instance_id: int) -> None:
     """``unpublish_one`` for an instance known only by id (its deployment from the last pass)."""
-    deployment = context.deployment_of.get(instance_id)
+    deployment = context.live.deployment_of(instance_id)
     if deployment is None:
-        context.in_rotation.discard(instance_id)
+        live = context.live.get(instance_id)
+        if live is not None:
+            live.in_rotation = False
         return
     unpublish_one(context, deployment.name, instance_id)
 
@@ -67,7 +71,7 @@ def publish_all(context: ControlContext, deployment: DeploymentView) -> None:
         return
     endpoints = []
     for instance in deployment.instances:
-        if instance.id not in context.in_rotation:
+        if not context.live.in_rotation(instance.id):
             continue
         endpoint = endpoint_for(context, deployment, instance.id)
         if endpoint is not None:

@@ -239,6 +239,9 @@ class Scheduler:
     def booked(self, instance_id: int) -> bool:
         return instance_id in self._by_instance
 
+    def booked_instances(self) -> list[int]:
+        return sorted(self._by_instance)
+
     def _position(self, worker_id: str) -> int | None:
         return self._position_of.get(worker_id)
 

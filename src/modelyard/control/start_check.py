@@ -22,10 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.instance_store import DeploymentView
+from modelyard.control.live import LiveEngine
 from modelyard.control.start_observations import add_observation, load_observations
-from modelyard.control.states import InstanceState
+from modelyard.control.transitions import StartChecked
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.estimate.correction import apply_correction, correction_for, start_key
@@ -218,9 +219,9 @@ async def check_start(
     row.start_number = instance.start_number
     if not await asyncio.to_thread(add_observation, database, row):
         return
-    context.demands.clear()  # placements estimate again, with this start's correction
+    context.live.forget_demands()  # placements estimate again, with this start's correction
     if facts.booked_kv_tokens is not None and logged.tokens < facts.booked_kv_tokens:
         knob = instance.placement.get("memory_knob")
         reason = shortfall_reason(facts.booked_kv_tokens, logged.tokens, knob)
         logger.warning("instance %s: %s", instance_id, reason)
-        await context.transition(instance_id, InstanceState.RUNNING, reason, record_event=True)
+        await context.transition(instance_id, StartChecked(reason=reason))

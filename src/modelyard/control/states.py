@@ -1,9 +1,10 @@
 """The instance state machine: which states exist and which transitions are allowed.
 
-``InstanceStore.transition`` enforces the table: a move it does not allow is a bug in the
-controller, raised as ``IllegalTransition`` and turned into that instance's ``error`` state by
-the reconcile loop's guard (never into a stopped loop). ``error`` and ``stopped`` can be reached
-from every state: anything can fail, and anything can be stopped.
+``InstanceStore.transition`` enforces the table for every typed transition (``transitions.py``):
+a move it does not allow is a bug in the controller, raised as ``IllegalTransition`` and turned
+into that instance's ``error`` state by the reconcile loop's guard (never into a stopped loop).
+``error`` and ``stopped`` can be reached from every state: anything can fail, and anything can
+be stopped.
 
     pending --launch--> starting --ready--> running
        ^                   |  ^                |
@@ -56,10 +57,13 @@ def can_transition(current: InstanceState, target: InstanceState) -> bool:
     return current == target or target in _FROM_ANYWHERE or target in ALLOWED_TRANSITIONS[current]
 
 
-def check_transition(current: InstanceState, target: InstanceState, instance_id: int) -> None:
+def check_transition(current: InstanceState, target: InstanceState, instance_id: int, what: str = "") -> None:
+    """Raise ``IllegalTransition`` naming the instance, both states and the allowed targets
+    (``what``: the transition's name) when the table does not allow the move."""
     if not can_transition(current, target):
         allowed = sorted({*ALLOWED_TRANSITIONS[current], *_FROM_ANYWHERE})
+        named = f"{what} " if what else ""
         raise IllegalTransition(
-            f"instance {instance_id}: {current} -> {target} is not a transition of the state machine "
-            f"(from {current}: {', '.join(allowed)})"
+            f"instance {instance_id}: {named}{current} -> {target} is not a transition of the state "
+            f"machine (from {current}: {', '.join(allowed)})"
         )

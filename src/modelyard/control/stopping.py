@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import Literal
 
-from modelyard.control.context import ControlContext, LiveEngine
+from modelyard.control.context import ControlContext
 from modelyard.control.failures import fail_start
 from modelyard.control.instance_store import InstanceView
+from modelyard.control.live import LiveEngine
 from modelyard.control.rotation import leave_rotation
 from modelyard.control.states import InstanceState
+from modelyard.control.transitions import EngineStopped, Stopping
 from modelyard.control.verification import diagnose_engine_log
 from modelyard.runtimes.base import ExitStatus
 
@@ -25,7 +28,7 @@ LEFTOVER_GRACE_SECONDS = 5.0
 
 
 def stop_grace_seconds(context: ControlContext, instance_id: int) -> float:
-    deployment = context.deployment_of.get(instance_id)
+    deployment = context.live.deployment_of(instance_id)
     version = context.version_or_none(deployment) if deployment is not None else None
     return DEFAULT_GRACE_SECONDS if version is None else version.stop_grace_seconds
 
@@ -35,23 +38,24 @@ async def stop_instance(
     instance_id: int,
     reason: str,
     *,
-    final_state: InstanceState = InstanceState.STOPPED,
+    final_state: Literal[InstanceState.STOPPED, InstanceState.ERROR] = InstanceState.STOPPED,
 ) -> None:
-    engine = context.engines.get(instance_id)
+    engine = context.live.engine(instance_id)
     leave_rotation(context, instance_id)
+    stopped = EngineStopped(reason=reason, final_state=final_state)
     if engine is None:
-        await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+        await context.transition(instance_id, stopped)
         return
-    await context.transition(instance_id, InstanceState.STOPPING, reason)
+    await context.transition(instance_id, Stopping(reason=reason))
     await engine.runtime.stop(engine.handle, grace_seconds=stop_grace_seconds(context, instance_id))
-    context.engines.pop(instance_id, None)
-    context.scheduler.release(instance_id)
-    await context.transition(instance_id, final_state, reason, pid=None, handle=None)
+    context.live.end_engine(instance_id)
+    await context.transition(instance_id, stopped)
 
 
 async def stop_and_delete(context: ControlContext, instance_id: int, reason: str) -> None:
     await stop_instance(context, instance_id, reason)
     await asyncio.to_thread(context.store.delete_instance, instance_id)
+    context.live.release(instance_id)
 
 
 async def fail_running_engine(context: ControlContext, instance_id: int, reason: str) -> None:
@@ -63,7 +67,7 @@ async def fail_running_engine(context: ControlContext, instance_id: int, reason:
 
 
 async def _current_view(context: ControlContext, instance_id: int) -> InstanceView | None:
-    deployment = context.deployment_of.get(instance_id)
+    deployment = context.live.deployment_of(instance_id)
     if deployment is None:  # re-adopted before the first reconcile
         for candidate in await asyncio.to_thread(context.store.load_deployments):
             if any(instance.id == instance_id for instance in candidate.instances):
@@ -78,15 +82,14 @@ async def on_engine_exit(
 ) -> None:
     """The engine ended by itself: record why (with the doctor's reading of its log), restart later."""
     leave_rotation(context, instance.id)
-    context.engines.pop(instance.id, None)
-    context.scheduler.release(instance.id)
+    context.live.end_engine(instance.id)
     context.tasks.cancel(instance.id, "bring-up")
     context.tasks.cancel(instance.id, "verify")
     # The launcher is gone; make sure nothing of it lingers (it could hold the GPU).
     await engine.runtime.stop(engine.handle, grace_seconds=LEFTOVER_GRACE_SECONDS)
     starting = instance.state == InstanceState.STARTING
     phase = "while starting" if starting else "while running"
-    deployment = context.deployment_of.get(instance.id)
+    deployment = context.live.deployment_of(instance.id)
     diagnosis = await asyncio.to_thread(
         functools.partial(
             diagnose_engine_log,
