@@ -95,7 +95,7 @@ class BenchmarkOutcome:
 
 # -- prompts and request bodies ---------------------------------------------------------------------
 
-_FALLBACK_WORDS = (
+FALLBACK_WORDS = (
     "river",
     "stone",
     "light",
@@ -124,7 +124,7 @@ def _fallback_prompts(config: RunConfig, count: int) -> list[BenchPrompt]:
     rng = random.Random(config.seed)
     prompts = []
     for index in range(count):
-        text = " ".join(rng.choice(_FALLBACK_WORDS) for _ in range(config.input_tokens))
+        text = " ".join(rng.choice(FALLBACK_WORDS) for _ in range(config.input_tokens))
         prompts.append(
             BenchPrompt(
                 prompt_id=f"words-{config.seed}-{index}",

@@ -29,34 +29,12 @@ import yaml
 
 from modelyard.bench.datasets.prompts_file import save_prompts
 from modelyard.bench.records import BenchPrompt
+from modelyard.bench.runner import FALLBACK_WORDS
 from modelyard.errors import InvalidInput, NotFound
 
 LoadKind = Literal["concurrency", "rate"]
 MAXIMUM_TOKENS = 1_000_000
 MAXIMUM_LOADS = 8
-
-_WORDS = (
-    "river",
-    "stone",
-    "light",
-    "music",
-    "garden",
-    "window",
-    "paper",
-    "market",
-    "winter",
-    "summer",
-    "letter",
-    "animal",
-    "bridge",
-    "forest",
-    "table",
-    "story",
-    "number",
-    "planet",
-    "signal",
-    "engine",
-)
 
 
 @dataclass(frozen=True)
@@ -209,7 +187,7 @@ def draw_prompts(workload: Workload, count: int, *, seed: int = 0) -> list[Bench
     for index in range(count):
         input_tokens = _length(rng, workload.input_tokens, workload.input_spread)
         output_tokens = _length(rng, workload.output_tokens, workload.output_spread)
-        text = " ".join(rng.choice(_WORDS) for _ in range(input_tokens))
+        text = " ".join(rng.choice(FALLBACK_WORDS) for _ in range(input_tokens))
         prompts.append(
             BenchPrompt(
                 prompt_id=f"{workload.name}-{seed}-{index}",
