@@ -72,6 +72,8 @@ def print_report(report: dict[str, Any]) -> None:
     """The report in the terminal: winners, how to deploy, the Pareto front, every candidate."""
     from rich.table import Table
 
+    from modelyard.tune.report import candidate_row
+
     slo_keys = [text.split("<=")[0] + "_ms" for text in report["slos"]]
     stdout.print(
         f"[bold]tune {report['tune_id']}[/bold]: {report['model']} on {report['gpus']}, workload "
@@ -114,17 +116,11 @@ def print_report(report: dict[str, Any]) -> None:
     for column in ("rank", "candidate", "rung", "throughput within SLOs", "dropped"):
         rows.add_column(column, overflow="fold")
     for row in report["candidates"]:
-        deepest = row["measurements"][-1] if row["measurements"] else None
-        best = (
-            max((p["throughput"] for p in deepest["points"] if p["meets_slos"]), default=None)
-            if deepest
-            else None
-        )
-        dropped = f"{row['dropped']['stage']}: {row['dropped']['reason']}" if row["dropped"] else ""
+        rung, best, dropped = candidate_row(row)
         rows.add_row(
             str(row["rank"] or "-"),
             row["label"],
-            str(deepest["rung"]) if deepest else "-",
+            rung,
             _figure(best),
             dropped,
         )

@@ -197,6 +197,19 @@ def build_report(
     }
 
 
+def candidate_row(row: dict[str, Any]) -> tuple[str, float | None, str]:
+    """A report candidate's deepest rung ("-" if never measured), its best throughput within the
+    SLOs there, and why it was dropped ("" if it was not): the terminal's and Markdown's columns."""
+    deepest = row["measurements"][-1] if row["measurements"] else None
+    best = (
+        max((p["throughput"] for p in deepest["points"] if p["meets_slos"]), default=None)
+        if deepest
+        else None
+    )
+    dropped = f"{row['dropped']['stage']}: {row['dropped']['reason']}" if row["dropped"] else ""
+    return (str(deepest["rung"]) if deepest else "-"), best, dropped
+
+
 def _figure(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -251,15 +264,9 @@ def report_markdown(report: dict[str, Any]) -> str:
     ]
     lines += ["|---|---|---|---|---|"]
     for row in report["candidates"]:
-        deepest = row["measurements"][-1] if row["measurements"] else None
-        best = (
-            max((p["throughput"] for p in deepest["points"] if p["meets_slos"]), default=None)
-            if deepest
-            else None
-        )
-        dropped = f"{row['dropped']['stage']}: {row['dropped']['reason']}" if row["dropped"] else ""
+        rung, best, dropped = candidate_row(row)
         lines.append(
-            f"| {row['rank'] or '-'} | {row['label']} | {deepest['rung'] if deepest else '-'} | "
+            f"| {row['rank'] or '-'} | {row['label']} | {rung} | "
             f"{_figure(best)} | {dropped.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
