@@ -75,6 +75,8 @@ def main() -> None:
         ],
         "all": verdicts,
     }
+    for batch in sorted({v.case.batch for v in verdicts if v.case.batch}):
+        parts[f"batch {batch}"] = [v for v in verdicts if v.case.batch == batch]
     print(
         f"{len(verdicts)} reports from {len({v.case.source_url for v in verdicts})} threads: "
         f"{len(parts['fit'])} fit, {len(parts['eval'])} eval"

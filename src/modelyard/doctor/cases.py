@@ -11,7 +11,7 @@ Case fields: ``source_url``, ``summary``, ``category``, ``engine``, ``engine_ver
 the report does not say), ``backend_parameters``, ``env``, ``gpus`` (``2xRTX3090``) and/or
 ``gpu_count``, ``gpu_free_gib``, ``host`` (``in_container``, ``shm_bytes``, ``driver_version``,
 ``ports_in_use``), ``model_argument``, ``config`` or ``config_file``, ``log`` or ``log_file``,
-``stalled``, ``expected``, ``items_are_arguments`` (the launcher hands each list item to the engine
+``stalled``, ``expected``, ``batch`` (the collection round), ``items_are_arguments`` (the launcher hands each list item to the engine
 as one argument: a Compose command list); ``log_is_outcome: true`` when the outcome is the engine's own words.
 Reports added from 2025 on also give ``reported`` (the date of the post the case is read from),
 ``engine_did`` (``exited``, ``hung``, ``served wrong``: what the engine did), and ``log_verbatim``
@@ -89,6 +89,9 @@ class FailureCase:
     known_miss: str | None = None
     # The report's launcher passes each item of ``backend_parameters`` to the engine as one argument.
     items_are_arguments: bool = False
+    # The collection round the report was added in (``2026-12 blind``: measured before any check was
+    # written from it), so that each round's blind figure can be printed again later.
+    batch: str | None = None
 
     @property
     def name(self) -> str:
@@ -204,6 +207,7 @@ def load_case(path: Path) -> FailureCase:
         seen_before_split=bool(data.get("seen_before_split", False)),
         known_miss=str(data["known_miss"]) if data.get("known_miss") else None,
         items_are_arguments=bool(data.get("items_are_arguments", False)),
+        batch=str(data["batch"]) if data.get("batch") else None,
     )
 
 
