@@ -71,7 +71,9 @@ def main() -> None:
         "fit": [v for v in verdicts if v.case.split == "fit"],
         "eval": [v for v in verdicts if v.case.split == "eval"],
         "eval, no check written from it": [
-            v for v in verdicts if v.case.split == "eval" and not v.case.seen_before_split
+            v
+            for v in verdicts
+            if v.case.split == "eval" and not v.case.seen_before_split and not v.case.seen_after_split
         ],
         "all": verdicts,
     }

@@ -12,7 +12,7 @@ from modelyard.modeldir import ModelFacts
 MODEL = ModelFacts(directory=Path("/models/qwen3-8b"), config=QWEN3_8B)
 
 
-def _too_small(parameters: str, version: str = "0.25.0") -> list[Severity]:
+def _too_small(parameters: str, version: str | None = "0.25.0") -> list[Severity]:
     findings = plan_findings(parameters, version=version, model=MODEL)
     return [f.severity for f in of_id(findings, "param.batched-tokens-too-small")]
 
@@ -41,3 +41,9 @@ def test_chunked_prefill_lifts_the_limit() -> None:
     assert _too_small("--max-num-batched-tokens 4096 --max-model-len 8192 --no-enable-chunked-prefill") == [
         Severity.ERROR
     ]
+
+
+def test_chunked_prefill_turned_off_with_its_no_form_counts_without_a_version() -> None:
+    """vLLM's boolean flags take a --no- form; with no version (no flag table) it still means off."""
+    parameters = "--max-num-batched-tokens 8192 --max-model-len 9216 --no-enable-chunked-prefill"
+    assert _too_small(parameters, version=None) == [Severity.ERROR]

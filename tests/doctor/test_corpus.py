@@ -116,9 +116,17 @@ def test_each_real_failure_of_the_fit_part_is_caught_before_start_or_from_the_lo
 
 
 def test_most_failures_of_the_fit_part_are_caught_before_the_engine_starts() -> None:
-    """Of the fit cases a check is written for (no ``known_miss``), most are caught before start."""
-    counts = catch_rates(verdict for verdict in _part("fit") if not verdict.case.known_miss)["all"]
-    assert counts["before start"] / sum(counts.values()) >= 0.5
+    """Of the fit cases a check is written for (no ``known_miss``) whose cause a before-start check
+    names (an ``expected`` id that is not ``log.*``), most are caught before start. Causes only the
+    engine's log shows (an adapter's rank, a Ray placement, a hang) count in the catch rate, not here."""
+    verdicts = [
+        verdict
+        for verdict in _part("fit")
+        if not verdict.case.known_miss
+        and any(not check_id.startswith("log.") for check_id in verdict.case.expected)
+    ]
+    counts = catch_rates(verdicts)["all"]
+    assert counts["before start"] / sum(counts.values()) >= 0.7
 
 
 def test_the_eval_part_is_measured_per_category(capsys: pytest.CaptureFixture[str]) -> None:

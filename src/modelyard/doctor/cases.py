@@ -11,8 +11,9 @@ Case fields: ``source_url``, ``summary``, ``category``, ``engine``, ``engine_ver
 the report does not say), ``backend_parameters``, ``env``, ``gpus`` (``2xRTX3090``) and/or
 ``gpu_count``, ``gpu_free_gib``, ``host`` (``in_container``, ``shm_bytes``, ``driver_version``,
 ``ports_in_use``), ``model_argument``, ``config`` or ``config_file``, ``log`` or ``log_file``,
-``stalled``, ``expected``, ``batch`` (the collection round), ``items_are_arguments`` (the launcher hands each list item to the engine
-as one argument: a Compose command list); ``log_is_outcome: true`` when the outcome is the engine's own words.
+``stalled``, ``expected``, ``batch`` (the collection round), ``items_are_arguments`` (the
+launcher hands each list item to the engine as one argument: a Compose command list);
+``log_is_outcome: true`` when the outcome is the engine's own words.
 Reports added from 2025 on also give ``reported`` (the date of the post the case is read from),
 ``engine_did`` (``exited``, ``hung``, ``served wrong``: what the engine did), and ``log_verbatim``
 (the ``log`` is the report's own startup-log lines, copied, not retold). A fit case no check
@@ -22,7 +23,10 @@ fails once a check catches it, so that the mark is removed).
 The corpus is split by source thread (``split_of``: a hash of the thread's URL, about 60 % fit,
 40 % eval), and each case file says its part (``split``). Checks are written from the fit part
 only; the eval part measures them. ``seen_before_split: true`` marks the reports that checks had
-been written from before the split existed (their eval figure is not a blind one).
+been written from before the split existed (their eval figure is not a blind one);
+``seen_after_split`` (the round, e.g. ``2026-12``) marks the eval reports whose misses were studied
+by class when a later round widened the checks: they stay in the eval part, out of its blind figure.
+Each round's new reports are measured blind first (``batch``) and keep that figure in their commit.
 
 Usage::
 
@@ -85,6 +89,8 @@ class FailureCase:
     engine_did: EngineDid | None = None
     log_verbatim: bool = False
     seen_before_split: bool = False
+    # The round whose checks were written after studying this eval report's miss (not blind since).
+    seen_after_split: str | None = None
     # A case of the fit part that no check catches yet: what is missing (the test expects it to fail).
     known_miss: str | None = None
     # The report's launcher passes each item of ``backend_parameters`` to the engine as one argument.
@@ -205,6 +211,7 @@ def load_case(path: Path) -> FailureCase:
         engine_did=cast(EngineDid | None, _choice(path, data, "engine_did", ENGINE_DID)),
         log_verbatim=bool(data.get("log_verbatim", False)),
         seen_before_split=bool(data.get("seen_before_split", False)),
+        seen_after_split=str(data["seen_after_split"]) if data.get("seen_after_split") else None,
         known_miss=str(data["known_miss"]) if data.get("known_miss") else None,
         items_are_arguments=bool(data.get("items_are_arguments", False)),
         batch=str(data["batch"]) if data.get("batch") else None,

@@ -1,7 +1,9 @@
 """Checks of the parallel layout (TP, PP, DP, EP, DP attention) against the GPUs and the model.
 
 Ids: ``param.tensor-parallel-size`` (GPUs the layout needs against GPUs given),
-``param.tensor-parallel-heads`` (attention and key-value heads per attention rank),
+``param.tensor-parallel-heads`` (attention and key-value heads per attention rank; in vLLM also the
+vision encoder's heads, which its vision attention splits over the same tensor-parallel ranks with
+``divide``, unless ``--mm-encoder-tp-mode data`` keeps the encoder whole),
 ``param.pipeline-layer-partition`` (layers per pipeline stage), ``param.expert-parallel-experts``
 (experts per expert-parallel rank), ``param.data-parallel-attention`` (SGLang DP groups inside TP),
 ``param.mixed-gpus``. The layout itself is ``modelyard.estimate.layout``.
@@ -28,6 +30,7 @@ def check_layout(context: ParameterContext) -> list[Finding]:
     layout = context_layout(context)
     findings = _gpus(context, layout)
     findings.extend(_heads(context, layout))
+    findings.extend(_vision_heads(context, layout))
     findings.extend(_pipeline(context, layout))
     findings.extend(_experts(context, layout))
     findings.extend(_data_parallel_attention(layout))
@@ -128,6 +131,37 @@ def _heads(context: ParameterContext, layout: Layout) -> list[Finding]:
             )
         ]
     return []
+
+
+def _vision_heads(context: ParameterContext, layout: Layout) -> list[Finding]:
+    """vLLM's vision towers (``Qwen2VisionAttention``, ``Glm4vVisionAttention``, ...) shard their heads
+    over the tensor-parallel group: ``divide(num_heads, tp_size)`` asserts "12 is not divisible by 8"."""
+    if context.engine != "vllm" or context.model is None or layout.tensor_parallel <= 1:
+        return []
+    if (context.parameters.value_of("--mm-encoder-tp-mode") or "").strip().lower() == "data":
+        return []
+    vision = context.model.config.get("vision_config")
+    # InternViT pads its heads with dummy ones to a multiple of the TP size (intern_vit.py,
+    # num_dummy_heads): 25 heads run on 8 GPUs.
+    if not isinstance(vision, dict) or "intern" in str(vision.get("model_type", "")).lower():
+        return []
+    heads = _text_int(vision, "num_heads", "num_attention_heads")
+    ranks = layout.tensor_parallel
+    if heads is None or heads % ranks == 0:
+        return []
+    return [
+        Finding(
+            "param.tensor-parallel-heads",
+            Severity.ERROR,
+            f"{layout.flag('tensor')} splits the vision encoder's {heads} attention heads over {ranks} GPUs, "
+            f'which does not divide them; {context.label} fails while loading it ("{heads} is not divisible '
+            f'by {ranks}")',
+            fix=f"use a tensor-parallel size that divides {heads} ({', '.join(map(str, _divisors(heads)))}) "
+            "and pipeline parallelism for the remaining GPUs, or --mm-encoder-tp-mode data (vLLM 0.10.2 and "
+            "later, where the model supports it) to keep the encoder whole on each GPU",
+            details={"vision_attention_heads": heads, "tensor_parallel_size": ranks},
+        )
+    ]
 
 
 def _pipeline(context: ParameterContext, layout: Layout) -> list[Finding]:

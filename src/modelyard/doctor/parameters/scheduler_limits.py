@@ -77,6 +77,10 @@ def _chunked_prefill(context: ParameterContext, length: int) -> bool:
     given = context.parameters.switch("--enable-chunked-prefill")
     if given is not None:
         return given
+    # vLLM's boolean flags take a --no- form (argparse BooleanOptionalAction); without a flag table
+    # (no version given) the parser sees it as a flag of its own.
+    if context.parameters.find("--no-enable-chunked-prefill") is not None:
+        return False
     if context.version and version_before(context.version, V1_DEFAULT_SINCE):
         return length > V0_LONG_CONTEXT_TOKENS
     return True

@@ -3,7 +3,8 @@
 ``memory.REFUSALS`` (the engines' own refusals), then what stops a start early
 (``startup.MORE_SIGNATURES``, ``startup.SIGNATURES``, ``arguments.SIGNATURES``: llama.cpp's and
 llama-box's unknown arguments, mangled JSON; ``launchers``: a launcher and an engine of releases
-that do not fit), the KV-cache dtype the kernels refuse
+that do not fit; ``refusals``: a layout, an adapter or a pair of options the engine refuses),
+the KV-cache dtype the kernels refuse
 (``kv_cache_dtype``), what the model needs (``model.SIGNATURES``: context, dtype, quantization,
 remote code, heads, chat template, files, disk), what the engine talks to (``network.SIGNATURES``:
 proxies, the hub, NCCL's shared memory; ``collectives``: Gloo's mesh, the custom all-reduce), and
@@ -21,6 +22,7 @@ from modelyard.doctor.signatures import (
     memory,
     model,
     network,
+    refusals,
     startup,
 )
 from modelyard.doctor.signatures.base import LogSignature
@@ -31,6 +33,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
     *startup.SIGNATURES,
     *arguments.SIGNATURES,
     *launchers.SIGNATURES,
+    *refusals.SIGNATURES,
     *kv_cache_dtype.SIGNATURES,
     *model.SIGNATURES,
     *network.SIGNATURES,

@@ -66,7 +66,28 @@ def _explain_launcher_engine_mismatch(match: re.Match[str], context: LogContext)
     )
 
 
+def _explain_version_guard(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    engine = {"sglang": "SGLang"}.get(match["engine"].lower(), "vLLM")
+    return (
+        f"the launcher refuses the installed {engine} {match['version']}: it checks the engine's version "
+        "and supports only the releases it names",
+        f"install one of the {engine} releases the launcher lists (its requirements pin them), or upgrade "
+        f"the launcher to a release made for {engine} {match['version']}",
+    )
+
+
 SIGNATURES: tuple[LogSignature, ...] = (
+    LogSignature(
+        "log.launcher-engine-mismatch",
+        Severity.ERROR,
+        re.compile(
+            r"(?P<engine>vllm|sglang) version (?P<version>[\w.+\-]+) (?:is )?not supported",
+            re.IGNORECASE,
+        ),
+        _explain_version_guard,
+        "a launcher's own check of the engine's version (verl/third_party/vllm/__init__.py: "
+        '"vllm version {version} not supported. Currently supported versions are ...")',
+    ),
     LogSignature(
         "log.launcher-engine-mismatch",
         Severity.ERROR,

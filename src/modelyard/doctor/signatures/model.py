@@ -72,6 +72,23 @@ def _explain_heads(match: re.Match[str], context: LogContext) -> tuple[str, str]
     )
 
 
+def _explain_divisibility(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    numerator, denominator = int(match["numerator"]), int(match["denominator"])
+    return (
+        f"a dimension of the model ({numerator}: attention heads, often those of a vision encoder, or "
+        f"experts) does not split over {denominator} tensor-parallel ranks",
+        f"use a tensor-parallel size that divides {numerator} ({_divisors(numerator)}) and pipeline "
+        "parallelism for the remaining GPUs; for a vision encoder in vLLM, --mm-encoder-tp-mode data "
+        "keeps it whole on each rank",
+    )
+
+
+def _split_by_ranks(match: re.Match[str], text: str) -> bool:
+    """vLLM's and SGLang's ``ensure_divisibility`` says only the two numbers; it is a tensor-parallel
+    split when the denominator is more than one rank."""
+    return int(match["denominator"]) > 1
+
+
 def _explain_model_not_found(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     where = first_group(match, "path", "name", "url") or "the model"
     return (
@@ -155,6 +172,15 @@ SIGNATURES: tuple[LogSignature, ...] = (
         ),
         _explain_heads,
         "vllm/config/parallel.py, vllm/config/model.py (verify_with_parallel_config)",
+    ),
+    LogSignature(
+        "log.tensor-parallel-heads",
+        Severity.ERROR,
+        re.compile(r"AssertionError: (?P<numerator>\d+) is not divisible by (?P<denominator>\d+)"),
+        _explain_divisibility,
+        "vllm/distributed/utils.py, sglang/srt/distributed/utils.py (ensure_divisibility, used by divide() "
+        "when a layer shards its heads or sizes over the tensor-parallel ranks)",
+        when=_split_by_ranks,
     ),
     LogSignature(
         "log.model-not-found",

@@ -65,8 +65,8 @@ def _explain_hub_gated(match: re.Match[str], context: LogContext) -> tuple[str, 
 
 def _explain_nccl_shared_memory(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     return (
-        "NCCL could not create its shared-memory segment in /dev/shm: the container (or host) gives too "
-        "little shared memory (Docker's default is 64 MiB)",
+        "NCCL could not create or attach its shared-memory segment in /dev/shm: the container (or host) "
+        "gives too little shared memory (Docker's default is 64 MiB), or the ranks do not share one /dev/shm",
         "run the container with --ipc=host or --shm-size 16g (modelyard's container runtime uses "
         "--ipc host); "
         "on a host, grow the /dev/shm tmpfs",
@@ -119,7 +119,10 @@ SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.nccl-shared-memory",
         Severity.ERROR,
-        re.compile(r"Error while creating shared memory segment /dev/shm/nccl[^\n]*|ncclShmOpen[^\n]*"),
+        re.compile(
+            r"Error while (?:creating|attaching to) shared memory segment /dev/shm/nccl[^\n]*"
+            r"|ncclShmOpen[^\n]*"
+        ),
         _explain_nccl_shared_memory,
         "NCCL src/misc/shmutils.cc (ncclShmOpen)",
         supersedes=("log.nccl-error",),

@@ -123,12 +123,28 @@ def _explain_registry_import(match: re.Match[str], context: LogContext) -> tuple
 
 
 def _explain_transformers_too_old(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    model_type = match["model_type"]
+    model_type = first_group(match, "model_type", "key") or "?"
+    if match["gguf"]:
+        return (
+            f"the transformers library inside the engine cannot read GGUF files of architecture "
+            f"{match['gguf']!r}: its GGUF loader predates this model",
+            "upgrade transformers (or the engine image) to a release whose GGUF loader lists the "
+            "architecture, or serve the model's safetensors checkpoint instead of the GGUF file",
+        )
     return (
         f"the transformers library inside the engine does not know model type {model_type!r}: the engine "
         "release predates this model",
         f"deploy an engine release that supports {model_type} (and the transformers it pins); check the "
         "engine's supported-models list",
+    )
+
+
+def _explain_transformers_too_new(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        f"the engine registers its own copy of a model class ({match['registered'][:120]}) that the "
+        "installed transformers now ships itself: transformers is newer than this engine release supports",
+        "install the transformers version the engine release pins (`pip show` the engine for its "
+        "requirement), or upgrade the engine to a release made for this transformers",
     )
 
 
@@ -152,9 +168,11 @@ def _explain_no_kernel_image(match: re.Match[str], context: LogContext) -> tuple
 
 def _explain_no_cuda_gpus(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     return (
-        "the engine sees no GPU: none is visible to its process",
-        "run the container with --gpus (and the NVIDIA container runtime), check CUDA_VISIBLE_DEVICES is "
-        "not empty or wrong, and that the host driver supports the image's CUDA (`nvidia-smi` inside it)",
+        "the engine sees no GPU: none is visible to its process (vLLM detected no CUDA platform, or torch "
+        "found no device)",
+        "run the container with --gpus (and the NVIDIA container runtime, which also mounts libcuda), check "
+        "CUDA_VISIBLE_DEVICES is not empty or wrong, and that the host driver supports the image's CUDA "
+        "(`nvidia-smi` inside it)",
     )
 
 
@@ -313,9 +331,21 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"checkpoint you are trying to load has model type `?(?P<model_type>[\w.\-]+)`? but Transformers "
             r"does not recognize this architecture"
+            r"|GGUF model with architecture (?P<gguf>[\w.\-]+) is not supported yet"
+            r"|configuration_auto\.py\S*, line \d+, in __getitem__\s+raise KeyError\(key\)\s+"
+            r"KeyError: '(?P<key>[\w.\-]+)'"
         ),
         _explain_transformers_too_old,
-        "transformers/models/auto/configuration_auto.py (AutoConfig.from_pretrained)",
+        "transformers/models/auto/configuration_auto.py (AutoConfig.from_pretrained; CONFIG_MAPPING "
+        "lookup of model_type); transformers/modeling_gguf_pytorch_utils.py (load_gguf_checkpoint)",
+    ),
+    LogSignature(
+        "log.transformers-version-mismatch",
+        Severity.ERROR,
+        re.compile(r"(?P<registered>'[^\n]{1,200}?') is already used by a Transformers (?:model|config)"),
+        _explain_transformers_too_new,
+        "transformers/models/auto/auto_factory.py (_LazyAutoMapping.register), configuration_auto.py "
+        "(_LazyConfigMapping.register)",
     ),
     LogSignature(
         "log.cuda-forward-compatibility",
@@ -338,9 +368,14 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.no-cuda-gpus",
         Severity.ERROR,
-        re.compile(r"No CUDA GPUs are available|Found no NVIDIA driver on your system"),
+        re.compile(
+            r"No CUDA GPUs are available|Found no NVIDIA driver on your system"
+            r"|Failed to infer device type|No platform detected, vLLM is running on UnspecifiedPlatform"
+        ),
         _explain_no_cuda_gpus,
-        "torch/cuda/__init__.py (_lazy_init)",
+        "torch/cuda/__init__.py (_lazy_init); "
+        "vllm/platforms/__init__.py (resolve_current_platform_cls_qualname), "
+        "vllm/config/device.py (DeviceConfig: no platform, no device)",
     ),
     LogSignature(
         "log.gpu-id-not-visible",
