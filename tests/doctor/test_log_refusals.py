@@ -162,3 +162,14 @@ def test_a_launcher_that_refuses_the_engine_version_is_a_release_mismatch() -> N
     log = "ValueError: sglang version 0.5.2 is not supported. Supported: 0.4.6.post5\n"
     finding = _only(diagnose_log(log), "log.launcher-engine-mismatch")
     assert "SGLang 0.5.2" in finding.message
+
+
+def test_a_kernel_library_built_for_another_torch_names_the_library() -> None:
+    log = (
+        "ImportError: /usr/lib/python3.12/site-packages/vllm/_C.abi3.so: undefined symbol: "
+        "_ZN2at4_ops5zeros4callEN3c108ArrayRefINS2_6SymIntEEE\n"
+    )
+    finding = _only(diagnose_log(log), "log.extension-built-for-another-torch")
+    assert "_C.abi3.so" in finding.message
+    # A missing symbol of another library (not torch's) is not this finding.
+    assert _ids("ImportError: libfoo.so.1: undefined symbol: png_create_read_struct\n") == []

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from modelyard.cli.main import app
 from modelyard.doctor.log_quiet import line_time, log_ended, quiet_within_log
 from modelyard.doctor.log_signatures import STALL_SECONDS, diagnose_log
-from modelyard.doctor.signatures.stall import stage_reached
+from modelyard.doctor.signatures.stall import shows_progress, stage_reached, stalled_finding
 
 STALL_LOGS = Path(__file__).parent / "fixtures" / "stall_logs"
 
@@ -178,3 +178,18 @@ def test_a_later_stage_replaces_the_start_of_the_processes() -> None:
     )
     assert stage_reached(log).stage is not None
     assert stage_reached(log).stage.key == "collective-init"  # type: ignore[union-attr]
+
+
+def test_a_start_waiting_for_its_ray_placement_group_names_the_placement_stage() -> None:
+    log = (
+        "INFO 04-01 02:45:50 ray_utils.py:320] The number of required GPUs exceeds the total number of "
+        "available GPUs in the placement group.\n"
+        "INFO 04-01 02:46:00 ray_utils.py:214] Waiting for creating a placement group of specs for 10 "
+        "seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}]. Check `ray status` to see if you have enough "
+        "resources\n"
+    )
+    finding = stalled_finding(log, 900, "vllm")
+    assert finding.details["stage_key"] == "ray-placement"
+    assert "ray status" in finding.fix
+    # Its repeats while waiting are no progress for the live watch.
+    assert not shows_progress("INFO Waiting for creating a group of placement of specs for 310 seconds.\n")

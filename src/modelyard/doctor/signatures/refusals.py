@@ -27,6 +27,10 @@ as groups, so that any report of the same refusal matches, whatever the model or
 - ``log.transformers-fallback``: the engine has no model class of its own for the architecture and runs
   it through its Transformers wrapper (vLLM and SGLang ``TransformersForCausalLM`` and kin), which
   lacks what this model needs: an ``AttributeError`` on the wrapper object.
+- ``log.extension-built-for-another-torch``: a compiled extension of the engine (``vllm._C``,
+  ``sgl_kernel``, ``flash_attn``, ...) fails to load with the dynamic linker's "undefined symbol"
+  naming a PyTorch C++ symbol (mangled in ``c10``, ``at`` or ``torch``): it was built against another
+  torch release than the one installed (PyTorch has no stable C++ ABI between releases).
 """
 
 from __future__ import annotations
@@ -138,6 +142,16 @@ def _explain_transformers_fallback(match: re.Match[str], context: LogContext) ->
     )
 
 
+def _explain_extension_abi(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    return (
+        f"the compiled extension {match['library']} was built against another PyTorch release than the one "
+        f"installed: it needs the torch symbol {match['symbol'][:80]}, which this torch does not have",
+        "install the torch release the engine (and its kernel package) pins, or reinstall the kernel package "
+        "built for your torch (`pip show torch` and the package's requirements); do not mix a torch nightly "
+        "with released kernel wheels",
+    )
+
+
 SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.pipeline-parallel-unsupported",
@@ -212,5 +226,15 @@ SIGNATURES: tuple[LogSignature, ...] = (
         _explain_transformers_fallback,
         "vllm/model_executor/models/transformers/ (TransformersForCausalLM and kin); "
         "sglang/srt/models/transformers.py (TransformersForCausalLM)",
+    ),
+    LogSignature(
+        "log.extension-built-for-another-torch",
+        Severity.ERROR,
+        re.compile(
+            r"(?P<library>[\w./-]+\.so[\w.]*): undefined symbol: (?P<symbol>_ZN\d*(?:c10|at|torch)\w+)"
+        ),
+        _explain_extension_abi,
+        "the dynamic linker (ImportError: undefined symbol) on a PyTorch C++ symbol; PyTorch's C++ ABI is "
+        "not stable across releases (extensions must be built against the installed torch)",
     ),
 )

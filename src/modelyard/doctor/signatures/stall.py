@@ -9,6 +9,9 @@ when it is done (``ends``), in the wording of vLLM 0.2x (V1 engine) and SGLang 0
   word: the engine resolves the model's config and tokenizer (from the hub unless the model is a
   local directory) and starts its GPU processes, which with tensor parallel report only once their
   collective init begins;
+- waiting for Ray to place the engine's GPUs (vLLM's Ray executor: ``Waiting for creating a placement
+  group of specs for N seconds``, ``The number of required GPUs exceeds the total number of
+  available GPUs in the placement group``; its repeats are no progress);
 - initialising the GPUs' collective communication (vLLM: ``world_size=N rank=R ...
   backend=nccl``, ``Found nccl from library``, ``vLLM is using nccl==``, NCCL's own ``NCCL INFO``
   lines; done at ``rank R in world size N is assigned as DP rank ...``. SGLang: ``Init torch
@@ -47,8 +50,19 @@ from modelyard.doctor.findings import Finding, Severity
 STALL_SECONDS = 600.0
 
 StageKey = Literal[
-    "engine-start", "collective-init", "download", "weights", "compile", "graph-capture", "serving"
+    "engine-start",
+    "ray-placement",
+    "collective-init",
+    "download",
+    "weights",
+    "compile",
+    "graph-capture",
+    "serving",
 ]
+
+# vLLM's Ray executor while its placement group waits for GPUs (executor/ray_utils.py,
+# _wait_until_pg_ready; the wording varies between releases).
+_PLACEMENT_WAIT = r"Waiting for creating a[\w ]*placement[\w ]* of specs"
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,24 @@ STAGES: tuple[Stage, ...] = (
             "": "give a local model directory and set HF_HUB_OFFLINE=1 (or check the network and proxy "
             "variables); check that `nvidia-smi` answers; with tensor parallel run with NCCL_DEBUG=INFO to "
             "see whether the ranks are in NCCL's init (then: " + _NCCL_FIX + ")",
+        },
+    ),
+    Stage(
+        "ray-placement",
+        "waiting for Ray to place the engine's GPUs (its placement group)",
+        re.compile(
+            _PLACEMENT_WAIT + r"|The number of required GPUs exceeds the total number of available GPUs"
+            r"|Connecting to existing Ray cluster"
+        ),
+        None,
+        "vLLM's Ray executor waits for a placement group the cluster cannot give: fewer free GPUs than "
+        "the layout needs (a node that never joined, GPUs held by an earlier run's placement group), or "
+        "nodes whose Ray addresses differ from VLLM_HOST_IP",
+        {
+            "": "run `ray status` (and `ray list nodes`): the cluster must show the GPUs TP x PP needs "
+            "free; start Ray on every node with its GPUs (`ray start --num-gpus N`), release leaked "
+            "placement groups (`ray stop` on every node), and set VLLM_HOST_IP to the address each node "
+            "joined Ray with",
         },
     ),
     Stage(
@@ -271,8 +303,9 @@ def _duration(seconds: float) -> str:
 # a health check answered "not yet" (uvicorn's access line, launchers that poll), NCCL's
 # warnings of a retried connect. New lines of only these kinds are no progress.
 _NOT_PROGRESS = re.compile(
-    r"Waiting for \d+ local, \d+ remote core engine proc\(s\) to (?:start|connect)"
-    r"|\"GET /(?:health|v1/models)[^\"]*\" 50[23]|GET /health[^\n]* 50[23]|NCCL WARN"
+    r"Waiting for \d+ local, \d+ remote core engine proc\(s\) to (?:start|connect)|"
+    + _PLACEMENT_WAIT
+    + r"|\"GET /(?:health|v1/models)[^\"]*\" 50[23]|GET /health[^\n]* 50[23]|NCCL WARN"
 )
 
 
