@@ -11,7 +11,10 @@ The curve (every other flag is passed on to the reference server, which ignores 
   wait adds to their TTFT;
 - TTFT: ``10 + 20 x 8192 / --max-num-batched-tokens`` ms (default 2048: 90 ms; 8192: 30 ms;
   1024: 170 ms), as smaller prefill chunks take more steps;
-- inter-token latency: ``4 / --tensor-parallel-size`` ms.
+- inter-token latency: ``4 / --tensor-parallel-size`` ms; with ``--speculative-config`` of K
+  tokens, ``x (1 + 0.1 K) / (1 + a K)``, a step verifying K proposals of which the share ``a`` is
+  accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75); its ``/metrics`` counts the
+  drafts, draft tokens and accepted tokens under vLLM's names.
 
 So at 8 concurrent streams the best is ``--max-num-seqs 8 --max-num-batched-tokens 8192`` (or
 more sequences): the shortest TTFT with no queue.
@@ -20,6 +23,7 @@ more sequences): the shortest TTFT with no queue.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -28,12 +32,31 @@ from modelyard.bench.reference.server import run_reference_program
 
 DEFAULT_MAX_SEQUENCES = 256
 DEFAULT_BATCHED_TOKENS = 2048
+ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75}
+VERIFY_COST_PER_TOKEN = 0.1
 
 
-def curve(max_sequences: int, batched_tokens: int, tensor_parallel: int) -> tuple[float, float, int]:
+def speculation_of(config_text: str | None) -> tuple[int, float]:
+    """(tokens proposed per step, share accepted) of a ``--speculative-config``; (0, 0) for none."""
+    if not config_text:
+        return 0, 0.0
+    config = json.loads(config_text)
+    method = config.get("method") or ("draft_model" if config.get("model") else "ngram")
+    return int(config["num_speculative_tokens"]), ACCEPTANCE_RATIOS.get(method, 0.0)
+
+
+def curve(
+    max_sequences: int,
+    batched_tokens: int,
+    tensor_parallel: int,
+    speculative_tokens: int = 0,
+    acceptance: float = 0.0,
+) -> tuple[float, float, int]:
     """(TTFT ms, inter-token ms, requests at once) for these flags (see the module docstring)."""
     ttft_ms = 10.0 + 20.0 * 8192 / batched_tokens
     itl_ms = 4.0 / tensor_parallel
+    if speculative_tokens:
+        itl_ms *= (1.0 + VERIFY_COST_PER_TOKEN * speculative_tokens) / (1.0 + acceptance * speculative_tokens)
     return ttft_ms, itl_ms, max_sequences
 
 
@@ -42,11 +65,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_SEQUENCES)
     parser.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_BATCHED_TOKENS)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--speculative-config", default=None)
     known, rest = parser.parse_known_args(argv)
+    tokens, acceptance = speculation_of(known.speculative_config)
     ttft_ms, itl_ms, at_once = curve(
-        known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size
+        known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size, tokens, acceptance
     )
     reference_argv = [*rest, "--ttft-ms", repr(ttft_ms), "--itl-ms", repr(itl_ms)]
+    reference_argv += [
+        "--double-spec-tokens",
+        str(tokens),
+        "--double-spec-acceptance-ratio",
+        repr(acceptance),
+    ]
     reference_argv += ["--max-concurrency", str(at_once)]
     return run_reference_program(parse_reference_argv(reference_argv, os.environ))
 

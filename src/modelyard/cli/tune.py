@@ -72,7 +72,7 @@ def print_report(report: dict[str, Any]) -> None:
     """The report in the terminal: winners, how to deploy, the Pareto front, every candidate."""
     from rich.table import Table
 
-    from modelyard.tune.report import candidate_row
+    from modelyard.tune.report import acceptance_text, candidate_row
 
     slo_keys = [text.split("<=")[0] + "_ms" for text in report["slos"]]
     stdout.print(
@@ -113,7 +113,7 @@ def print_report(report: dict[str, Any]) -> None:
         )
     stdout.print(front)
     rows = Table(title="candidates", title_justify="left")
-    for column in ("rank", "candidate", "rung", "throughput within SLOs", "dropped"):
+    for column in ("rank", "candidate", "rung", "throughput within SLOs", "acceptance", "dropped"):
         rows.add_column(column, overflow="fold")
     for row in report["candidates"]:
         rung, best, dropped = candidate_row(row)
@@ -122,13 +122,15 @@ def print_report(report: dict[str, Any]) -> None:
             row["label"],
             rung,
             _figure(best),
+            acceptance_text(row),
             dropped,
         )
     stdout.print(rows)
 
 
-def _axis_options(options: dict[str, Any]) -> dict[str, Any]:
+def _axis_options(options: dict[str, Any], target_vocabulary_size: int | None) -> dict[str, Any]:
     from modelyard.tune.options import parse_axis, parse_kv_dtypes, parse_layouts, parse_prefix_caching
+    from modelyard.tune.speculation import parse_speculation
 
     return {
         "tensor_parallel": parse_layouts(options["tp"], option="--tp"),
@@ -149,6 +151,11 @@ def _axis_options(options: dict[str, Any]) -> dict[str, Any]:
         ),
         "kv_cache_dtype": parse_kv_dtypes(options["kv_cache_dtype"]),
         "prefix_caching": parse_prefix_caching(options["prefix_caching"]),
+        "speculation": parse_speculation(
+            options["speculative"],
+            draft_model=options["draft_model"],
+            target_vocabulary_size=target_vocabulary_size,
+        ),
         "extra_arguments": tuple(options["args"]),
     }
 
@@ -222,8 +229,10 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         max_measurements=options["max_runs"],
         time_budget_s=parse_duration_s(options["budget"]) if options["budget"] else None,
     )
+    vocabulary = facts.text_config.get("vocab_size") if facts is not None else None
     space = SearchSpace(
-        engines=_engines(api, options["backends"], options["version"]), **_axis_options(options)
+        engines=_engines(api, options["backends"], options["version"]),
+        **_axis_options(options, vocabulary if isinstance(vocabulary, int) else None),
     )
     return TuneRequest(
         model=options["model"],
@@ -254,6 +263,7 @@ def _print_plan(request: TuneRequest) -> None:
 _RESUMED: tuple[str, ...] = (
     *("model", "gpus", "workload", "slo", "backends", "version", "tp", "pp", "memory"),
     *("max_num_seqs", "batched_tokens", "kv_cache_dtype", "prefix_caching", "args", "rungs"),
+    *("speculative", "draft_model"),
     *("requests", "growth", "keep", "warmup_requests", "model_dir", "gpu_ids", "knee_search"),
 )
 
@@ -287,6 +297,14 @@ def tune_command(
         "default", "--kv-cache-dtype", help="KV cache dtypes, e.g. default,fp8."
     ),
     prefix_caching: str = typer.Option("default", "--prefix-caching", help="default, on, off (any of them)."),
+    speculative: str = typer.Option(
+        "off",
+        "--speculative",
+        help="Speculative decoding to try: off, ngram[:TOKENS], draft[:TOKENS], mtp[:TOKENS] (off,ngram:4).",
+    ),
+    draft_model: str | None = typer.Option(
+        None, "--draft-model", help="The draft model's directory on this host (for --speculative draft)."
+    ),
     args: list[str] = typer.Option(
         [], "--args", help="More backend parameters for every candidate (repeatable)."
     ),
@@ -363,10 +381,13 @@ def tune_command(
             highlight=False,
         )
         ids = parse_gpu_ids(options["gpu_ids"]) if options["gpu_ids"] else None
+        # The server's scrape token (server/metrics/route.py), there when it runs on this host.
+        token_file = context.resolved_data_dir / "metrics-token"
         deployer = ServerDeployer(
             api,
             journal.tune_id,
             options["model"],
+            metrics_token_file=token_file,
             skip_verification=not verify,
             start_timeout_s=start_timeout_s,
             gpu_ids=ids,

@@ -26,6 +26,7 @@ from modelyard.bench.outputs import write_outputs
 from modelyard.bench.records import EngineInfo, LoadPointResult, RunConfig, RunResult
 from modelyard.bench.runner import MIN_REQUESTS_PER_STREAM, run_benchmark
 from modelyard.bench.search import SearchSettings, runner_measure, search_saturation_knee
+from modelyard.tune.acceptance import acceptance_between, read_counters
 from modelyard.tune.contract import Endpoint
 from modelyard.tune.measurement import Measurement, PointFigures
 from modelyard.tune.space import Candidate
@@ -115,9 +116,14 @@ class BenchMeasurer:
         final: bool = False,
     ) -> Measurement:
         began_s = self.clock()
+        # The engine's speculation counters around the run (only for a candidate that speculates).
+        before = read_counters(endpoint) if candidate.speculation is not None else None
         if final and self.knee_search:
             requests_per_point = self.knee_requests(requests_per_point)
             points = self._knee_points(candidate, endpoint, requests_per_point, record_dir)
+            speculation = (
+                acceptance_between(before, read_counters(endpoint)) if candidate.speculation else None
+            )
             return Measurement(
                 candidate_id=candidate.candidate_id,
                 rung=rung,
@@ -125,6 +131,7 @@ class BenchMeasurer:
                 points=tuple(PointFigures.from_result(point) for point in points),
                 record_dir=str(record_dir),
                 duration_s=self.clock() - began_s,
+                speculation=speculation,
             )
         outcome = run_benchmark(
             self.config(endpoint, requests_per_point),
@@ -136,6 +143,7 @@ class BenchMeasurer:
                 label=candidate.label,
             ),
         )
+        speculation = acceptance_between(before, read_counters(endpoint)) if candidate.speculation else None
         write_outputs(outcome, record_dir)
         return Measurement(
             candidate_id=candidate.candidate_id,
@@ -144,4 +152,5 @@ class BenchMeasurer:
             points=tuple(PointFigures.from_result(point) for point in outcome.result.points),
             record_dir=str(record_dir),
             duration_s=self.clock() - began_s,
+            speculation=speculation,
         )

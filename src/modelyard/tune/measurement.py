@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from modelyard.bench.records import LoadPointResult
+from modelyard.tune.acceptance import AcceptanceFigures
 from modelyard.tune.slo import Slo
 
 _METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
@@ -75,6 +76,9 @@ class Measurement:
     points: tuple[PointFigures, ...]
     record_dir: str
     duration_s: float
+    speculation: AcceptanceFigures | None = None
+    """The speculative acceptance during the run, when the candidate speculates and its engine
+    says (``acceptance.py``)."""
 
     def best_point(self, slos: list[Slo]) -> PointFigures | None:
         """The highest-throughput load point that meets every SLO, or None."""
@@ -91,7 +95,10 @@ class Measurement:
         return (0, max(valid, default=0.0))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "measurement", **asdict(self), "points": [asdict(point) for point in self.points]}
+        data = {"kind": "measurement", **asdict(self), "points": [asdict(point) for point in self.points]}
+        if self.speculation is None:
+            del data["speculation"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
@@ -102,4 +109,5 @@ class Measurement:
             points=tuple(PointFigures(**point) for point in data["points"]),
             record_dir=data["record_dir"],
             duration_s=float(data["duration_s"]),
+            speculation=AcceptanceFigures.from_json(data["speculation"]) if data.get("speculation") else None,
         )

@@ -107,6 +107,7 @@ def _measurement_json(measurement: Measurement, slos: list[Slo]) -> dict[str, An
         "duration_s": measurement.duration_s,
         "record_dir": measurement.record_dir,
         "points": [_point_json(point, slos) for point in measurement.points],
+        "speculation": measurement.speculation.to_json() if measurement.speculation else None,
     }
 
 
@@ -197,6 +198,20 @@ def build_report(
     }
 
 
+def acceptance_text(row: dict[str, Any]) -> str:
+    """A report candidate's speculative acceptance at its deepest rung: ``62% (2.9 tokens/step)``;
+    "-" when it does not speculate or its engine did not say."""
+    deepest = row["measurements"][-1] if row["measurements"] else None
+    figures = (deepest or {}).get("speculation") or {}
+    ratio, length = figures.get("acceptance_ratio"), figures.get("mean_acceptance_length")
+    if ratio is None and length is None:
+        return "-"
+    text = f"{ratio:.0%}" if ratio is not None else ""
+    if length is not None:
+        text += f" ({length:.1f} tokens/step)" if text else f"{length:.1f} tokens/step"
+    return text
+
+
 def candidate_row(row: dict[str, Any]) -> tuple[str, float | None, str]:
     """A report candidate's deepest rung ("-" if never measured), its best throughput within the
     SLOs there, and why it was dropped ("" if it was not): the terminal's and Markdown's columns."""
@@ -260,13 +275,14 @@ def report_markdown(report: dict[str, Any]) -> str:
         "",
         "## Every candidate",
         "",
-        "| rank | candidate | deepest rung | best throughput within SLOs | dropped |",
+        "| rank | candidate | deepest rung | best throughput within SLOs | speculative acceptance "
+        "| dropped |",
     ]
-    lines += ["|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|"]
     for row in report["candidates"]:
         rung, best, dropped = candidate_row(row)
         lines.append(
             f"| {row['rank'] or '-'} | {row['label']} | {rung} | "
-            f"{_figure(best)} | {dropped.replace('|', '/')} |"
+            f"{_figure(best)} | {acceptance_text(row)} | {dropped.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"

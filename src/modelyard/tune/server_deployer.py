@@ -8,6 +8,10 @@ a failed start is ``CandidateStartFailed`` with the server's reason. The gateway
 ``tune-<tune id>`` is created (or rotated, when a rerun finds it) at the start of each session and
 revoked at its end; its secret is never written down.
 
+With ``metrics_token_file`` (the server's ``<data-dir>/metrics-token``, readable when the server
+runs on this host), each endpoint also names the server's ``/metrics`` and the labels of its
+deployment, so a measurement can read the engine's speculative acceptance there.
+
     api = HttpServerApi("http://127.0.0.1:8080", token=cli_token)
     with ServerDeployer(api, tune_id, model="qwen3-8b") as deployer:
         endpoint = deployer.start(candidate)
@@ -18,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -98,6 +103,8 @@ class ServerDeployer:
     clock: Callable[[], float] = field(default=time.monotonic)
     on_leftovers: Callable[[list[str]], None] | None = None
     """Told the names of the deployments an interrupted session left, once they are removed."""
+    metrics_token_file: Path | None = None
+    """The server's scrape token file; None: the engines' samples are not read."""
     _key: str | None = None
     _cleaned: bool = False
 
@@ -180,7 +187,7 @@ class ServerDeployer:
                 reason = failed[0].get("diagnosis") or failed[0].get("reason") or "engine failed"
                 raise CandidateStartFailed(f"the engine failed to start: {reason}")
             if instances and all(i.get("state") == "running" for i in instances):
-                return Endpoint(base_url=f"{self.api.url.rstrip('/')}/v1", model=name, api_key=key)
+                return self._endpoint(name, key)
             if self.clock() > deadline:
                 states = ", ".join(str(i.get("reason") or i.get("state")) for i in instances) or "no instance"
                 raise CandidateStartFailed(
@@ -188,6 +195,33 @@ class ServerDeployer:
                     hint="raise --start-timeout if the engine loads slowly",
                 )
             time.sleep(POLL_SECONDS)
+
+    def _metrics_token(self) -> str | None:
+        path = self.metrics_token_file
+        if path is None:
+            return None
+        if not path.is_file():
+            # The server makes its scrape token at the first scrape (refused without it).
+            try:
+                httpx.get(self.api.url.rstrip("/") + "/metrics", timeout=self.api.timeout_s)
+            except httpx.HTTPError:
+                return None
+        try:
+            return path.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def _endpoint(self, name: str, key: str) -> Endpoint:
+        root = self.api.url.rstrip("/")
+        token = self._metrics_token()
+        return Endpoint(
+            base_url=f"{root}/v1",
+            model=name,
+            api_key=key,
+            metrics_url=f"{root}/metrics" if token else None,
+            metrics_token=token,
+            metrics_labels=(("deployment", name),),
+        )
 
     def stop(self, candidate: Candidate) -> None:
         name = self.deployment_name(candidate)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from modelyard.errors import InvalidInput
+from modelyard.tune.speculation import Speculation
 
 EngineFamily = Literal["vllm", "sglang"]
 MAXIMUM_CANDIDATES = 512
@@ -99,11 +100,16 @@ class SearchSpace:
     batched_tokens: tuple[int | None, ...] = (None, 8192)
     kv_cache_dtype: tuple[str | None, ...] = (None,)
     prefix_caching: tuple[bool | None, ...] = (None,)
+    speculation: tuple[Speculation | None, ...] = (None,)
+    """Speculative decoding (``speculation.Speculation``); ``None`` is none."""
     extra_arguments: tuple[str, ...] = ()
     """Given to every candidate as they are (e.g. ``--max-model-len 8192``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.speculation == (None,):
+            del data["speculation"]  # so the tunes made before this axis keep their ids
+        return data
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ class Candidate:
     kv_cache_dtype: str | None = None
     prefix_caching: bool | None = None
     extra_arguments: tuple[str, ...] = field(default_factory=tuple)
+    speculation: Speculation | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -128,7 +135,7 @@ class Candidate:
     def is_defaults(self) -> bool:
         """Every knob left to the engine (the baseline the gain is measured against)."""
         knobs = (self.memory_fraction, self.max_sequences, self.batched_tokens, self.kv_cache_dtype)
-        return all(value is None for value in knobs) and self.prefix_caching is None
+        return all(value is None for value in knobs) and self.prefix_caching is None and not self.speculation
 
     @property
     def arguments(self) -> list[str]:
@@ -151,6 +158,8 @@ class Candidate:
             items.append(flags.prefix_caching_on)
         if self.prefix_caching is False:
             items.append(flags.prefix_caching_off)
+        if self.speculation is not None:
+            items.extend(self.speculation.arguments(self.engine.family))
         items.extend(self.extra_arguments)
         return items
 
@@ -167,6 +176,7 @@ class Candidate:
             ("batched", self.batched_tokens),
             ("kv", self.kv_cache_dtype),
             ("prefix", self.prefix_caching),
+            ("spec", self.speculation.label if self.speculation else None),
         )
         knobs = [
             f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
@@ -199,12 +209,13 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
             engine, tensor_parallel, pipeline_parallel, extra_arguments=tuple(space.extra_arguments)
         )
         candidates.setdefault(base.candidate_id, base)
-        for memory, sequences, batched, kv_dtype, prefix in itertools.product(
+        for memory, sequences, batched, kv_dtype, prefix, speculation in itertools.product(
             space.memory_fraction,
             space.max_sequences,
             space.batched_tokens,
             space.kv_cache_dtype,
             space.prefix_caching,
+            space.speculation,
         ):
             if engine.family == "sglang" and prefix is True:
                 continue  # SGLang's radix cache is on by default; "on" is its defaults
@@ -218,6 +229,7 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
                 kv_cache_dtype=kv_dtype,
                 prefix_caching=prefix,
                 extra_arguments=tuple(space.extra_arguments),
+                speculation=speculation,
             )
             candidates.setdefault(candidate.candidate_id, candidate)
     if len(candidates) > MAXIMUM_CANDIDATES:

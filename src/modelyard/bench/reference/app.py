@@ -245,7 +245,7 @@ class ReferenceEngine:
                         payload = event(role, None) + payload
                 else:
                     self.metrics.itl.observe((last - first + 1) * config.itl_ms / 1000.0)
-                self.metrics.generation_tokens.inc(last - first + 1)
+                self.metrics.count_generated(last - first + 1)
                 yield payload
                 if config.cut_after_chunks is not None and chunk_number >= config.cut_after_chunks:
                     logger.info("cutting the stream of %s after %d chunks", request_id, chunk_number)
@@ -283,7 +283,7 @@ class ReferenceEngine:
         finally:
             self._release(prompt_tokens + output_tokens)
         self.metrics.prompt_tokens.inc(prompt_tokens)
-        self.metrics.generation_tokens.inc(output_tokens)
+        self.metrics.count_generated(output_tokens)
         self.metrics.e2e.observe(loop.time() - started_s)
         self.metrics.success.inc()
         reasoning, content = self._text(0, output_tokens - 1)

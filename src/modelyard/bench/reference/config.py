@@ -83,6 +83,11 @@ class ReferenceConfig:
     # The KV memory it logs ("Available KV cache memory", SGLang's K and V sizes), when its memory
     # model is on (``--double-gpu-memory-gib``): None logs tokens only.
     kv_cache_memory_gib: float | None = None
+    double_spec_tokens: int = 0
+    """Speculative decoding as the double plays it: tokens proposed per step (0: none). Its
+    ``/metrics`` counts drafts, draft tokens and accepted tokens (vLLM's names) as it generates."""
+    double_spec_acceptance_ratio: float = 0.0
+    """The share of proposed tokens the double accepts (0 to 1)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,6 +103,11 @@ class ReferenceConfig:
             problems.append(f"workers={self.workers} must be >= 1")
         if self.output_tokens < 1:
             problems.append(f"output_tokens={self.output_tokens} must be >= 1")
+        if self.double_spec_tokens < 0 or not 0.0 <= self.double_spec_acceptance_ratio <= 1.0:
+            problems.append(
+                f"double_spec_tokens={self.double_spec_tokens} must be >= 0 and "
+                f"double_spec_acceptance_ratio={self.double_spec_acceptance_ratio} in [0, 1]"
+            )
         if not self.served_model_names:
             problems.append("at least one served model name is needed")
         if problems:
@@ -122,6 +132,8 @@ class ReferenceConfig:
             "--max-model-len", str(self.max_model_len),
             "--slow-requests", str(self.slow_requests),
             "--slow-request-extra-ms", repr(self.slow_request_extra_ms),
+            "--double-spec-tokens", str(self.double_spec_tokens),
+            "--double-spec-acceptance-ratio", repr(self.double_spec_acceptance_ratio),
             "--served-model-name", *self.served_model_names,
         ]  # fmt: skip
         if self.omit_usage:
@@ -180,6 +192,8 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--double-gpu-memory-gib", type=float, default=None)
     parser.add_argument("--double-overhead-gib", type=float, default=0.0)
     parser.add_argument("--double-kv-bytes-per-position", type=int, default=None)
+    parser.add_argument("--double-spec-tokens", type=int, default=0)
+    parser.add_argument("--double-spec-acceptance-ratio", type=float, default=0.0)
     parser.add_argument("--workers", type=int, default=1, help="Server processes sharing the port.")
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
@@ -248,5 +262,7 @@ def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None 
         nnodes=arguments.nnodes,
         node_rank=arguments.node_rank,
         headless=arguments.headless,
+        double_spec_tokens=arguments.double_spec_tokens,
+        double_spec_acceptance_ratio=arguments.double_spec_acceptance_ratio,
         ignored_arguments=ignored,
     )

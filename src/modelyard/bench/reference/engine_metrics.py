@@ -3,7 +3,8 @@
 vLLM (v1 engine) and SGLang names, as their ``/metrics`` pages show them; both carry a
 ``model_name`` label. Only what the reference server can know is moved (requests running and
 waiting, KV-cache use from the tokens of running requests, token counters, latency histograms);
-preemptions, prefix-cache hits and speculative acceptance exist at zero so scrapers find them.
+preemptions and prefix-cache hits exist at zero so scrapers find them; speculative acceptance
+(vLLM's counters) moves when the double plays speculative decoding (``double_spec_tokens``).
 """
 
 from __future__ import annotations
@@ -61,11 +62,26 @@ class EngineMetrics:
             counter("num_preemptions", "Preemptions.").labels(model)
             counter("prefix_cache_queries", "Prefix cache lookups, in tokens.").labels(model)
             counter("prefix_cache_hits", "Prefix cache hits, in tokens.").labels(model)
-            counter("spec_decode_num_drafts", "Speculative drafts.").labels(model)
-            counter("spec_decode_num_draft_tokens", "Speculative draft tokens.").labels(model)
-            counter("spec_decode_num_accepted_tokens", "Accepted speculative tokens.").labels(model)
+            self.spec_drafts = counter("spec_decode_num_drafts", "Speculative drafts.").labels(model)
+            self.spec_draft_tokens = counter(
+                "spec_decode_num_draft_tokens", "Speculative draft tokens."
+            ).labels(model)
+            self.spec_accepted_tokens = counter(
+                "spec_decode_num_accepted_tokens", "Accepted speculative tokens."
+            ).labels(model)
             self.success = counter("request_success", "Finished requests.").labels(model)
         self._tokens_in_use = 0
+
+    def count_generated(self, tokens: int) -> None:
+        """Account ``tokens`` generated; with speculation on (vLLM flavor), the drafts behind them:
+        each step proposes ``double_spec_tokens`` and yields 1 + the accepted ones."""
+        self.generation_tokens.inc(tokens)
+        proposed, ratio = self._config.double_spec_tokens, self._config.double_spec_acceptance_ratio
+        if proposed and self._config.flavor != "sglang":
+            steps = tokens / (1.0 + proposed * ratio)
+            self.spec_drafts.inc(steps)
+            self.spec_draft_tokens.inc(steps * proposed)
+            self.spec_accepted_tokens.inc(steps * proposed * ratio)
 
     def add_tokens_in_use(self, tokens: int) -> None:
         """Account tokens held by running requests (negative to release)."""

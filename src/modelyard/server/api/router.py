@@ -23,6 +23,7 @@ from modelyard.server.api import (
     start_observations,
     system,
     tasks,
+    tunes,
     usage,
     usage_timeline,
     workers,
@@ -48,6 +49,7 @@ for module in (
     usage_timeline,
     usage,
     benchmarks,
+    tunes,
     workers,
     start_observations,
 ):

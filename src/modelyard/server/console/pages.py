@@ -109,6 +109,16 @@ async def benchmark(
     return await _page(request, context, "benchmark.html", f"Benchmark {run_id}", "benchmarks", run_id=run_id)
 
 
+@router.get("/tunes")
+async def tunes(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "tunes.html", "Tunes", "tunes")
+
+
+@router.get("/tunes/{tune_id}")
+async def tune(tune_id: str, request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "tune.html", f"Tune {tune_id}", "tunes", tune_id=tune_id)
+
+
 @router.get("/keys")
 async def keys(request: Request, context: ServerContext = Depends(server_context)) -> Response:
     return await _page(request, context, "keys.html", "API keys", "keys")

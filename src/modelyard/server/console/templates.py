@@ -35,6 +35,7 @@ NAVIGATION: tuple[tuple[str, str, str], ...] = (
     ("workers", "/workers", "Workers"),
     ("playground", "/playground", "Playground"),
     ("benchmarks", "/benchmarks", "Benchmarks"),
+    ("tunes", "/tunes", "Tunes"),
     ("keys", "/keys", "API keys"),
     ("usage", "/usage", "Usage"),
 )

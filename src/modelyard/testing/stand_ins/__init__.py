@@ -134,9 +134,11 @@ def _count(dims: tuple[int, ...]) -> int:
     return count
 
 
-def build_stand_in(name: str, path: Path) -> Path:
-    """Write the stand-in ``name`` (see ``stand_in_names()``) into ``path`` (created); return it."""
-    config = stand_in_config(name)
+def build_stand_in(name: str, path: Path, *, config_changes: dict[str, Any] | None = None) -> Path:
+    """Write the stand-in ``name`` (see ``stand_in_names()``) into ``path`` (created); return it.
+    ``config_changes`` alter its config.json (and so its weights), e.g. ``{"num_hidden_layers": 2}``
+    for a smaller one; such a stand-in is no longer the real model's shape."""
+    config = {**stand_in_config(name), **(config_changes or {})}
     family = family_of(config)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")

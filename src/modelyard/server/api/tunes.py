@@ -1,0 +1,33 @@
+"""``/api/v1/tunes``: the tunes of this server's data directory (``modelyard tune`` runs in the
+CLI and keeps its state in ``<data-dir>/tunes/<id>/``; ``tune/listing.py`` reads it), for the
+console's tune pages. Read-only: a tune is started, or resumed, with the command each answer gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from modelyard.server.context import ServerContext, server_context
+from modelyard.tune.listing import list_tunes, read_tune
+
+router = APIRouter(tags=["tunes"])
+
+
+@router.get("/tunes")
+async def tunes(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
+    """Every tune, the most recently changed first: ``tune_id``, ``model``, ``gpus``, ``workload``,
+    ``slos``, ``state`` (``measuring``: no report yet; ``reported``), ``runs``, ``starts``,
+    ``failed_starts``, ``spent_s``, ``winner`` (label) and ``winner_throughput`` (output tokens/s),
+    ``gain_over_defaults`` (ratio), ``stopped_reason``, ``resume_command``, ``updated_at`` (Unix s)."""
+    return await run_in_threadpool(list_tunes, context.settings.data_dir)
+
+
+@router.get("/tunes/{tune_id}")
+async def tune(tune_id: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    """One tune: the summary of ``GET /tunes``, ``arguments`` and ``cli`` (what defines it, from
+    its ``tune.json``), and ``report`` (``report.json`` as docs/tune.md describes it; null until a
+    session has written it)."""
+    return await run_in_threadpool(read_tune, context.settings.data_dir, tune_id)
