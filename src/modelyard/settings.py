@@ -21,6 +21,12 @@ DEFAULT_RAY_PORT = 6379
 ENV_DATA_DIR = "MODELYARD_DATA_DIR"
 ENV_DATABASE_URL = "MODELYARD_DATABASE_URL"
 ENV_URL = "MODELYARD_URL"
+# What a placement by memory books on each GPU beyond the estimate, outside the engine's memory knob
+# (so that the engine does not take it): room for what the estimate misses (CUDA graphs larger than
+# counted, the allocator's fragmentation). ``serve --placement-headroom`` / this variable, in GiB.
+ENV_PLACEMENT_HEADROOM = "MODELYARD_PLACEMENT_HEADROOM_GIB"
+DEFAULT_PLACEMENT_HEADROOM_BYTES = 1 << 29  # 0.5 GiB
+PLACEMENT_HEADROOM_LIMIT_GIB = 64.0
 
 
 def default_gateway_workers() -> int:
@@ -78,6 +84,8 @@ class Settings:
     # ``--engine-ports A-B``: every engine port on this host from this range (firewalls between
     # hosts); None: any free port. On a cluster it is the head node's ``modelyard.io/engine-ports``.
     engine_ports: PortRange | None = None
+    # Booked on each GPU beyond the estimate by placements by memory (``ENV_PLACEMENT_HEADROOM``).
+    placement_headroom_bytes: int = DEFAULT_PLACEMENT_HEADROOM_BYTES
 
     @property
     def database_url(self) -> str:
@@ -122,3 +130,17 @@ class Settings:
     def server_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
+
+
+def parse_placement_headroom(value: float) -> int:
+    """``--placement-headroom`` / ``MODELYARD_PLACEMENT_HEADROOM_GIB`` (GiB) as bytes; ``InvalidInput``
+    outside 0 to ``PLACEMENT_HEADROOM_LIMIT_GIB``."""
+    from modelyard.errors import InvalidInput
+
+    if not 0 <= value <= PLACEMENT_HEADROOM_LIMIT_GIB:
+        raise InvalidInput(
+            f"placement headroom {value:g} GiB is out of range",
+            hint=f"give 0 to {PLACEMENT_HEADROOM_LIMIT_GIB:g} GiB with --placement-headroom or "
+            f"{ENV_PLACEMENT_HEADROOM} (default {DEFAULT_PLACEMENT_HEADROOM_BYTES / (1 << 30):g})",
+        )
+    return int(value * (1 << 30))

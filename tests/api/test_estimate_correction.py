@@ -72,9 +72,13 @@ def test_the_preflight_summary_is_corrected_by_the_recorded_starts(api: ApiHarne
     }
     verdict = api.client.post("/api/v1/deployments/preflight", json=body).json()
     [summary] = [finding for finding in verdict["findings"] if finding["check_id"] == "memory.summary"]
+    corrected = summary["details"]["kv_cache_tokens"]
+    # The raw estimate, what the correction moved and from how many starts, where the user reads it.
     assert summary["message"].endswith(
-        "corrected by 2 starts on this cluster (these settings), last error +7.0 %"
+        "corrected by 2 starts on this cluster (these settings), last error +7.0 %: KV cache -0.55 GiB "
+        f"per GPU (-6.8 %), {plan.kv_cache_tokens:,} tokens before correction ({corrected:,} after)"
     ), summary["message"]
+    assert summary["details"]["uncorrected_kv_cache_tokens"] == plan.kv_cache_tokens
     correction = summary["details"]["correction"]
     assert correction["applied"] and correction["starts"] == 2
     assert correction["relative_offset"] < -0.06

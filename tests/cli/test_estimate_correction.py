@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from modelyard.estimate import estimate_memory, parse_gpu_specs
+from modelyard.estimate import MemoryEstimate, estimate_memory, parse_gpu_specs
 from modelyard.estimate.correction import start_key
 from modelyard.modeldir import read_model_facts
 from modelyard.store.tables import StartObservationRow
@@ -18,6 +19,7 @@ from modelyard.testing.stand_ins import build_stand_in
 from .conftest import LiveServer
 
 ARGUMENTS = "--gpu-memory-utilization 0.5 --max-model-len 8192"
+GIB = 1 << 30
 
 
 def record_starts(server: LiveServer, model_dir: Path, count: int, kv_share: float) -> int:
@@ -64,6 +66,20 @@ def record_starts(server: LiveServer, model_dir: Path, count: int, kv_share: flo
     return logged_tokens
 
 
+def read_estimate(model_dir: Path) -> MemoryEstimate:
+    return estimate_memory(
+        read_model_facts(model_dir),
+        "vllm",
+        parse_gpu_specs("1xH100"),
+        ARGUMENTS.split(),
+        engine_version="0.25.0",
+    )
+
+
+def raw_bytes(data: dict[str, Any]) -> float:
+    return float(data["uncorrected_plan_on_total"]["kv_cache_bytes"]) / GIB
+
+
 def estimate(server: LiveServer, model_dir: Path, *extra: str) -> str:
     result = server.cli(
         "estimate", str(model_dir), "--gpus", "1xH100", "--backend", "vllm", "--engine-version", "0.25.0",
@@ -85,6 +101,16 @@ def test_estimate_shows_the_correction_by_the_servers_starts(live_server: LiveSe
     data = json.loads(estimate(live_server, model_dir, "--json"))
     assert data["correction"]["applied"] and data["correction"]["starts"] == 3
     assert abs(data["plan_on_total"]["kv_cache_tokens"] - logged) <= 16
+    # The estimator's own figure stays visible beside the corrected one, with what moved it.
+    raw = data["uncorrected_plan_on_total"]["kv_cache_tokens"]
+    assert raw == read_estimate(model_dir).plan_on_total.kv_cache_tokens > logged
+    assert data["correction"]["summary"].endswith(
+        f"KV cache {data['plan_on_total']['kv_cache_bytes'] / GIB - raw_bytes(data):+.2f} GiB per GPU "
+        f"(-7.0 %), {raw:,} tokens before correction ({data['plan_on_total']['kv_cache_tokens']:,} after)"
+    )
+    assert f"{raw:,} tokens before correction" in corrected
+    [uncorrected_row] = [line for line in corrected.splitlines() if "KV tokens, uncorrected" in line]
+    assert f"{raw:,}" in uncorrected_row
     assert "correction" not in estimate(live_server, model_dir, "--no-correct")
 
 

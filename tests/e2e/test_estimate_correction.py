@@ -120,6 +120,7 @@ def test_the_estimate_is_corrected_by_three_starts_where_the_user_reads_it(
     errors = [round(row["shown_kv_tokens"] / row["logged_kv_tokens"] - 1, 3) for row in starts]
     assert errors[:2] == [0.075, 0.075] and abs(errors[2]) < 0.001, errors
     assert {row["gpu_model"] for row in starts} == {"H100"}
+    raw_tokens = starts[0]["predicted_kv_tokens"]
 
     console: Console = new_console(browser, server, WIDE, signed_in=True)
     try:
@@ -129,6 +130,9 @@ def test_the_estimate_is_corrected_by_three_starts_where_the_user_reads_it(
         page.get_by_label("Backend parameters").fill(" ".join(PARAMETERS))
         summary = page.locator('#preflight li[data-check="memory.summary"]')
         expect(summary).to_contain_text(CORRECTED)
+        # Beside the corrected figure: the estimator's own, and what the correction moved.
+        expect(summary).to_contain_text(f"{raw_tokens:,} tokens before correction")
+        expect(summary).to_contain_text("GiB per GPU (-7.0 %)")
         assert not console.watch.problems, "\n".join(console.watch.problems)
     finally:
         console.context.close()
@@ -140,3 +144,4 @@ def test_the_estimate_is_corrected_by_three_starts_where_the_user_reads_it(
         env={**environment, "NO_COLOR": "1"}, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert f"correction: {CORRECTED}" in estimated
+    assert "KV tokens, uncorrected" in estimated

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 from sqlalchemy import select
 
+from modelyard.control.booking_check import latest_measurements
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.control.endpoints import EndpointRegistry
 from modelyard.control.start_observations import latest_shortfalls, load_observations
@@ -32,7 +33,7 @@ from modelyard.estimate.correction import (
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.modeldir import read_model_facts
 from modelyard.runtimes.selection import RuntimeSet
-from modelyard.server.metrics.families import booking_families
+from modelyard.server.metrics.families import booking_families, memory_booking_families
 from modelyard.settings import Settings
 from modelyard.store.database import Database
 from modelyard.store.tables import CustomBackend, Deployment, Instance, InstanceEvent, ModelFile
@@ -78,6 +79,12 @@ class Setup:
             found = session.scalar(select(Instance).join(Deployment).where(Deployment.name == name))
             assert found is not None
             return found
+
+    def reason_of(self, name: str) -> str:
+        """The reason of the deployment's instance ("": none yet)."""
+        with self.database.session() as session:
+            found = session.scalar(select(Instance).join(Deployment).where(Deployment.name == name))
+            return "" if found is None else found.reason
 
     def events(self, name: str) -> list[str]:
         with self.database.session() as session:
@@ -269,6 +276,8 @@ async def test_a_short_booking_is_an_event_and_a_metric_until_the_correction_boo
     booked = 4 * 8192
     first = setup.instance("shared")
     assert first.placement is not None and first.placement["kv_cache_tokens_booked"] == booked
+    # The event follows the start's record (the same check, a moment later).
+    await setup.wait_for(lambda: any(r.startswith("KV cache short") for r in setup.events("shared")), "event")
     [short] = [reason for reason in setup.events("shared") if reason.startswith("KV cache short")]
     logged = setup.rows()[0]["logged_kv_tokens"]
     assert f"booked {booked:,} tokens, the engine logged {logged:,}" in short
@@ -302,3 +311,97 @@ async def test_an_engine_short_by_less_than_the_known_error_gets_its_booking_on_
     assert not [reason for reason in setup.events("first") if reason.startswith("KV cache short")]
     shortfall = 'modelyard_kv_booking_shortfall_tokens{deployment="first",replica="0"}'
     assert f"{shortfall} 0.0" in metrics_text(setup)
+
+
+# -- what the engine took on its GPU against the bytes booked there (control/booking_check.py) --
+
+
+def graphs_spec(setup: Setup, parameters: list[str], extra_graph_gib: float) -> MemoryEstimate:
+    """The vLLM double getting its booked KV cache, with CUDA graphs ``extra_graph_gib`` larger
+    than the estimator counts (outside the knob's budget, as vLLM 0.25 captures them)."""
+    estimate = estimate_for(setup.model_dir, parameters)
+    predicted_overhead = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes
+    spec = engine_double_spec(predicted_overhead / GIB, estimate.cache.kv_bytes_per_token)
+    graphs = estimate.cuda_graph_bytes / GIB + extra_graph_gib
+    spec["versions"][VERSION]["run_command"] += f" --double-cuda-graph-gib {graphs!r}"
+    setup.set_backend(spec)
+    return estimate
+
+
+async def test_an_engine_over_its_booking_is_an_event_a_metric_and_booked_as_measured(setup: Setup) -> None:
+    parameters = ["--max-model-len", "8192", "--max-num-seqs", "4"]
+    # 1.5 GiB more CUDA graphs than estimated: more than the 0.5 GiB placement headroom.
+    graphs_spec(setup, parameters, extra_graph_gib=1.5)
+    setup.add("graphs", parameters, placement={"gpu_memory": "auto"})
+    await setup.started("graphs")
+    instance = setup.instance("graphs")
+    placement = instance.placement
+    assert placement is not None and placement["placement_headroom_bytes"] == GIB // 2
+    booked, used = placement["booked_bytes_per_gpu"], placement["used_bytes_per_gpu"]
+    assert used - booked == pytest.approx(1.0 * GIB, abs=0.02 * GIB)
+    [over] = [reason for reason in setup.events("graphs") if reason.startswith("GPU memory over")]
+    assert (
+        f"deployment graphs replica 0 on worker local GPU 0 uses {used / GIB:.2f} GiB (as its engine "
+        f"logged), booked {booked / GIB:.2f} GiB: {(used - booked) / GIB:.2f} GiB over the estimate and "
+        "its placement headroom of 0.50 GiB (MODELYARD_PLACEMENT_HEADROOM_GIB)"
+    ) in over
+    # Later placements on that GPU count what it took, not what was booked (and so does a restart).
+    assert placement["memory_bytes_per_gpu"] == used
+    # 56 GiB would fit beside the 23.4 GiB booked, not beside the 24.4 GiB measured: it waits.
+    wanted = (GPU_TOTAL_BYTES - booked + GPU_TOTAL_BYTES - used) // 2
+    assert GPU_TOTAL_BYTES - used < wanted < GPU_TOTAL_BYTES - booked
+    setup.add("beside", parameters, placement={"gpu_memory": wanted})
+    await setup.wait_for(lambda: "needs" in setup.reason_of("beside"), "beside refused")
+    refusal = setup.instance("beside").reason
+    assert setup.instance("beside").state == "pending", refusal
+    assert f"the largest has {(GPU_TOTAL_BYTES - used) / GIB:.1f} GiB" in refusal
+    error = 'modelyard_memory_booking_error_bytes{deployment="graphs",gpu="0",replica="0",worker="local"}'
+    assert metric_value(memory_metrics_text(setup), error) == used - booked
+
+
+async def test_an_engine_within_its_booking_is_measured_and_says_nothing(setup: Setup) -> None:
+    parameters = ["--max-model-len", "8192", "--max-num-seqs", "4"]
+    # 0.3 GiB more graphs than estimated: the placement headroom holds it.
+    graphs_spec(setup, parameters, extra_graph_gib=0.3)
+    setup.add("within", parameters, placement={"gpu_memory": "auto"})
+    await setup.started("within")
+    placement = setup.instance("within").placement
+    assert placement is not None
+    booked, used = placement["booked_bytes_per_gpu"], placement["used_bytes_per_gpu"]
+    assert booked - used == pytest.approx(0.2 * GIB, abs=0.02 * GIB)
+    assert placement["memory_bytes_per_gpu"] == booked
+    assert not [reason for reason in setup.events("within") if reason.startswith("GPU memory over")]
+    error = 'modelyard_memory_booking_error_bytes{deployment="within",gpu="0",replica="0",worker="local"}'
+    assert metric_value(memory_metrics_text(setup), error) == used - booked
+
+
+async def test_a_placement_that_does_not_fit_names_the_headroom_setting(setup: Setup) -> None:
+    graphs_spec(setup, ["--max-model-len", "8192"], extra_graph_gib=0.0)
+    # 640 sequences of 8,192 tokens: 80 GiB of KV cache, beside 15 GiB of weights: not on 80 GiB.
+    setup.add("huge", ["--max-model-len", "8192", "--max-num-seqs", "640"], placement={"gpu_memory": "auto"})
+    await setup.wait_for(lambda: "placement headroom" in setup.reason_of("huge"), "huge refused")
+    reason = setup.instance("huge").reason
+    assert setup.instance("huge").state == "pending", reason
+    assert (
+        "that includes the placement headroom of 0.50 GiB per GPU, MODELYARD_PLACEMENT_HEADROOM_GIB" in reason
+    )
+
+
+def metric_value(text: str, series: str) -> float:
+    """The value of one series (name and labels, as Prometheus writes them) in an exposition."""
+    [value] = [
+        line.removeprefix(series).strip() for line in text.splitlines() if line.startswith(series + " ")
+    ]
+    return float(value)
+
+
+def memory_metrics_text(setup: Setup) -> str:
+    families = memory_booking_families(latest_measurements(setup.database))
+
+    class Families(Collector):
+        def collect(self) -> Any:
+            yield from families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    return generate_latest(registry).decode()

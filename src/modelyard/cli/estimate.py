@@ -20,7 +20,13 @@ from modelyard.cli.output import print_fields, print_json, print_table
 from modelyard.doctor.memory import memory_findings
 from modelyard.errors import InvalidInput, ModelyardError
 from modelyard.estimate import MemoryEstimate, estimate_memory, gpu_specs_from_inventory, parse_gpu_specs
-from modelyard.estimate.correction import apply_correction, correction_for, observation_from_json, start_key
+from modelyard.estimate.correction import (
+    apply_correction,
+    correction_for,
+    correction_summary,
+    observation_from_json,
+    start_key,
+)
 from modelyard.hardware.gpus import read_gpu_inventory
 from modelyard.modeldir import read_model_facts
 
@@ -145,15 +151,20 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
         ]
     )
     plans = [estimate.plan_on_total] + ([estimate.plan_on_free] if estimate.plan_on_free else [])
-    print_table(
-        ["", *(f"{plan.basis} ({_gib(plan.gpu_memory_bytes)})" for plan in plans)],
-        [
-            ["KV cache", *(_gib(plan.kv_cache_bytes) for plan in plans)],
-            ["KV tokens", *(f"{plan.kv_cache_tokens:,}" for plan in plans)],
-            ["max concurrency", *(f"{plan.max_concurrency}x" for plan in plans)],
-            ["fits", *("yes" if plan.fits else "no" for plan in plans)],
-        ],
-    )
+    rows = [
+        ["KV cache", *(_gib(plan.kv_cache_bytes) for plan in plans)],
+        ["KV tokens", *(f"{plan.kv_cache_tokens:,}" for plan in plans)],
+        ["max concurrency", *(f"{plan.max_concurrency}x" for plan in plans)],
+        ["fits", *("yes" if plan.fits else "no" for plan in plans)],
+    ]
+    raw = [estimate.uncorrected_plan_on_total, estimate.uncorrected_plan_on_free][: len(plans)]
+    if estimate.uncorrected_plan_on_total is not None:
+        # The estimator's own figures, before this cluster's starts corrected them.
+        rows[2:2] = [
+            ["KV cache, uncorrected", *(_gib(plan.kv_cache_bytes) if plan else "-" for plan in raw)],
+            ["KV tokens, uncorrected", *(f"{plan.kv_cache_tokens:,}" if plan else "-" for plan in raw)],
+        ]
+    print_table(["", *(f"{plan.basis} ({_gib(plan.gpu_memory_bytes)})" for plan in plans)], rows)
     if estimate.recommended_memory_fraction is not None:
         stdout.print(
             f"use: {estimate.memory_knob} {estimate.recommended_memory_fraction:.2f}", highlight=False
@@ -162,8 +173,9 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
         f"longest context at the safe maximum: {estimate.max_context_tokens_at_safe_fraction:,} tokens",
         highlight=False,
     )
-    if estimate.correction is not None:
-        stdout.print(f"correction: {estimate.correction.describe()}", highlight=False)
+    summary = correction_summary(estimate)
+    if summary is not None:
+        stdout.print(f"correction: {summary}", highlight=False)
     _print_stages(estimate)
 
 

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from modelyard.cli.context import cli_context, stderr
-from modelyard.settings import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_RAY_PORT, ENV_DATABASE_URL, Settings
+from modelyard.settings import (
+    DEFAULT_HOST,
+    DEFAULT_PLACEMENT_HEADROOM_BYTES,
+    DEFAULT_PORT,
+    DEFAULT_RAY_PORT,
+    ENV_DATABASE_URL,
+    ENV_PLACEMENT_HEADROOM,
+    Settings,
+    parse_placement_headroom,
+)
 
 if TYPE_CHECKING:
     from modelyard.cluster.server_cluster import ServerCluster
@@ -204,6 +213,13 @@ def serve(
         help="Every engine port on this host from this range, A-B (e.g. 30000-30099: firewalls "
         "between hosts); default: any free port.",
     ),
+    placement_headroom_gib: float = typer.Option(
+        DEFAULT_PLACEMENT_HEADROOM_BYTES / (1 << 30),
+        "--placement-headroom",
+        envvar=ENV_PLACEMENT_HEADROOM,
+        help="GiB a placement by memory (--gpu-memory) books on each GPU beyond the estimate, outside "
+        "the engine's memory knob: room for what the estimate misses (docs/estimate.md).",
+    ),
 ) -> None:
     """Run the server: REST API, OpenAI-compatible gateway, console and the engines' controller."""
     from modelyard.runtimes.engine_ports import PortRange, check_apart, parse_port_range
@@ -226,6 +242,7 @@ def serve(
         ray_node_ip=ray_node_ip,
         ray_head_arguments=tuple(ray_head_arguments),
         engine_ports=ports,
+        placement_headroom_bytes=parse_placement_headroom(placement_headroom_gib),
     )
     if ports is not None:
         check_apart(ports, {"the server's --port": PortRange(port, port)})

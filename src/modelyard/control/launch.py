@@ -81,6 +81,7 @@ async def _decide(
             env=deployment.env,
             observations=observations,
             now=now,
+            reserve_bytes=context.settings.placement_headroom_bytes,
         )
         context.live.remember_demand(key, demand)
     # An image backend goes to a worker whose Docker can run it (as its join recorded).

@@ -17,6 +17,12 @@ the KV cache it was booked for: the correction from this installation's recorded
 there is one (the KV bytes the engine lacked, plus their spread), else the estimator's median
 error on its evaluation split (``estimate/correction.py``, ``booking_headroom_bytes``).
 
+``auto`` also books the placement headroom (``serve --placement-headroom``,
+``MODELYARD_PLACEMENT_HEADROOM_GIB``, 0.5 GiB by default) outside the knob: the engine does not
+take it, so what the estimate misses outside the engine's budget (CUDA graphs larger than counted)
+lands there rather than on a neighbour's share. After the start, ``control/booking_check.py``
+compares what the engine logged it took with the booking.
+
 A deployment whose parameters set the knob themselves keeps it, and books what it implies.
 Without ``gpu_memory`` a deployment books whole GPUs, as before.
 """
@@ -53,7 +59,8 @@ class MemoryDemand:
     kv_cache_bytes: int
     kv_sequences: int
     context_tokens: int
-    # Outside the knob's budget: the CUDA context (+ graphs for vLLM; + activations for SGLang).
+    # Outside the knob's budget: the CUDA context (+ graphs for vLLM; + activations for SGLang),
+    # and the placement headroom (``reserve_bytes``).
     outside_budget_bytes: int
     # The user set the knob: its value, kept.
     fixed_fraction: float | None = None
@@ -62,6 +69,8 @@ class MemoryDemand:
     headroom_bytes: int = 0
     # "corrected by 3 starts on this cluster ...", or how the headroom was chosen.
     headroom_source: str = ""
+    # The placement headroom booked outside the knob (``serve --placement-headroom``).
+    reserve_bytes: int = 0
 
     @property
     def kv_tokens_booked(self) -> int:
@@ -79,6 +88,11 @@ class MemoryDemand:
             + (
                 f"; headroom {self.headroom_bytes / GIB:.2f} GiB ({self.headroom_source})"
                 if self.headroom_bytes
+                else ""
+            )
+            + (
+                f"; placement headroom {self.reserve_bytes / GIB:.2f} GiB outside the knob"
+                if self.reserve_bytes
                 else ""
             )
         )
@@ -134,10 +148,12 @@ def memory_demand(
     gpu: GpuSpec,
     observations: Sequence[StartObservation] = (),
     now: datetime | None = None,
+    reserve_bytes: int = 0,
 ) -> MemoryDemand:
     """The demand of one replica GPU of ``gpu``'s kind. ``InvalidInput`` for an engine the
     estimator does not model (memory placement is for vLLM and SGLang). ``observations``: this
-    installation's starts of the engine version; their correction sets the booking's headroom."""
+    installation's starts of the engine version; their correction sets the booking's headroom.
+    ``reserve_bytes``: the placement headroom, booked outside the knob with ``auto``."""
     if engine not in KNOB_FLAGS:
         raise InvalidInput(
             f"placement by memory needs an engine with a memory knob (vLLM, SGLang), not {engine!r}",
@@ -193,6 +209,8 @@ def memory_demand(
                 hint="ask for more, or --gpu-memory auto",
             )
         inside = gpu_memory - outside
+    reserve = reserve_bytes if gpu_memory == "auto" else 0
+    outside += reserve
     return MemoryDemand(
         engine=engine,
         bytes_per_gpu=inside + outside,
@@ -204,4 +222,5 @@ def memory_demand(
         fixed_fraction=fixed,
         headroom_bytes=headroom,
         headroom_source=source,
+        reserve_bytes=reserve,
     )

@@ -23,6 +23,9 @@ from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
 from modelyard.estimate.correction import StartObservation
 from modelyard.runtimes.docker_capability import container_refusal
+from modelyard.settings import ENV_PLACEMENT_HEADROOM
+
+GIB = 1 << 30
 
 __all__ = [
     "Decision",
@@ -106,10 +109,12 @@ def demand_of(
     env: dict[str, str],
     observations: Sequence[StartObservation] = (),
     now: datetime | None = None,
+    reserve_bytes: int = 0,
 ) -> MemoryDemand | None:
     """The replica's memory demand per GPU (None: whole GPUs). Reads the model directory's
     headers: run it in a thread. ``Unschedulable`` when it cannot be estimated. ``observations``:
-    this installation's starts of the engine version, whose correction sets the headroom."""
+    this installation's starts of the engine version, whose correction sets the headroom.
+    ``reserve_bytes``: the placement headroom (``Settings.placement_headroom_bytes``)."""
     wanted = parse_gpu_memory(deployment.placement.get("gpu_memory"))
     gpus = len(deployment.gpu_ids) if deployment.gpu_ids else deployment.gpus_per_replica
     if wanted is None or gpus == 0:
@@ -129,6 +134,7 @@ def demand_of(
             gpu=reference,
             observations=observations,
             now=now,
+            reserve_bytes=reserve_bytes,
         )
     except InvalidInput as error:
         raise Unschedulable(f"cannot estimate the memory it needs: {error.message}") from error
@@ -246,7 +252,16 @@ def decide(
     request = with_model_copies(scheduler, request, deployment.model_name, deployment.model_copies)
     if demand is None:
         return Decision(placement=_place(scheduler, request, left_out))
-    placement = _place(scheduler, request, left_out)
+    try:
+        placement = _place(scheduler, request, left_out)
+    except Unschedulable as error:
+        if not demand.reserve_bytes:
+            raise
+        raise Unschedulable(
+            f"{error.message} (that includes the placement headroom of {demand.reserve_bytes / GIB:.2f} GiB "
+            f"per GPU, {ENV_PLACEMENT_HEADROOM})",
+            hint=error.hint,
+        ) from error
     rank = placement.ranks[0]
     worker = scheduler.worker(rank.worker_id)
     assert worker is not None, rank  # placed just now, on the workers the scheduler holds
@@ -277,6 +292,7 @@ def placement_to_json(decision: Decision) -> dict[str, Any]:
             demand=decision.demand.summary(),
             kv_cache_tokens_booked=decision.demand.kv_tokens_booked,
             headroom_bytes=decision.demand.headroom_bytes,
+            placement_headroom_bytes=decision.demand.reserve_bytes,
             free_before_start_bytes=decision.free_before_start_bytes,
         )
     return data

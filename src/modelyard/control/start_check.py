@@ -7,7 +7,8 @@ estimator's prediction for that GPU, those flags and that version, what modelyar
 (corrected by earlier starts where a correction applied) and what the engine logged, so that later
 estimates and placements correct by it. A replica placed by memory was booked for N tokens of KV
 cache; when the engine logged fewer, the instance gets an event saying by how much, and
-``/metrics`` shows it (``modelyard_kv_booking_shortfall_tokens``).
+``/metrics`` shows it (``modelyard_kv_booking_shortfall_tokens``). What the engine took on its GPU
+is checked against the bytes booked there (``booking_check.py``).
 
 A start whose log has no such lines (another engine, a custom command) is not recorded; nothing
 here can fail a start.
@@ -22,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from modelyard.control.booking_check import check_booking
 from modelyard.control.context import ControlContext
 from modelyard.control.instance_store import DeploymentView
 from modelyard.control.live import LiveEngine
@@ -207,6 +209,17 @@ async def check_start(
     if logged is None:
         logger.info("instance %s: no KV-cache lines in %s, start not recorded", instance_id, engine.log_path)
         return
+    if "used_bytes_per_gpu" not in instance.placement:  # measured once a start
+        await check_booking(
+            context,
+            deployment,
+            instance_id,
+            replica_index=instance.replica_index,
+            start_number=instance.start_number,
+            placement=instance.placement,
+            engine=facts.engine,
+            logged=logged,
+        )
     try:
         row = await asyncio.to_thread(observe, facts, logged, database, context.clock.now())
     except (ModelyardError, ArithmeticError, LookupError, TypeError, ValueError, OSError):

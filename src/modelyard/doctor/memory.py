@@ -13,6 +13,7 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.estimate.correction import correction_summary
 from modelyard.estimate.estimate_result import MemoryEstimate
 from modelyard.estimate.kv_cache import kv_dtype_bytes
 from modelyard.estimate.layout import PP_PARTITION_VARIABLE
@@ -79,12 +80,19 @@ def memory_findings(estimate: MemoryEstimate) -> list[Finding]:
         "memory_fraction": estimate.memory_fraction,
         "recommended_memory_fraction": estimate.recommended_memory_fraction,
         "correction": estimate.correction.to_json() if estimate.correction is not None else None,
+        "uncorrected_kv_cache_tokens": (
+            estimate.uncorrected_plan_on_total.kv_cache_tokens
+            if estimate.uncorrected_plan_on_total is not None
+            else None
+        ),
     }
     if estimate.limiting_stage is not None:
         details["pipeline_stage"] = estimate.limiting_stage
         details["stage_kv_cache_tokens"] = [stage.kv_cache_tokens for stage in estimate.stages]
-    # "; corrected by 3 starts on this cluster (these settings), last error +0.4 %"
-    corrected = f"; {estimate.correction.describe()}" if estimate.correction is not None else ""
+    # "; corrected by 3 starts on this cluster (these settings), last error +0.4 %: KV cache
+    # -0.52 GiB per GPU (-7.0 %), 74,576 tokens before correction (69,360 after)"
+    summary = correction_summary(estimate, on_total=True)
+    corrected = f"; {summary}" if summary is not None else ""
     knob = f"{estimate.memory_knob} {estimate.memory_fraction}"
     if total.kv_cache_bytes <= 0:
         findings.append(

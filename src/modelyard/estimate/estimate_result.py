@@ -66,8 +66,11 @@ class MemoryEstimate:
     # Prefix caching as given (None: the engine's default; vLLM's hybrid models then keep one
     # state block a sequence, two with it on).
     prefix_caching: bool | None = None
-    # Put on by ``correction.apply_correction`` from the starts logged on this installation.
+    # Put on by ``correction.apply_correction`` from the starts logged on this installation, with
+    # the plans as the estimator made them (None: no correction applied, the plans are the raw ones).
     correction: KvCorrection | None = None
+    uncorrected_plan_on_total: MemoryPlan | None = None
+    uncorrected_plan_on_free: MemoryPlan | None = None
 
     def cache_bytes_for(self, sequences: int) -> int:
         """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as
@@ -85,4 +88,8 @@ class MemoryEstimate:
         data = asdict(self)
         data["fits"] = self.fits
         data["correction"] = self.correction.to_json() if self.correction is not None else None
+        if self.correction is not None:
+            from modelyard.estimate.correction import correction_summary
+
+            data["correction"]["summary"] = correction_summary(self)
         return data

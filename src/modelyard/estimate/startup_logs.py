@@ -58,6 +58,8 @@ _SGLANG_KV_SINGLE = re.compile(
     r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+), KV size: ([\d.]+) GB"
 )
 _SGLANG_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+# SGLang's scheduler logs the memory free on its GPU at each step of its start, in GiB ("GB").
+_SGLANG_AVAILABLE = re.compile(r"avail mem=([\d.]+) ?GB")
 _SGLANG_STATE = re.compile(r"conv_state size: ([\d.]+) ?GB, ssm_state size: ([\d.]+) ?GB")
 # vLLM's V0 engine (before 0.7) paged the cache in 16-token blocks and logged the block count.
 VLLM_V0_BLOCK_TOKENS = 16
@@ -75,6 +77,10 @@ class LoggedKvCache:
     activation_bytes: int | None = None
     non_torch_bytes: int | None = None
     cuda_graph_bytes: int | None = None
+    # What the engine took on that GPU once started, as its log tells (its CUDA context not
+    # included): vLLM's weights + activations + non-torch + CUDA graphs + KV cache ("Actual usage
+    # is ..."), SGLang's first "avail mem" minus its last. None: the log does not say.
+    used_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ def parse_log(engine: str, log: str) -> LoggedKvCache:
             raise ValueError("no KV-cache memory in the vLLM log")
         context = _VLLM_CONTEXT.search(log)
         usage = _VLLM_USAGE.search(log)
+        used = sum(_gib(usage.group(index)) for index in (1, 2, 3, 4)) + int(memory * GIB) if usage else None
         return LoggedKvCache(
             memory_bytes=int(memory * GIB),
             tokens=tokens,
@@ -134,6 +141,7 @@ def parse_log(engine: str, log: str) -> LoggedKvCache:
             activation_bytes=_gib(usage.group(2)) if usage else None,
             non_torch_bytes=_gib(usage.group(3)) if usage else None,
             cuda_graph_bytes=_gib(usage.group(4)) if usage else None,
+            used_bytes=used,
         )
     kv = _SGLANG_KV.search(log)
     single = _SGLANG_KV_SINGLE.search(log)
@@ -151,7 +159,11 @@ def parse_log(engine: str, log: str) -> LoggedKvCache:
     count = logged_count or (total.group(1) if total else None)
     if count is None:
         raise ValueError("no token count (#tokens or max_total_num_tokens) in the SGLang log")
-    return LoggedKvCache(memory_bytes=int(memory * GIB), tokens=int(count), context_tokens=None)
+    available = [float(found) for found in _SGLANG_AVAILABLE.findall(log)]
+    used = int((available[0] - available[-1]) * GIB) if len(available) >= 2 else None
+    return LoggedKvCache(
+        memory_bytes=int(memory * GIB), tokens=int(count), context_tokens=None, used_bytes=used
+    )
 
 
 def load_case(path: Path, split: Split) -> StartupCase:

@@ -24,6 +24,7 @@ from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec
 from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInfo
+from modelyard.settings import DEFAULT_PLACEMENT_HEADROOM_BYTES
 
 
 def memory_placement(gpu_memory: str | None, gpus_per_replica: int) -> dict[str, Any]:
@@ -74,6 +75,9 @@ def bytes_per_gpu(
         gpu_count=gpu_count,
         gpu=reference,
         observations=observations,
+        # The default placement headroom: a server started with another --placement-headroom books
+        # that instead, and its controller decides (this check says whether one replica fits now).
+        reserve_bytes=DEFAULT_PLACEMENT_HEADROOM_BYTES,
     )
     return demand.bytes_per_gpu
 

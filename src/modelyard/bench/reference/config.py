@@ -88,6 +88,10 @@ class ReferenceConfig:
     ``/metrics`` counts drafts, draft tokens and accepted tokens (vLLM's names) as it generates."""
     double_spec_acceptance_ratio: float = 0.0
     """The share of proposed tokens the double accepts (0 to 1)."""
+    # The memory model's overhead, and the CUDA graphs its vLLM flavour logs ("Actual usage is
+    # ..."; None: no such line).
+    overhead_gib: float = 0.0
+    cuda_graph_gib: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -191,6 +195,9 @@ def _build_parser(engine: str | None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--double-gpu-memory-gib", type=float, default=None)
     parser.add_argument("--double-overhead-gib", type=float, default=0.0)
+    # With it, vLLM's double logs its use as vLLM 0.18+ does ("Actual usage is ..."): the overhead
+    # as weights, this much CUDA graph memory (outside the knob's budget, as in vLLM 0.25).
+    parser.add_argument("--double-cuda-graph-gib", type=float, default=None)
     parser.add_argument("--double-kv-bytes-per-position", type=int, default=None)
     parser.add_argument("--double-spec-tokens", type=int, default=0)
     parser.add_argument("--double-spec-acceptance-ratio", type=float, default=0.0)
@@ -255,6 +262,8 @@ def parse_reference_argv(argv: list[str], environment: Mapping[str, str] | None 
         slow_request_extra_ms=arguments.slow_request_extra_ms,
         kv_cache_tokens=kv_tokens,
         kv_cache_memory_gib=kv_memory_gib,
+        overhead_gib=arguments.double_overhead_gib,
+        cuda_graph_gib=arguments.double_cuda_graph_gib,
         max_model_len=arguments.max_model_len or 32_768,
         api_key=api_key,
         port_file=arguments.port_file,

@@ -190,6 +190,18 @@ async def serve_reference(
                     f"Available KV cache memory: {config.kv_cache_memory_gib:.2f} GiB",
                 )
             )
+        if config.kv_cache_memory_gib is not None and config.cuda_graph_gib is not None:
+            engine_log.info(
+                _engine_line(
+                    config,
+                    "DEBUG",
+                    "gpu_worker.py:835",
+                    f"Actual usage is {config.overhead_gib:.2f} GiB for weight, 0.0 GiB for peak "
+                    "activation, 0.0 GiB for non-torch memory, and "
+                    f"{config.cuda_graph_gib:.2f} GiB for CUDAGraph memory. Current kv cache memory in "
+                    f"use is {config.kv_cache_memory_gib:.2f} GiB.",
+                )
+            )
         size = f"{config.kv_cache_tokens:,}"
         engine_log.info(
             _engine_line(config, "INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {size} tokens")

@@ -15,6 +15,7 @@ from datetime import datetime
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy import select
 
+from modelyard.control.booking_check import BookingMeasurement
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.server.metrics.gateway_counts import GatewayCounts, Histogram
 from modelyard.store.database import Database
@@ -215,6 +216,34 @@ def gpu_families(workers: Sequence[WorkerGpus]) -> list[Metric]:
             if gpu.power_watts is not None:
                 power.add_metric(values, gpu.power_watts)
     return [available, utilization, used, total, temperature, power]
+
+
+def memory_booking_families(measurements: Sequence[BookingMeasurement]) -> list[Metric]:
+    """Running replicas placed by memory: the bytes booked on their GPU for the current start,
+    what the engine logged it took, and the difference (+: over its booking), from
+    ``control/booking_check.py``."""
+    labels = ["deployment", "replica", "worker", "gpu"]
+    booked = GaugeMetricFamily(
+        f"{PREFIX}_memory_booked_bytes",
+        "GPU memory booked for the replica's current start (estimate + placement headroom).",
+        labels=labels,
+    )
+    used = GaugeMetricFamily(
+        f"{PREFIX}_memory_engine_used_bytes",
+        "GPU memory the replica's engine took at its start, as its log says (CUDA context included).",
+        labels=labels,
+    )
+    error = GaugeMetricFamily(
+        f"{PREFIX}_memory_booking_error_bytes",
+        "Used minus booked GPU memory of the replica's current start (+: over its booking).",
+        labels=labels,
+    )
+    for measurement in sorted(measurements, key=lambda m: (m.deployment, m.replica)):
+        values = [measurement.deployment, str(measurement.replica), measurement.worker, measurement.gpu]
+        booked.add_metric(values, measurement.booked_bytes)
+        used.add_metric(values, measurement.used_bytes)
+        error.add_metric(values, measurement.used_bytes - measurement.booked_bytes)
+    return [booked, used, error]
 
 
 def booking_families(shortfalls: Sequence[tuple[str, int, int, int]]) -> list[Metric]:

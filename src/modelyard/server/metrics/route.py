@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from modelyard.control.booking_check import latest_measurements
 from modelyard.control.start_observations import latest_shortfalls
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.metrics.engine_scrape import scrape_engines
@@ -36,6 +37,7 @@ from modelyard.server.metrics.families import (
     controller_families,
     gateway_families,
     gpu_families,
+    memory_booking_families,
     read_instances,
 )
 from modelyard.server.metrics.gateway_counts import GatewayCounts
@@ -120,9 +122,10 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
     gateway = context.gateway
     counts = gateway.gateway_counts() if gateway is not None else GatewayCounts()
     workers = gateway.requests_by_worker() if gateway is not None else {}
-    instances, shortfalls, engines = await asyncio.gather(
+    instances, shortfalls, measurements, engines = await asyncio.gather(
         asyncio.to_thread(read_instances, context.database),
         asyncio.to_thread(latest_shortfalls, context.database),
+        asyncio.to_thread(latest_measurements, context.database),
         scrape_engines(context.endpoints.all_endpoints(), timeout_s=ENGINE_SCRAPE_TIMEOUT_S),
     )
     worker_count = GaugeMetricFamily(
@@ -135,6 +138,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         *gateway_families(counts, workers),
         *controller_families(instances),
         *booking_families(shortfalls),
+        *memory_booking_families(measurements),
         *gpu_families(worker_gpus(context)),
         *engines,
     ]
