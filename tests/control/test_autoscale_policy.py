@@ -3,6 +3,7 @@ the desired replicas and the reason a user reads out. Pure: no clock, no store."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -21,7 +22,7 @@ CONFIG = AutoscaleConfig.model_validate(
 )
 
 
-def every_second(values: list[float | None], *, until_s: float = 100.0) -> list[Sample]:
+def every_second(values: Sequence[float | None], *, until_s: float = 100.0) -> list[Sample]:
     """One sample a second, the last one at ``until_s``."""
     start = until_s - len(values) + 1
     return [Sample(at_s=start + offset, value=value) for offset, value in enumerate(values)]
