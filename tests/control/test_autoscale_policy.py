@@ -106,10 +106,17 @@ CASES = [
     ),
     Case(
         "a scale-down keeps the replicas the load needs",
-        every_second([1.5] * 61),
+        every_second([1.0] * 61),
         desired=4,
         expected=3,
-        reason="1.5 waiting per replica for 60 s < 2: 4 → 3",
+        reason="1.0 waiting per replica for 60 s < 2: 4 → 3",
+    ),
+    Case(
+        "a scale-down that would bring the value to the target holds (it would scale up again)",
+        every_second([1.0] * 61),
+        desired=2,
+        expected=2,
+        reason="1.0 waiting per replica for 60 s < 2; 2 replica(s) are still needed at this load",
     ),
     Case(
         "below the target but every replica still needed: holds (no flapping)",

@@ -9,9 +9,11 @@ the last change, and calls ``decide`` once per sample. The rule, in order:
    every sample, since the last change, for the window of that side: ``stabilisation_s`` above
    it to scale up, ``scale_down_stabilisation_s`` (default twice that) below it to scale down.
    A missing reading (no replica answered) ends the streak.
-4. **How many.** As Kubernetes' HPA: ``ceil(replicas × value / target)``, with the window's
-   lowest value when scaling up (at least one more replica) and its highest when scaling down,
-   within the bounds. A scale-up waits while replicas of the last one are still starting.
+4. **How many.** As Kubernetes' HPA, from the load ``replicas × value / target``: up to
+   ``ceil(load)`` with the window's lowest value (at least one more replica), down to the fewest
+   replicas that keep the value strictly below the target with the window's highest value
+   (``floor(load) + 1``), within the bounds. A scale-up waits while replicas of the last one
+   are still starting.
 
 Usage::
 
@@ -122,7 +124,8 @@ def decide(policy_input: PolicyInput) -> Decision:
     if held_s < window_s:
         way = "up" if side > 0 else "down"
         return Decision(desired, "hold", f"{seen}; scales {way} after {window_s:g} s")
-    wanted = math.ceil(desired * value / target - 1e-9)
+    # The load the window saw, in replicas at the target: value × replicas / target.
+    load = desired * value / target
     if side > 0:
         if policy_input.ready_replicas < desired:
             return Decision(
@@ -131,11 +134,13 @@ def decide(policy_input: PolicyInput) -> Decision:
                 f"{seen}; waiting for {desired - policy_input.ready_replicas} replica(s) to start "
                 f"({policy_input.ready_replicas} of {desired} ready) before scaling further",
             )
-        proposed = min(config.max, max(desired + 1, wanted))
+        proposed = min(config.max, max(desired + 1, math.ceil(load - 1e-9)))
         if proposed == desired:
             return Decision(desired, "hold", f"{seen}; already at max {config.max}")
         return Decision(proposed, "up", f"{seen}: {desired} → {proposed}")
-    proposed = max(config.min, wanted)
+    # Down only to replicas that keep the value strictly below the target (at it, the next
+    # sample would scale up again).
+    proposed = max(config.min, math.floor(load + 1e-9) + 1)
     if proposed >= desired:
         if desired == config.min:
             return Decision(desired, "hold", f"{seen}; already at min {config.min}")
