@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from modelyard.control.start_observations import latest_shortfalls
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.metrics.autoscale_families import autoscale_families, read_autoscale
 from modelyard.server.metrics.engine_scrape import scrape_engines
 from modelyard.server.metrics.families import (
     PREFIX,
@@ -120,9 +121,10 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
     gateway = context.gateway
     counts = gateway.gateway_counts() if gateway is not None else GatewayCounts()
     workers = gateway.requests_by_worker() if gateway is not None else {}
-    instances, shortfalls, engines = await asyncio.gather(
+    instances, shortfalls, autoscale, engines = await asyncio.gather(
         asyncio.to_thread(read_instances, context.database),
         asyncio.to_thread(latest_shortfalls, context.database),
+        asyncio.to_thread(read_autoscale, context.database),
         scrape_engines(context.endpoints.all_endpoints(), timeout_s=ENGINE_SCRAPE_TIMEOUT_S),
     )
     worker_count = GaugeMetricFamily(
@@ -135,6 +137,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         *gateway_families(counts, workers),
         *controller_families(instances),
         *booking_families(shortfalls),
+        *autoscale_families(autoscale),
         *gpu_families(worker_gpus(context)),
         *engines,
     ]
