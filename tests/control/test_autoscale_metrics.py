@@ -30,7 +30,8 @@ def test_desired_actual_and_decisions_per_autoscaled_deployment(tmp_path: Path) 
         model = ModelFile(name="tiny", path=str(tmp_path), state="valid")
         session.add(model)
         session.flush()
-        chat = Deployment(name="chat", model_file_id=model.id, backend="vllm", backend_version="1", replicas=2)
+        chat = Deployment(name="chat", model_file_id=model.id, backend="vllm", backend_version="1")
+        chat.replicas = 2
         chat.autoscale = AUTOSCALE
         by_hand = Deployment(name="by-hand", model_file_id=model.id, backend="vllm", backend_version="1")
         session.add_all([chat, by_hand])
@@ -40,7 +41,11 @@ def test_desired_actual_and_decisions_per_autoscaled_deployment(tmp_path: Path) 
                 Instance(deployment_id=chat.id, replica_index=0, state="running"),
                 Instance(deployment_id=chat.id, replica_index=1, state="starting"),
                 AutoscaleEvent(
-                    deployment_name="chat", deployment_uid=chat.uid, direction="up", from_replicas=1, to_replicas=2
+                    deployment_name="chat",
+                    deployment_uid=chat.uid,
+                    direction="up",
+                    from_replicas=1,
+                    to_replicas=2,
                 ),
             ]
         )

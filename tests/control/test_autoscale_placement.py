@@ -84,9 +84,8 @@ async def test_an_unplaceable_scale_up_says_why_and_starts_when_a_gpu_comes(tmp_
         clock=ManualClock(),
     )
     await controller.start()
-    loop = AutoscaleLoop(
-        database=database, endpoints=endpoints, poke=controller.poke, options=AutoscaleOptions(sample_seconds=0.05)
-    )
+    options = AutoscaleOptions(sample_seconds=0.05)
+    loop = AutoscaleLoop(database=database, endpoints=endpoints, poke=controller.poke, options=options)
     await loop.start()
 
     def instances() -> list[Instance]:
@@ -98,7 +97,8 @@ async def test_an_unplaceable_scale_up_says_why_and_starts_when_a_gpu_comes(tmp_
             return list(session.scalars(select(AutoscaleEvent).order_by(AutoscaleEvent.id)))
 
     try:
-        await wait_for(changes, lambda: [e.direction for e in events()] == ["up", "unplaced"], "the unplaced event")
+        directions = ["up", "unplaced"]
+        await wait_for(changes, lambda: [e.direction for e in events()] == directions, "the unplaced event")
         up, unplaced = events()
         assert up.reason == "1 replica(s) is outside autoscale's bounds 2..3: 1 → 2"
         assert unplaced.reason.startswith("replica 1 cannot be placed yet; the controller tries again")
