@@ -218,6 +218,15 @@ PS_COLUMNS = [
 ]
 
 
+def _autoscaled(deployment: dict[str, Any]) -> str:
+    autoscale = deployment.get("autoscale")
+    return (
+        f", autoscaled {autoscale['min']}..{autoscale['max']} on {autoscale['target']['metric']}"
+        if autoscale
+        else ""
+    )
+
+
 def _instance_rows(deployments: list[dict[str, Any]]) -> list[list[Any]]:
     """One row per instance; the deployment's name, status and ready count on its first row."""
     rows: list[list[Any]] = []
@@ -344,7 +353,11 @@ def ps(
                 ("name", deployment["name"]),
                 ("model", f"{deployment['model']} ({deployment['model_path']})"),
                 ("backend", f"{deployment['backend']} {deployment['backend_version']}"),
-                ("desired", f"{deployment['desired_state']}, {deployment['replicas']} replica(s)"),
+                (
+                    "desired",
+                    f"{deployment['desired_state']}, {deployment['replicas']} replica(s)"
+                    + _autoscaled(deployment),
+                ),
                 ("GPUs", deployment["gpu_ids"] or f"{deployment['gpus_per_replica']} per replica"),
                 ("parameters", " ".join(deployment["backend_parameters"])),
                 ("env", " ".join(f"{key}={value}" for key, value in deployment["env"].items())),

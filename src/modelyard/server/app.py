@@ -23,6 +23,7 @@ from modelyard import __version__
 from modelyard.control.controller import Controller, ControllerOptions
 from modelyard.downloads import DownloadManager, DownloadOptions
 from modelyard.server.api.router import api_router
+from modelyard.server.autoscale_wiring import start_autoscaler
 from modelyard.server.console.router import install_console
 from modelyard.server.context import ServerContext
 from modelyard.server.door.body_limit import BodyLimitMiddleware
@@ -91,6 +92,7 @@ def create_app(
         # The engines start while the gateway workers import (seconds on a loaded host).
         await controller.start()
         context.controller = controller
+        autoscaler = await start_autoscaler(context, controller.poke)
         survey, pusher = await _start_model_survey(context)
         downloads = DownloadManager(
             context.database,
@@ -111,6 +113,7 @@ def create_app(
             if survey is not None:
                 await survey.shutdown()
             await _cancel_background_tasks(context)
+            await autoscaler.shutdown()
             await controller.shutdown(stop_engines=True)
             await gateway.close()
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from modelyard.cluster.workers import WorkerStatus
     from modelyard.control.scheduler import Worker
     from modelyard.hardware.gpus import GpuInventory
+    from modelyard.server.api.autoscale import AutoscaleStatusSource
     from modelyard.server.gateway.runtime import GatewayRuntime
     from modelyard.server.gateway.shared_counters import SharedCounters
     from modelyard.server.metrics.gateway_counts import GatewayCounts
@@ -195,6 +196,8 @@ class ServerContext:
     # processes, what they are started with (None: /v1 is served in this process).
     gateway: GatewayHandle | None = None
     gateway_workers: GatewayWorkerPlan | None = None
+    # The autoscaler's loop (control/autoscale/loop.py), set once it runs; None: not running.
+    autoscaler: AutoscaleStatusSource | None = None
     # Seals secret values before they are stored (its key is <data-dir>/secret-key).
     secrets: SecretBox = field(init=False)
 

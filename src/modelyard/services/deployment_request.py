@@ -17,6 +17,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.control.endpoints import DEFAULT_ROUTING, RoutingPolicy
 from modelyard.services.deployment_limits import MAXIMUM_LIMIT
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
@@ -93,3 +94,5 @@ class DeploymentRequest(BaseModel):
     gpu_model: str | None = Field(default=None, max_length=128)
     nodes: int = Field(default=1, ge=1, le=16)
     limits: DeploymentLimitsBody | None = None
+    # Replicas on load (docs/autoscaling.md): replicas then start within autoscale.min..max.
+    autoscale: AutoscaleConfig | None = None

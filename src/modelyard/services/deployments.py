@@ -36,6 +36,7 @@ from modelyard.estimate.correction import StartObservation
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.services import backends as backend_service
+from modelyard.services.deployment_autoscale import apply_autoscale, autoscale_to_json, refuse_manual_replicas
 from modelyard.services.deployment_checks import WorkerModelCheck, gpus_of_one_replica, run_preflight
 from modelyard.services.deployment_gpus import ReplicaGpus, estimate_reference, replica_gpus
 from modelyard.services.deployment_limits import apply_limits, checked_limits, limits_to_json
@@ -343,6 +344,7 @@ def check_deployment(
         placement=placement or None,
     )
     apply_limits(deployment, limits)
+    apply_autoscale(deployment, request.autoscale)
     return deployment
 
 
@@ -441,6 +443,7 @@ def scale_deployment(session: Session, name: str, replicas: int, inventory: GpuI
     """Set the number of replicas (0 keeps the deployment without running anything)."""
     _check_replicas(replicas)
     deployment = _live_deployment(session, name, "scaled")
+    refuse_manual_replicas(deployment)
     if replicas > deployment.replicas:
         spec = backend_service.get_backend(session, deployment.backend)
         version = backend_service.resolve_version(spec, deployment.backend_version)
@@ -534,6 +537,7 @@ def deployment_to_json(deployment: Deployment, now_seconds: float) -> dict[str, 
         "routing": deployment.routing,
         "placement": deployment.placement or {},
         "limits": limits_to_json(deployment),
+        "autoscale": autoscale_to_json(deployment),
         "warnings": deployment.warnings,
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

@@ -265,6 +265,9 @@ class Deployment(Base):
     max_concurrent_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Doctor's warnings at deploy time, kept to show in `ps` and the console.
     warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # Replicas on load (control/autoscale/config.py AutoscaleConfig as JSON); None: set by hand.
+    # While set, the autoscaler writes ``replicas``.
+    autoscale: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, onupdate=utc_now)
 
@@ -345,6 +348,24 @@ class InstanceEvent(Base):
     replica_index: Mapped[int] = mapped_column(Integer)
     from_state: Mapped[str] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+
+
+class AutoscaleEvent(Base):
+    """One decision of the autoscaler (a change of replicas, with its reason) or a replica it asked
+    for that cannot be placed (``direction`` "unplaced", replicas unchanged). Kept after the
+    deployment is gone, as instance events are."""
+
+    __tablename__ = "autoscale_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_name: Mapped[str] = mapped_column(String(128), index=True)
+    deployment_uid: Mapped[str] = mapped_column(String(32), index=True)
+    # "up", "down" or "unplaced" (control/autoscale/policy.py Direction, and unplaced).
+    direction: Mapped[str] = mapped_column(String(16))
+    from_replicas: Mapped[int] = mapped_column(Integer)
+    to_replicas: Mapped[int] = mapped_column(Integer)
     reason: Mapped[str] = mapped_column(Text, default="")
     at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
 

@@ -14,11 +14,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.control.endpoints import DeploymentLimits, RoutingPolicy
 from modelyard.control.scheduler import Worker
 from modelyard.errors import InvalidInput
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
+from modelyard.server.api import autoscale as autoscale_api
 from modelyard.server.api.common import in_session
 from modelyard.server.context import ServerContext, server_context
 from modelyard.services import deployments, instances
@@ -46,6 +48,8 @@ class DeploymentChange(BaseModel):
     routing: RoutingPolicy | None = None
     # Replaces the deployment's limits whole ({} removes them all).
     limits: DeploymentLimitsBody | None = None
+    # Replaces autoscale whole; null removes it (replicas by hand again, where it left them).
+    autoscale: AutoscaleConfig | None = None
 
 
 def _now() -> float:
@@ -153,6 +157,17 @@ async def verify_deployment(name: str, context: ServerContext = Depends(server_c
     return result
 
 
+@router.get("/deployments/{name:path}/autoscale")
+async def show_autoscale(
+    name: str,
+    limit: int = Query(default=50, ge=1, le=MAXIMUM_EVENTS, description="how many of the newest decisions"),
+    context: ServerContext = Depends(server_context),
+) -> dict[str, Any]:
+    """The deployment's autoscale settings, what the autoscaler last saw and decided, and its
+    newest decisions (each with its reason) and unplaced replicas."""
+    return await in_session(context, autoscale_api.autoscale_view, name, limit, context.autoscaler)
+
+
 @router.get("/deployments/{name:path}/events")
 async def list_events(
     name: str,
@@ -171,12 +186,16 @@ async def show_deployment(name: str, context: ServerContext = Depends(server_con
 async def change_deployment(
     name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
 ) -> dict[str, Any]:
-    if change.replicas is None and change.routing is None and change.limits is None:
+    autoscale_given = "autoscale" in change.model_fields_set
+    if change.replicas is None and change.routing is None and change.limits is None and not autoscale_given:
         raise InvalidInput(
             "nothing to change",
-            hint='send {"replicas": N}, {"routing": "prefix"} or {"limits": {"requests_per_minute": N}}',
+            hint='send {"replicas": N}, {"routing": "prefix"}, {"limits": {"requests_per_minute": N}} '
+            'or {"autoscale": {...}}',
         )
     result: dict[str, Any] = {}
+    if autoscale_given:
+        result = await in_session(context, autoscale_api.set_deployment_autoscale, name, change.autoscale)
     if change.limits is not None:
         result, limits = await in_session(context, _limit, name, change.limits)
         context.endpoints.set_limits(name, limits)

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from modelyard.control.booking_check import latest_measurements
 from modelyard.control.start_observations import latest_shortfalls
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.metrics.autoscale_families import autoscale_families, read_autoscale
 from modelyard.server.metrics.engine_scrape import scrape_engines
 from modelyard.server.metrics.families import (
     PREFIX,
@@ -122,10 +123,11 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
     gateway = context.gateway
     counts = gateway.gateway_counts() if gateway is not None else GatewayCounts()
     workers = gateway.requests_by_worker() if gateway is not None else {}
-    instances, shortfalls, measurements, engines = await asyncio.gather(
+    instances, shortfalls, measurements, autoscale, engines = await asyncio.gather(
         asyncio.to_thread(read_instances, context.database),
         asyncio.to_thread(latest_shortfalls, context.database),
         asyncio.to_thread(latest_measurements, context.database),
+        asyncio.to_thread(read_autoscale, context.database),
         scrape_engines(context.endpoints.all_endpoints(), timeout_s=ENGINE_SCRAPE_TIMEOUT_S),
     )
     worker_count = GaugeMetricFamily(
@@ -139,6 +141,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         *controller_families(instances),
         *booking_families(shortfalls),
         *memory_booking_families(measurements),
+        *autoscale_families(autoscale),
         *gpu_families(worker_gpus(context)),
         *engines,
     ]

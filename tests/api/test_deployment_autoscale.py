@@ -1,0 +1,95 @@
+"""``autoscale`` through the REST API: set at deploy time, changed and removed with PATCH, shown
+with the autoscaler's decisions; bad settings refused by name, replicas by hand refused while set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelyard.store.tables import AutoscaleEvent
+
+from .conftest import ApiHarness, add_model, assert_error
+
+AUTOSCALE: dict[str, Any] = {
+    "min": 2,
+    "max": 4,
+    "target": {"metric": "waiting_per_replica", "value": 2},
+    "stabilisation_s": 30,
+    "cooldown_s": 60,
+}
+
+
+@pytest.fixture
+def with_model(api: ApiHarness, tiny_model_dir: Path) -> ApiHarness:
+    add_model(api, tiny_model_dir)
+    return api
+
+
+def test_deploy_with_autoscale_starts_within_its_bounds(with_model: ApiHarness) -> None:
+    response = with_model.client.post("/api/v1/deployments", json={"model": "tiny", "autoscale": AUTOSCALE})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["replicas"] == 2  # replicas 1 asked (the default), min 2
+    assert body["autoscale"]["target"] == {"metric": "waiting_per_replica", "value": 2.0}
+    assert body["autoscale"]["max"] == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"min": 5, "max": 2}, ("autoscale", "min (5) is more than max (2)")),
+        ({"target": {"metric": "gpu_use", "value": 1}}, ("autoscale.target.metric", "'waiting_per_replica'")),
+        ({"cooldown_s": -1}, ("autoscale.cooldown_s", "greater than or equal to 0")),
+        ({"target": {"metric": "kv_cache_use", "value": 80}}, ("kv_cache_use is a fraction from 0 to 1",)),
+    ],
+)
+def test_bad_autoscale_is_refused_naming_the_field(
+    with_model: ApiHarness, change: dict[str, Any], fragments: tuple[str, ...]
+) -> None:
+    response = with_model.client.post(
+        "/api/v1/deployments", json={"model": "tiny", "autoscale": {**AUTOSCALE, **change}}
+    )
+    assert response.status_code == 400
+    assert_error(response.json(), "invalid_input", *fragments)
+    assert with_model.client.get("/api/v1/deployments").json() == []
+
+
+def test_replicas_by_hand_are_refused_while_autoscaled_and_allowed_after_removing_it(
+    with_model: ApiHarness,
+) -> None:
+    api = with_model
+    api.client.post("/api/v1/deployments", json={"model": "tiny"})
+    patched = api.client.patch("/api/v1/deployments/tiny", json={"autoscale": AUTOSCALE})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["replicas"] == 2
+    refused = api.client.patch("/api/v1/deployments/tiny", json={"replicas": 3})
+    assert refused.status_code == 409
+    assert_error(refused.json(), "conflict", "autoscaled (2 to 4 replicas)")
+    assert '{"autoscale": null}' in refused.json()["error"]["hint"]
+    removed = api.client.patch("/api/v1/deployments/tiny", json={"autoscale": None})
+    assert removed.json()["autoscale"] is None and removed.json()["replicas"] == 2
+    assert api.client.patch("/api/v1/deployments/tiny", json={"replicas": 3}).json()["replicas"] == 3
+
+
+def test_the_autoscale_view_lists_the_decisions_with_their_reasons(with_model: ApiHarness) -> None:
+    api = with_model
+    created = api.client.post("/api/v1/deployments", json={"model": "tiny", "autoscale": AUTOSCALE}).json()
+    with api.database.session() as session:
+        session.add(
+            AutoscaleEvent(
+                deployment_name="tiny",
+                deployment_uid=created["uid"],
+                direction="up",
+                from_replicas=2,
+                to_replicas=3,
+                reason="3.0 waiting per replica for 30 s > 2: 2 → 3",
+            )
+        )
+        session.commit()
+    view = api.client.get("/api/v1/deployments/tiny/autoscale").json()
+    assert view["autoscale"]["min"] == 2 and view["desired_replicas"] == 2
+    assert [(e["direction"], e["reason"]) for e in view["events"]] == [
+        ("up", "3.0 waiting per replica for 30 s > 2: 2 → 3")
+    ]
