@@ -8,10 +8,13 @@ test. The rules, first match wins:
 
 1. a test's own ``@pytest.mark.xdist_group("name")`` (also on a fixture's ``pytest.param``, as
    ``tests/runtimes/conftest.py`` does for the runtimes it asks for with ``getfixturevalue``);
-2. the first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures,
-   else the test's folder in ``FOLDER_GROUPS`` (``tests/cluster``: real Ray heads, run one at a
-   time with the simulated cluster's tests, as in a plain run: two Ray sessions started at once
-   on one host interfere, through ``/tmp/ray`` among others);
+2. the first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures
+   (``ray_cluster``: the session's simulated Ray cluster, in ``tests/cluster`` too), else the
+   group of the test's file or folder in ``PLACE_GROUPS`` (the most specific place wins): the
+   tests of ``tests/cluster`` that start real ``modelyard serve --cluster`` heads run one at a
+   time in two groups, those on this host's loopback and those of two network-namespace hosts;
+   the three Ray groups run beside each other, which is why every test process has a Ray temp
+   folder of its own (``tests/ray_cluster.py``);
 3. a session-, package- or module-scoped fixture defined under ``tests/`` (not one of
    ``CHEAP_FIXTURES``): the group is that fixture's place and name, so the tests sharing it stay
    on one worker. Of several, the one the others are built on (``api_key`` is built on
@@ -46,6 +49,8 @@ SHARED_GROUPS = {
 }
 # The groups that take longest (minutes, from --durations), handed out first under -n.
 LONGEST_FIRST = (
+    "ray-heads",
+    "ray-hosts",
     "ray",
     "browser",
     "integration/test_serve_end_to_end.py::server",
@@ -54,8 +59,14 @@ LONGEST_FIRST = (
     "integration/test_serve_faults.py::server",
     "docker",
 )
-# Folders (under tests/) whose every test is in a group.
-FOLDER_GROUPS = {"cluster": "ray"}
+# Files and folders (under tests/) whose every test is in a group, unless rule 1 or
+# SHARED_GROUPS put it elsewhere.
+PLACE_GROUPS = {
+    "cluster": "ray-heads",
+    "cluster/test_two_hosts.py": "ray-hosts",
+    "cluster/test_two_hosts_docker.py": "ray-hosts",
+    "cluster/test_two_hosts_registry.py": "ray-hosts",
+}
 # Session fixtures that cost a copy of a cached folder or a second: not worth keeping tests
 # together for (api's admin_template is one scrypt hash and a migrated SQLite file).
 CHEAP_FIXTURES = {
@@ -107,6 +118,19 @@ def _built_on(name: str, fixtures: dict[str, pytest.FixtureDef[object]]) -> set[
     return found
 
 
+def _place_group(path: Path) -> str | None:
+    """The group ``PLACE_GROUPS`` gives the file at ``path``: its own entry, else its closest
+    folder's."""
+    if not path.is_relative_to(TESTS_FOLDER):
+        return None
+    place = path.relative_to(TESTS_FOLDER)
+    for candidate in (place, *place.parents):
+        group = PLACE_GROUPS.get(candidate.as_posix())
+        if group is not None:
+            return group
+    return None
+
+
 def group_of(item: pytest.Item) -> str | None:
     """The xdist group of ``item`` by the rules above (None: spread test by test)."""
     if item.get_closest_marker("xdist_group") is not None:
@@ -115,11 +139,9 @@ def group_of(item: pytest.Item) -> str | None:
     for fixture, group in SHARED_GROUPS.items():
         if fixture in names:
             return group
-    folder = item.path.resolve().parent
-    if folder.is_relative_to(TESTS_FOLDER) and folder != TESTS_FOLDER:
-        top = folder.relative_to(TESTS_FOLDER).parts[0]
-        if top in FOLDER_GROUPS:
-            return FOLDER_GROUPS[top]
+    place_group = _place_group(item.path.resolve())
+    if place_group is not None:
+        return place_group
     fixtures = _wide_test_fixtures(item)
     if not fixtures:
         return None

@@ -8,6 +8,13 @@ that node's GPUs from a file). Registered once in ``tests/conftest.py`` (``pytes
 a second ``ray.init`` in one process is not possible, so every Ray test shares this cluster.
 
 Ray missing is a skip here and a failure under CI (``CI=true``), as Docker and PostgreSQL are.
+
+Every test process (each pytest-xdist worker, or a plain run) gets a Ray temp folder of its own
+(``RAY_TMPDIR``, set when pytest starts): the simulated cluster, and every ``ray start`` of the
+servers and joins the tests start (they inherit it; a joined node uses its head's), keep their
+sessions, sockets and logs there, not in the host's shared ``/tmp/ray``. So the simulated
+cluster's group and the real heads' group of ``tests/cluster`` run beside each other, and beside
+another test run on the same host. ``ray_sessions_folder()`` is where their session logs are.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +46,26 @@ GIB = 1 << 30
 WORKER_LABEL = "modelyard.io/worker"
 # Ray's switch for "no multi-host cluster" (named for Windows and macOS): 0 keeps addresses on loopback.
 LOOPBACK_ONLY_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Where Ray keeps its sessions: ``$RAY_TMPDIR/ray`` (``/tmp/ray`` without it).
+RAY_TEMP_VARIABLE = "RAY_TMPDIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This test process's own Ray temp folder (not on the controller of ``pytest -n``, which runs
+    no test). Short, under the system's temp folder: Ray's socket paths inside it must stay
+    within the 107 bytes of a Unix socket's name."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None and getattr(config.option, "numprocesses", None):
+        return
+    folder = tempfile.mkdtemp(prefix=f"ray-{worker or 'main'}-")
+    os.environ[RAY_TEMP_VARIABLE] = folder  # read by Ray when a node or driver starts
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def ray_sessions_folder() -> Path:
+    """Where this test process's Ray sessions are (``session_*/logs/``), those of the servers
+    it started with ``--cluster`` included."""
+    return Path(os.environ.get(RAY_TEMP_VARIABLE, tempfile.gettempdir())) / "ray"
 
 
 def fake_gpu(name: str, index: int, memory_gib: float, *, used_gib: float = 0.0) -> dict[str, Any]:

@@ -26,6 +26,7 @@ Usage::
     client = Http1Client(connect_timeout_s=5, read_timeout_s=1800, keepalive_expiry_s=4)
     client.start()                                  # inside the running event loop
     response = await client.post("http://127.0.0.1:8000", "/v1/chat/completions", headers, body)
+    # (or client.get("http://127.0.0.1:8000", "/v1/models", headers): no body)
     while piece := await response.read():           # b"" at the end of the body
         ...
     response.release()                              # or response.close() to abort the request
@@ -459,16 +460,37 @@ class Http1Client:
         ``fresh`` skips idle connections. Raises ``ServerUnreachable`` (nothing was sent),
         ``ClosedBeforeAnswer`` (closed before any byte of an answer) or ``AnswerBroken``.
         """
+        return await self._send(b"POST", base_url, path, headers, body, fresh=fresh)
+
+    async def get(
+        self, base_url: str, path: str, headers: Sequence[tuple[bytes, bytes]], *, fresh: bool = False
+    ) -> Http1Response:
+        """Send ``GET path`` (no body) and wait for the answer to begin; as ``post`` otherwise."""
+        return await self._send(b"GET", base_url, path, headers, None, fresh=fresh)
+
+    async def _send(
+        self,
+        method: bytes,
+        base_url: str,
+        path: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes | None,
+        *,
+        fresh: bool,
+    ) -> Http1Response:
         address, host = self._address(base_url)
         connection = None if fresh else self._take_idle(address)
         if connection is None:
             connection = await self._connect(address)
         response = Http1Response(connection)
-        head = [b"POST ", path.encode(), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
+        head = [method, b" ", path.encode(), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
         for name, value in headers:
             head += (name, b": ", value, b"\r\n")
-        head += (b"content-length: ", str(len(body)).encode(), b"\r\n\r\n")
-        connection.send((b"".join(head), body), response)
+        if body is None:
+            head.append(b"\r\n")
+        else:
+            head += (b"content-length: ", str(len(body)).encode(), b"\r\n\r\n")
+        connection.send((b"".join(head), body or b""), response)
         try:
             await response._wait_head()
         except BaseException:

@@ -33,6 +33,7 @@ from modelyard.testing.cluster_process import SOURCE_FOLDER, nvml_gpu, with_grou
 from modelyard.testing.container_image import SKELETON_TAG, host_python_mounts
 from modelyard.testing.local_registry import LocalRegistry
 from modelyard.testing.serve_process import free_port, wait_until
+from ray_cluster import ray_sessions_folder
 
 from . import test_two_hosts_docker
 from .test_two_hosts_docker import BACKEND_YAML, START_SECONDS, TwoDockerHosts
@@ -308,7 +309,7 @@ def test_an_image_is_pulled_on_the_second_hosts_dockerd_with_the_stored_credenti
     logs = [root / "serve.log", root / "join.log", *(root / "data").rglob("*.log")]
     logs += [
         path
-        for path in Path("/tmp/ray").glob("session_*/logs/*")
+        for path in ray_sessions_folder().glob("session_*/logs/*")
         if path.is_file() and path.stat().st_mtime >= test_started
     ]
     for path in logs:

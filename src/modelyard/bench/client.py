@@ -26,7 +26,6 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from modelyard.bench.records import EndpointKind, RequestRecord
@@ -262,18 +261,25 @@ def _nothing() -> None:
 
 
 async def probe(url: str, *, api_key: str | None = None, timeout_s: float = 5.0) -> tuple[int, Any] | None:
-    """GET a small JSON document (``/v1/models``, ``/version``); None when it does not answer."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """GET a small JSON document (``/v1/models``, ``/version``): its status and body (None when
+    the body is not JSON); None when it does not answer within ``timeout_s``, all of it."""
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = [(b"authorization", f"Bearer {api_key}".encode())] if api_key else []
+    client = Http1Client(connect_timeout_s=timeout_s, read_timeout_s=timeout_s, keepalive_expiry_s=0.0)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(url, headers=headers) as response,
-        ):
-            body = await response.read()
+        async with asyncio.timeout(timeout_s):
+            response = await client.get(f"{parts.scheme}://{parts.netloc}", path, headers)
             try:
-                return response.status, orjson.loads(body)
-            except orjson.JSONDecodeError:
-                return response.status, None
-    except (aiohttp.ClientError, TimeoutError) as error:
+                body = await response.read_all()
+            finally:
+                response.release()
+    except (ServerUnreachable, ClosedBeforeAnswer, AnswerBroken, TimeoutError) as error:
         logger.debug("probe of %s failed: %s", url, error)
         return None
+    finally:
+        await client.close()
+    try:
+        return response.status, orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return response.status, None
