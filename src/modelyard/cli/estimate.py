@@ -23,10 +23,10 @@ from modelyard.estimate import MemoryEstimate, estimate_memory, gpu_specs_from_i
 from modelyard.estimate.correction import (
     apply_correction,
     correction_for,
-    correction_summary,
     observation_from_json,
     start_key,
 )
+from modelyard.estimate.estimate_result import correction_summary
 from modelyard.hardware.gpus import read_gpu_inventory
 from modelyard.modeldir import read_model_facts
 

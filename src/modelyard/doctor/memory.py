@@ -13,8 +13,7 @@ Usage::
 from __future__ import annotations
 
 from modelyard.doctor.findings import Finding, Severity
-from modelyard.estimate.correction import correction_summary
-from modelyard.estimate.estimate_result import MemoryEstimate
+from modelyard.estimate.estimate_result import MemoryEstimate, correction_summary
 from modelyard.estimate.kv_cache import kv_dtype_bytes
 from modelyard.estimate.layout import PP_PARTITION_VARIABLE
 

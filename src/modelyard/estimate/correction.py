@@ -338,30 +338,6 @@ def apply_correction(estimate: MemoryEstimate, correction: KvCorrection) -> Memo
     )
 
 
-def correction_summary(estimate: MemoryEstimate, *, on_total: bool = False) -> str | None:
-    """What the correction did to ``estimate``, for people: how many starts, the KV bytes it moved
-    and the estimator's own figure before it (None: no correction), on the GPU as it is now where
-    the estimate has that plan, else (or with ``on_total``) on an idle GPU::
-
-        corrected by 3 starts on this cluster (these settings), last error +0.0 %: KV cache
-        -0.52 GiB per GPU (-7.0 %), 74,576 tokens before correction (80,192 after)
-    """
-    correction = estimate.correction
-    if correction is None:
-        return None
-    raw, plan = estimate.uncorrected_plan_on_total, estimate.plan_on_total
-    if not on_total and estimate.plan_on_free is not None:
-        raw, plan = estimate.uncorrected_plan_on_free, estimate.plan_on_free
-    if not correction.applied or raw is None:
-        return correction.describe()
-    moved = plan.kv_cache_bytes - raw.kv_cache_bytes
-    share = round(moved / raw.kv_cache_bytes * 100, 1) if raw.kv_cache_bytes else 0.0
-    return (
-        f"{correction.describe()}: KV cache {moved / GIB:+.2f} GiB per GPU ({share or 0.0:+.1f} %), "
-        f"{raw.kv_cache_tokens:,} tokens before correction ({plan.kv_cache_tokens:,} after)"
-    )
-
-
 def booking_headroom_bytes(engine: str, correction: KvCorrection | None) -> int:
     """What a booking adds to the estimate so that the engine gets at least the KV it was booked
     for: the bytes the engine lacked (the correction's offset, when negative) and the spread of

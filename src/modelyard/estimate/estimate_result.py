@@ -89,7 +89,32 @@ class MemoryEstimate:
         data["fits"] = self.fits
         data["correction"] = self.correction.to_json() if self.correction is not None else None
         if self.correction is not None:
-            from modelyard.estimate.correction import correction_summary
-
             data["correction"]["summary"] = correction_summary(self)
         return data
+
+
+_GIB = 1 << 30
+
+
+def correction_summary(estimate: MemoryEstimate, *, on_total: bool = False) -> str | None:
+    """What the correction did to ``estimate``, for people: how many starts, the KV bytes it moved
+    and the estimator's own figure before it (None: no correction), on the GPU as it is now where
+    the estimate has that plan, else (or with ``on_total``) on an idle GPU::
+
+        corrected by 3 starts on this cluster (these settings), last error +0.0 %: KV cache
+        -0.52 GiB per GPU (-7.0 %), 74,576 tokens before correction (80,192 after)
+    """
+    correction = estimate.correction
+    if correction is None:
+        return None
+    raw, plan = estimate.uncorrected_plan_on_total, estimate.plan_on_total
+    if not on_total and estimate.plan_on_free is not None:
+        raw, plan = estimate.uncorrected_plan_on_free, estimate.plan_on_free
+    if not correction.applied or raw is None:
+        return correction.describe()
+    moved = plan.kv_cache_bytes - raw.kv_cache_bytes
+    share = round(moved / raw.kv_cache_bytes * 100, 1) if raw.kv_cache_bytes else 0.0
+    return (
+        f"{correction.describe()}: KV cache {moved / _GIB:+.2f} GiB per GPU ({share or 0.0:+.1f} %), "
+        f"{raw.kv_cache_tokens:,} tokens before correction ({plan.kv_cache_tokens:,} after)"
+    )
