@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from modelyard.bench.server_metrics import parse_metrics_text
 from modelyard.errors import InvalidInput, NotFound
 from modelyard.estimate import parse_gpu_specs
 from modelyard.modeldir import read_model_facts
 from modelyard.testing.stand_ins import build_stand_in
-from modelyard.tune.acceptance import acceptance_between, parse_counters
+from modelyard.tune.acceptance import acceptance_between
 from modelyard.tune.pruning import prune
 from modelyard.tune.report import acceptance_text
 from modelyard.tune.server_deployer import ServerDeployer
@@ -127,7 +128,8 @@ def test_sglangs_acceptance_gauges_are_read_when_there_are_no_counters() -> None
         "# TYPE sglang:spec_accept_length gauge\n"
         'sglang:spec_accept_length{deployment="tune-a",model_name="m"} 3.5\n'
     )
-    figures = acceptance_between(None, parse_counters(page, (("deployment", "tune-a"),)))
+    sample = parse_metrics_text(page, elapsed_s=0.0, labels={"deployment": "tune-a"})
+    figures = acceptance_between(None, sample)
 
     assert figures is not None
     assert figures.acceptance_ratio == pytest.approx(0.62)

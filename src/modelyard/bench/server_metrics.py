@@ -25,7 +25,7 @@ Polling during a run is ``server_poller.ServerMetricsPoller`` (and, for the runn
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +48,7 @@ _VLLM_NAMES: dict[str, tuple[str, ...]] = {
     "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
     "spec_drafted": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
     "prompt_tokens": ("vllm:prompt_tokens_total",),
     "generation_tokens": ("vllm:generation_tokens_total",),
     "ttft": ("vllm:time_to_first_token_seconds",),
@@ -123,6 +124,7 @@ class ServerMetricsSample:
     prefix_cache_hit_ratio_gauge: float | None = None  # SGLang's own recent-window gauge
     spec_accepted_tokens_total: float | None = None
     spec_draft_tokens_total: float | None = None
+    spec_drafts_total: float | None = None  # decoding steps that proposed drafts
     spec_acceptance_ratio_gauge: float | None = None
     spec_accept_length_gauge: float | None = None
     prompt_tokens_total: float | None = None
@@ -439,16 +441,24 @@ def detect_flavor(metrics_text: str) -> EngineFlavor:
 
 
 def parse_metrics_text(
-    metrics_text: str, elapsed_s: float, flavor: EngineFlavor | None = None
+    metrics_text: str,
+    elapsed_s: float,
+    flavor: EngineFlavor | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> ServerMetricsSample:
     """Map one ``/metrics`` exposition text to a sample. Several label sets (data-parallel engines,
-    SGLang's ranks) are summed for counts and averaged for ratios."""
-    flavor = flavor or detect_flavor(metrics_text)
-    names = _SGLANG_NAMES if flavor == "sglang" else _VLLM_NAMES
+    SGLang's ranks) are summed for counts and averaged for ratios. ``labels``: only the samples
+    that carry these (the modelyard server's page re-exports every engine's with a ``deployment``)."""
+    wanted = dict(labels or {})
     values: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
+            if any(sample.labels.get(name) != value for name, value in wanted.items()):
+                continue
             values.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    # The flavour of the samples kept (a server's page may carry both engines' names).
+    flavor = flavor or (detect_flavor(" ".join(values)) if wanted else detect_flavor(metrics_text))
+    names = _SGLANG_NAMES if flavor == "sglang" else _VLLM_NAMES
 
     def total(key: str) -> float | None:
         for name in names.get(key, ()):
@@ -474,6 +484,7 @@ def parse_metrics_text(
         prefix_cache_hit_ratio_gauge=mean("prefix_hit_gauge"),
         spec_accepted_tokens_total=total("spec_accepted"),
         spec_draft_tokens_total=total("spec_drafted"),
+        spec_drafts_total=total("spec_drafts"),
         spec_acceptance_ratio_gauge=mean("spec_accept_rate"),
         spec_accept_length_gauge=mean("spec_accept_length"),
         prompt_tokens_total=total("prompt_tokens"),
