@@ -49,6 +49,11 @@ def default_data_dir() -> Path:
     return base / "modelyard"
 
 
+# The scrape token of /metrics in the data directory (made at the first start, mode 0600); the
+# CLI on the same host reads it (``modelyard tune``'s acceptance figures).
+METRICS_TOKEN_FILE_NAME = "metrics-token"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the server needs to start.

@@ -23,6 +23,7 @@ import typer
 
 from modelyard.cli.context import cli_context, stderr, stdout
 from modelyard.errors import InvalidInput
+from modelyard.settings import METRICS_TOKEN_FILE_NAME
 
 if TYPE_CHECKING:
     from modelyard.tune.measurement import Measurement
@@ -381,8 +382,8 @@ def tune_command(
             highlight=False,
         )
         ids = parse_gpu_ids(options["gpu_ids"]) if options["gpu_ids"] else None
-        # The server's scrape token (server/metrics/route.py), there when it runs on this host.
-        token_file = context.resolved_data_dir / "metrics-token"
+        # The server's scrape token, there when it runs on this host.
+        token_file = context.resolved_data_dir / METRICS_TOKEN_FILE_NAME
         deployer = ServerDeployer(
             api,
             journal.tune_id,

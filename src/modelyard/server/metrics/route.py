@@ -42,7 +42,7 @@ from modelyard.server.metrics.families import (
     read_instances,
 )
 from modelyard.server.metrics.gateway_counts import GatewayCounts
-from modelyard.settings import Settings
+from modelyard.settings import METRICS_TOKEN_FILE_NAME, Settings
 
 metrics_router = APIRouter(tags=["metrics"])
 
@@ -50,7 +50,7 @@ ENGINE_SCRAPE_TIMEOUT_S = 2.0
 
 
 def metrics_token_path(settings: Settings) -> Path:
-    return settings.data_dir / "metrics-token"
+    return settings.data_dir / METRICS_TOKEN_FILE_NAME
 
 
 def ensure_metrics_token(settings: Settings) -> str:
