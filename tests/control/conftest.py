@@ -222,7 +222,14 @@ def make_controller(
     )
 
 
-def add_deployment(database: Database, model_dir: Path, *, replicas: int = 1) -> None:
+def add_deployment(
+    database: Database,
+    model_dir: Path,
+    *,
+    replicas: int = 1,
+    gpus_per_replica: int = 0,
+    autoscale: dict[str, Any] | None = None,
+) -> None:
     with database.session() as session:
         session.add(CustomBackend(name="vllm-double", spec=VLLM_DOUBLE_SPEC))
         model = ModelFile(name="tiny", path=str(model_dir), state="valid")
@@ -235,8 +242,10 @@ def add_deployment(database: Database, model_dir: Path, *, replicas: int = 1) ->
                 backend="vllm-double",
                 backend_version="1.0",
                 replicas=replicas,
+                gpus_per_replica=gpus_per_replica,
                 backend_parameters=[],
                 skip_verification=True,
+                autoscale=autoscale,
             )
         )
         session.commit()

@@ -20,10 +20,10 @@ from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.settings import Settings
 from modelyard.store.database import Database
-from modelyard.store.tables import AutoscaleEvent, CustomBackend, Deployment, Instance, ModelFile
+from modelyard.store.tables import AutoscaleEvent, Instance
 from modelyard.testing.runtime_double import InMemoryRuntimeDouble
 
-from .conftest import VLLM_DOUBLE_SPEC, ManualClock, StoreChanges
+from .conftest import ManualClock, StoreChanges, add_deployment
 from .test_controller_placement_and_clock import gpu_double
 
 AUTOSCALE = {
@@ -51,26 +51,8 @@ async def test_an_unplaceable_scale_up_says_why_and_starts_when_a_gpu_comes(tmp_
     database = Database.open(f"sqlite:///{tmp_path / 'modelyard.db'}")
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    with database.session() as session:
-        session.add(CustomBackend(name="vllm-double", spec=VLLM_DOUBLE_SPEC))
-        model = ModelFile(name="tiny", path=str(model_dir), state="valid")
-        session.add(model)
-        session.flush()
-        # One replica asked, min 2: the autoscaler's bounds ask for a second at once.
-        session.add(
-            Deployment(
-                name="chat",
-                model_file_id=model.id,
-                backend="vllm-double",
-                backend_version="1.0",
-                replicas=1,
-                gpus_per_replica=1,
-                backend_parameters=[],
-                skip_verification=True,
-                autoscale=AUTOSCALE,
-            )
-        )
-        session.commit()
+    # One replica asked, min 2: the autoscaler's bounds ask for a second at once.
+    add_deployment(database, model_dir, replicas=1, gpus_per_replica=1, autoscale=AUTOSCALE)
     inventory = [GpuInventory(gpus=[gpu_double(0)], driver_version="580.95.05")]
     endpoints = EndpointRegistry()
     changes = StoreChanges(database, endpoints)
