@@ -40,6 +40,10 @@ from modelyard.store.tables import new_uid
 
 logger = logging.getLogger(__name__)
 
+# The reason of a replica the scheduler refused, before the scheduler's own words (the autoscaler
+# reports such replicas; "waiting for placement" alone is a new instance not tried yet).
+PLACEMENT_REFUSED_PREFIX = "waiting for placement: "
+
 
 def instance_label(deployment: DeploymentView, instance: InstanceView) -> str:
     return f"{deployment.name}/replica-{instance.replica_index}"
@@ -121,7 +125,7 @@ async def start_instance(context: ControlContext, deployment: DeploymentView, in
         decision = await _decide(context, deployment, version, parameters)
     except Unschedulable as error:
         live.unplaced_marker = marker
-        await _wait(context, instance, f"waiting for placement: {error}")
+        await _wait(context, instance, f"{PLACEMENT_REFUSED_PREFIX}{error}")
         return
     live.unplaced_marker = None
     if (busy := shared_gpu_starting(context, decision, instance.id)) is not None:

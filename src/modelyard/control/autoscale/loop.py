@@ -34,13 +34,10 @@ from modelyard.control.autoscale.policy import Decision, PolicyInput, Sample, de
 from modelyard.control.autoscale.signals import TtftSource, TtftWindow, read_engines, signal_value
 from modelyard.control.autoscale.store import AutoscaledView, apply_decision, load_autoscaled, record_unplaced
 from modelyard.control.endpoints import EndpointRegistry
+from modelyard.control.launch import PLACEMENT_REFUSED_PREFIX
 from modelyard.store.database import Database
 
 logger = logging.getLogger(__name__)
-
-# The reason launch.py gives a replica the scheduler refused ("waiting for placement" alone is a
-# new instance not tried yet).
-PLACEMENT_WAIT_PREFIX = "waiting for placement: "
 
 
 @dataclass(frozen=True)
@@ -203,7 +200,7 @@ class AutoscaleLoop:
             for instance in view.instances
             if instance.replica_index < view.replicas
             and instance.state == "pending"
-            and instance.reason.startswith(PLACEMENT_WAIT_PREFIX)
+            and instance.reason.startswith(PLACEMENT_REFUSED_PREFIX)
         }
         for index in list(followed.unplaced):
             if index not in waiting:
