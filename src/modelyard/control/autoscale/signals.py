@@ -25,6 +25,7 @@ import httpx
 from modelyard.bench.server_metrics import HistogramSnapshot, ServerMetricsSample, parse_metrics_text
 from modelyard.control.autoscale.config import AutoscaleMetric
 from modelyard.control.endpoints import Endpoint
+from modelyard.control.engine_metrics_page import read_metrics_page
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +46,11 @@ class EngineReadings:
 
 
 async def _page(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerMetricsSample | None:
-    if not endpoint.metrics_path:
-        return None
-    headers = {"Authorization": f"Bearer {endpoint.engine_api_key}"} if endpoint.engine_api_key else {}
-    try:
-        response = await client.get(endpoint.base_url + endpoint.metrics_path, headers=headers)
-    except httpx.HTTPError as error:
-        logger.info("autoscale: could not read %s%s: %s", endpoint.base_url, endpoint.metrics_path, error)
-        return None
-    if response.status_code != 200:
+    text = await read_metrics_page(client, endpoint)
+    if text is None:
         return None
     try:
-        return parse_metrics_text(response.text, elapsed_s=0.0)
+        return parse_metrics_text(text, elapsed_s=0.0)
     except ValueError as error:
         logger.info("autoscale: the metrics of %s are not Prometheus text: %s", endpoint.base_url, error)
         return None

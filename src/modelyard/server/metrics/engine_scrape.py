@@ -21,21 +21,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelyard.control.endpoints import Endpoint
+from modelyard.control.engine_metrics_page import read_metrics_page
 from modelyard.server.metrics.families import PREFIX
 
 logger = logging.getLogger(__name__)
 
 _ADDED = ("deployment", "instance_id")
-
-
-async def _read(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:
-    assert endpoint.metrics_path is not None
-    try:
-        response = await client.get(endpoint.base_url + endpoint.metrics_path)
-    except httpx.HTTPError as error:
-        logger.info("could not scrape %s%s: %s", endpoint.base_url, endpoint.metrics_path, error)
-        return None
-    return response.text if response.status_code == 200 else None
 
 
 def _merge(families: dict[str, Metric], text: str, endpoint: Endpoint) -> bool:
@@ -72,7 +63,7 @@ async def scrape_engines(endpoints: list[Endpoint], *, timeout_s: float = 2.0) -
     if not with_metrics:
         return [up]
     async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
-        pages = await asyncio.gather(*(_read(client, endpoint) for endpoint in with_metrics))
+        pages = await asyncio.gather(*(read_metrics_page(client, endpoint) for endpoint in with_metrics))
     families: dict[str, Metric] = {}
     for endpoint, page in zip(with_metrics, pages, strict=True):
         read = page is not None and _merge(families, page, endpoint)
