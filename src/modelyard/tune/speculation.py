@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from modelyard.errors import InvalidInput, NotFound
+from modelyard.modeldir.tokenizer_files import read_json_file
 
 SpeculationMethod = Literal["ngram", "draft", "mtp"]
 METHODS: tuple[SpeculationMethod, ...] = ("ngram", "draft", "mtp")
@@ -117,11 +118,10 @@ def check_draft_model(path_text: str, target_vocabulary_size: int | None) -> str
             hint="give the directory of a small model of the same family, e.g. --draft-model "
             "/models/qwen3-0.6b; ngram speculation needs no draft (--speculative ngram:4)",
         )
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InvalidInput(f"--draft-model {path_text!r}: config.json is not JSON ({error})") from error
-    draft_vocabulary = config.get("vocab_size") if isinstance(config, dict) else None
+    config = read_json_file(config_file)
+    if config.content is None:
+        raise InvalidInput(f"--draft-model {path_text!r}: {config.problem}")
+    draft_vocabulary = config.content.get("vocab_size")
     if (
         target_vocabulary_size is not None
         and isinstance(draft_vocabulary, int)
