@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import select
 
@@ -247,7 +248,11 @@ async def test_the_estimate_converges_on_what_the_engine_logs_start_after_start(
 
 
 def metrics_text(setup: Setup) -> str:
-    families = booking_families(latest_shortfalls(setup.database))
+    return exposition(booking_families(latest_shortfalls(setup.database)))
+
+
+def exposition(families: list[Metric]) -> str:
+    """The families as Prometheus text, as ``/metrics`` writes them."""
 
     class Families(Collector):
         def collect(self) -> Any:
@@ -396,12 +401,4 @@ def metric_value(text: str, series: str) -> float:
 
 
 def memory_metrics_text(setup: Setup) -> str:
-    families = memory_booking_families(latest_measurements(setup.database))
-
-    class Families(Collector):
-        def collect(self) -> Any:
-            yield from families
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Families())
-    return generate_latest(registry).decode()
+    return exposition(memory_booking_families(latest_measurements(setup.database)))
