@@ -14,32 +14,31 @@ from modelyard.bench.server_metrics import HistogramSnapshot
 from modelyard.control.autoscale.loop import AutoscaleLoop
 from modelyard.control.autoscale.signals import TtftSource
 from modelyard.server.context import ServerContext
-from modelyard.server.metrics.gateway_counts import LATENCY_BUCKETS_S
+from modelyard.server.metrics.gateway_counts import LATENCY_BUCKETS_S, GatewayCounts, Histogram
+
+
+def ttft_snapshot(counts: GatewayCounts, deployment_name: str) -> HistogramSnapshot | None:
+    """The deployment's TTFT histogram over all its keys, cumulative; None: no request yet."""
+    merged, found = Histogram(LATENCY_BUCKETS_S), False
+    for (deployment, _key), histogram in counts.ttft.items():
+        if deployment == deployment_name:
+            merged.add_json(histogram.to_json())
+            found = True
+    if not found:
+        return None
+    cumulative = list(accumulate(merged.counts))
+    return HistogramSnapshot(
+        upper_bounds_s=[*LATENCY_BUCKETS_S, float("inf")],
+        cumulative_counts=[float(count) for count in cumulative],
+        sum_s=merged.total,
+        count=float(cumulative[-1]),
+    )
 
 
 def ttft_source(context: ServerContext) -> TtftSource:
     def read(deployment_name: str) -> HistogramSnapshot | None:
         gateway = context.gateway
-        if gateway is None:
-            return None
-        histograms = [
-            histogram
-            for (deployment, _key), histogram in gateway.gateway_counts().ttft.items()
-            if deployment == deployment_name
-        ]
-        if not histograms:
-            return None
-        counts = [
-            sum(histogram.counts[index] for histogram in histograms)
-            for index in range(len(LATENCY_BUCKETS_S) + 1)
-        ]
-        cumulative = list(accumulate(counts))
-        return HistogramSnapshot(
-            upper_bounds_s=[*LATENCY_BUCKETS_S, float("inf")],
-            cumulative_counts=[float(count) for count in cumulative],
-            sum_s=sum(histogram.total for histogram in histograms),
-            count=float(cumulative[-1]),
-        )
+        return None if gateway is None else ttft_snapshot(gateway.gateway_counts(), deployment_name)
 
     return read
 
