@@ -69,18 +69,20 @@ async def test_a_verification_failed_by_a_busy_engine_is_retried_and_the_instanc
 ) -> None:
     await harness.wait_for(lambda: harness.running_count() == 1, "replica 0 running")
     # The engine double answers its first 3 generation requests (the tiny chat, verify.speed,
-    # verify.chat-answer) 2 s late: a CPU shared with something else while it starts.
+    # verify.chat-answer) 6 s late: a CPU shared with something else while it starts. The time
+    # limits stay at most 2 s, well below that and well above a normal answer on a loaded machine
+    # (with a 1 s ceiling, the second attempt itself timed out on a busy CI host).
     harness.set_deployment(
         skip_verification=False,
-        backend_parameters=["--slow-requests", "3", "--slow-request-extra-ms", "2000"],
+        backend_parameters=["--slow-requests", "3", "--slow-request-extra-ms", "6000"],
     )
     retry_seconds = 10.0
     await harness.new_controller(
         stop_engines=True,
         options=replace(
             FAST,
-            verification_floor_seconds=0.5,
-            verification_ceiling_seconds=1.0,
+            verification_floor_seconds=1.0,
+            verification_ceiling_seconds=2.0,
             verification_retry_initial_seconds=retry_seconds,
         ),
     )
