@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, expect
 
 from modelyard.estimate import parse_gpu_specs
 from modelyard.tune.acceptance import AcceptanceFigures
-from modelyard.tune.contract import Endpoint
+from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.measurement import Measurement, PointFigures
 from modelyard.tune.session import TuneRequest, run_tune
 from modelyard.tune.slo import parse_slos

@@ -13,7 +13,7 @@ from modelyard.estimate.kv_tokens import sequences_cache_bytes
 from modelyard.estimate.stages import StageEstimate
 
 if TYPE_CHECKING:
-    from modelyard.estimate.correction import KvCorrection
+    from modelyard.estimate.kv_correction import KvCorrection
 
 Basis = Literal["total", "free"]
 

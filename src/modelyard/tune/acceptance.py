@@ -24,7 +24,7 @@ import httpx
 from modelyard.bench.server_metrics import ServerMetricsSample, parse_metrics_text
 
 if TYPE_CHECKING:
-    from modelyard.tune.contract import Endpoint
+    from modelyard.tune.endpoint import Endpoint
 
 logger = logging.getLogger(__name__)
 

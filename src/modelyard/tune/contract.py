@@ -7,10 +7,10 @@ deployment of the modelyard server, measured through its gateway.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from modelyard.errors import ModelyardError
+from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.measurement import Measurement
 from modelyard.tune.pruning import Dropped
 from modelyard.tune.space import Candidate
@@ -22,20 +22,6 @@ class CandidateStartFailed(ModelyardError):
 
     http_status = 500
     code = "candidate_start_failed"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a started candidate answers: an OpenAI base URL, the model name to send, a key; and
-    where its engine's Prometheus samples can be read (``metrics_url``, with a bearer token and
-    the labels that pick this candidate's samples), for the speculative acceptance rate."""
-
-    base_url: str
-    model: str
-    api_key: str | None = None
-    metrics_url: str | None = None
-    metrics_token: str | None = None
-    metrics_labels: tuple[tuple[str, str], ...] = ()
 
 
 class Deployer(Protocol):

@@ -27,7 +27,7 @@ from modelyard.bench.records import EngineInfo, LoadPointResult, RunConfig, RunR
 from modelyard.bench.runner import MIN_REQUESTS_PER_STREAM, run_benchmark
 from modelyard.bench.search import SearchSettings, runner_measure, search_saturation_knee
 from modelyard.tune.acceptance import acceptance_between, read_counters
-from modelyard.tune.contract import Endpoint
+from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.measurement import Measurement, PointFigures
 from modelyard.tune.space import Candidate
 from modelyard.tune.workloads import Workload

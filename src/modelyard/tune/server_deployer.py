@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 
 from modelyard.errors import ModelyardError
-from modelyard.tune.contract import CandidateStartFailed, Endpoint
+from modelyard.tune.contract import CandidateStartFailed
+from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.space import Candidate
 
 API_PREFIX = "/api/v1"

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Protocol
 
 from modelyard.errors import InvalidInput
-from modelyard.tune.contract import CandidateStartFailed, Deployer, Endpoint, SilentProgress, TuneProgress
+from modelyard.tune.contract import CandidateStartFailed, Deployer, SilentProgress, TuneProgress
+from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.journal import Journal, StartRecord
 from modelyard.tune.measurement import Measurement
 from modelyard.tune.pruning import Dropped
