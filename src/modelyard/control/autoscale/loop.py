@@ -187,14 +187,17 @@ class AutoscaleLoop:
             self._endpoints.set_hold(name, policy)
         self._holding = set(holding)
 
-    def _idle_for_s(self, followed: _Followed, now: float, held_requests: int) -> float | None:
-        """Seconds since a request last came for the deployment (None: the gateway's counts are
-        not known here, so the deployment never counts as idle)."""
+    def _idle_for_s(
+        self, followed: _Followed, now: float, held_requests: int, starting: bool
+    ) -> float | None:
+        """Seconds since a request last came for the deployment, or since its replicas were all
+        ready (a replica starting after a wake is not idle: the held requests wait for it). None:
+        the gateway's counts are not known here, so the deployment never counts as idle."""
         if self._activity_source is None:
             return None
         mark = self._activity_source(followed.name)
         in_flight = mark[1] if mark is not None else 0
-        if mark != followed.activity_mark or in_flight > 0 or held_requests > 0:
+        if mark != followed.activity_mark or in_flight > 0 or held_requests > 0 or starting:
             followed.last_activity_at_s = now
         followed.activity_mark = mark
         return now - followed.last_activity_at_s
@@ -206,11 +209,11 @@ class AutoscaleLoop:
             window = TtftWindow(self._options.ttft_window_seconds)
             followed = _Followed(name=view.name, ttft=window, last_activity_at_s=now)
             self._followed[view.id] = followed
-        idle_for_s = self._idle_for_s(followed, now, held_requests)
         minimum, schedule_name = schedule_minimum(view.config.schedule, self._wall_clock())
         if followed.known_replicas is not None and followed.known_replicas != view.replicas:
             followed.last_change_at_s = now  # set from outside (the API): a change like the rule's own
         endpoints = list(self._endpoints.endpoints_for(view.name))
+        idle_for_s = self._idle_for_s(followed, now, held_requests, len(endpoints) < view.replicas)
         readings = await read_engines(self._client, endpoints)
         metric = view.config.target.metric
         value = signal_value(metric, readings, followed.ttft, now, self._ttft_source, view.name)
