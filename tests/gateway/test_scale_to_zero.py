@@ -105,7 +105,8 @@ def test_past_the_hold_bounds_requests_get_503_with_retry_after(
         wait_until("the wake", lambda: len(autoscale_of(platform, "slow-waker")["events"]) == 2)
         second = chat(platform, key, "slow-waker")  # on either worker: the count is shared
         held_too_long = first.result()
-    for response, bound in ((second, "autoscale.max_held_requests 1"), (held_too_long, "autoscale.max_hold_s")):
+    bounds = ((second, "autoscale.max_held_requests 1"), (held_too_long, "autoscale.max_hold_s"))
+    for response, bound in bounds:
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "5"
         error = response.json()["error"]
