@@ -115,6 +115,31 @@ def test_past_the_hold_bounds_requests_get_503_with_retry_after(
         assert bound in error["message"], error["message"]
 
 
+def held_requests(platform: ServedPlatform, name: str) -> float:
+    prefix = f'modelyard_autoscale_held_requests{{deployment="{name}"}} '
+    [line] = [line for line in platform.metrics().splitlines() if line.startswith(prefix)]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_a_client_that_leaves_while_held_gives_its_place_back(
+    served_platform: ServedPlatform, tmp_path: Path
+) -> None:
+    platform = served_platform
+    deploy_scaling_to_zero(
+        platform, "leaver", tmp_path, extra="--startup-delay-s 6", max_hold_s=60, max_held_requests=1
+    )
+    key = platform.create_key("leaves-while-held")
+    body = {"model": "leaver", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=1.0) as impatient:
+        impatient.post(
+            platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+    wait_until("the held place given back", lambda: held_requests(platform, "leaver") == 0)
+    # Its place is free: the next request is held (not refused as one too many) and answered.
+    answer = chat(platform, key, "leaver")
+    assert answer.status_code == 200, answer.text
+
+
 def test_a_removed_deployment_is_not_woken(served_platform: ServedPlatform, tmp_path: Path) -> None:
     platform = served_platform
     deploy_scaling_to_zero(platform, "removed", tmp_path)
@@ -133,5 +158,5 @@ def test_a_removed_deployment_is_not_woken(served_platform: ServedPlatform, tmp_
 @pytest.fixture(autouse=True)
 def _deployments_removed_after(served_platform: ServedPlatform) -> Any:
     yield
-    for name in ("sleepy", "slow-waker"):
+    for name in ("sleepy", "slow-waker", "leaver"):
         served_platform.api("DELETE", f"/api/v1/deployments/{name}")

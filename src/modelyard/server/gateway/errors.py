@@ -108,6 +108,14 @@ class ScaledToZero(NoReadyReplica):
     code = "scaled_to_zero"
 
 
+class ClientLeftWhileHeld(ModelyardError):
+    """The client hung up while its request was held for a deployment scaled to zero (recorded
+    as nginx's 499; nobody reads the answer)."""
+
+    http_status = 499
+    code = "client_closed"
+
+
 class KeyCheckUnavailable(ModelyardError):
     http_status = 503
     code = "key_check_unavailable"

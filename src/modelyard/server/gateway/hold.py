@@ -13,7 +13,9 @@ ready replica:
    replicas once there are some; after ``max_hold_s`` it is answered 503 ``scaled_to_zero``.
 
 A deployment removed meanwhile is answered 404 (its name is gone); one stopped, or no longer
-scaled to zero, 503 ``no_ready_replica``. Nothing is read from the database.
+scaled to zero, 503 ``no_ready_replica``. A client that hangs up while held gives its place back
+at once (``receive`` says ``http.disconnect``; the request ends as a 499). Nothing is read from
+the database.
 
 Usage (``access.ready_endpoints``)::
 
@@ -27,8 +29,10 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from starlette.types import Receive
+
 from modelyard.control.endpoints import Endpoint, EndpointRegistry, HoldPolicy
-from modelyard.server.gateway.errors import ModelNotFound, NoReadyReplica, ScaledToZero
+from modelyard.server.gateway.errors import ClientLeftWhileHeld, ModelNotFound, NoReadyReplica, ScaledToZero
 
 if TYPE_CHECKING:
     from modelyard.server.gateway.runtime import GatewayRuntime
@@ -62,10 +66,17 @@ def _starting(model: str) -> str:
     return f"deployment {model!r} is scaled to zero and starting a replica"
 
 
+async def _client_gone(receive: Receive) -> None:
+    """Returns when the client hangs up (call once the body was read whole)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def hold_for_replica(
-    runtime: GatewayRuntime, model: str, hold: HoldPolicy, request_id: str
+    runtime: GatewayRuntime, model: str, hold: HoldPolicy, request_id: str, receive: Receive | None = None
 ) -> tuple[Endpoint, ...]:
-    """The ready replicas of ``model`` once there are some; ``ScaledToZero`` past the bounds."""
+    """The ready replicas of ``model`` once there are some; ``ScaledToZero`` past the bounds,
+    ``ClientLeftWhileHeld`` when the client hangs up first (``receive``: the request's)."""
     table = runtime.shared.table(HELD_TABLE)
     column = hold.deployment_id % table.columns
     held = table.total(column)
@@ -81,6 +92,7 @@ async def hold_for_replica(
     started_s = loop.time()
     deadline_s = started_s + hold.max_hold_s
     table.add(column, 1)
+    gone = asyncio.ensure_future(_client_gone(receive)) if receive is not None else None
     try:
         while True:
             runtime.on_wanted(model)
@@ -100,9 +112,12 @@ async def hold_for_replica(
                 left_s = wake_at_s - loop.time()
                 if left_s <= 0:
                     break
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left_s):
-                        await runtime.registry_changes.next_change()
+                await _next_change_or_gone(runtime, gone, left_s)
+                if gone is not None and gone.done():
+                    raise ClientLeftWhileHeld(
+                        f"the client left after {loop.time() - started_s:.1f} s, while its request "
+                        f"waited for a replica of {model!r} (scaled to zero)"
+                    )
             else:
                 logger.info(
                     "request %s: held %.2f s for a replica of %r (scaled to zero)",
@@ -121,3 +136,19 @@ async def hold_for_replica(
                 )
     finally:
         table.add(column, -1)
+        if gone is not None:
+            gone.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gone
+
+
+async def _next_change_or_gone(
+    runtime: GatewayRuntime, gone: asyncio.Future[None] | None, left_s: float
+) -> None:
+    """Until the registry changes, the client hangs up, or ``left_s`` passed."""
+    change = asyncio.ensure_future(runtime.registry_changes.next_change())
+    waiting: set[asyncio.Future[None]] = {change} if gone is None else {change, gone}
+    try:
+        await asyncio.wait(waiting, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        change.cancel()
