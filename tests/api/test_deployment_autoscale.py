@@ -43,6 +43,15 @@ def test_deploy_with_autoscale_starts_within_its_bounds(with_model: ApiHarness) 
         ({"target": {"metric": "gpu_use", "value": 1}}, ("autoscale.target.metric", "'waiting_per_replica'")),
         ({"cooldown_s": -1}, ("autoscale.cooldown_s", "greater than or equal to 0")),
         ({"target": {"metric": "kv_cache_use", "value": 80}}, ("kv_cache_use is a fraction from 0 to 1",)),
+        (
+            {"schedule": [{"cron": "0 25 * * *", "duration": "10h", "min": 2}]},
+            ("autoscale.schedule.0.cron", "cron '0 25 * * *' is not a valid cron expression"),
+        ),
+        (
+            {"schedule": [{"cron": "0 8 * * 1-5", "duration": "10h", "min": 2, "timezone": "Mars/Olympus"}]},
+            ("autoscale.schedule.0.timezone", "timezone 'Mars/Olympus' is not known"),
+        ),
+        ({"max_hold_s": 0}, ("autoscale.max_hold_s", "greater than 0")),
     ],
 )
 def test_bad_autoscale_is_refused_naming_the_field(
@@ -54,6 +63,29 @@ def test_bad_autoscale_is_refused_naming_the_field(
     assert response.status_code == 400
     assert_error(response.json(), "invalid_input", *fragments)
     assert with_model.client.get("/api/v1/deployments").json() == []
+
+
+def test_min_zero_and_a_schedule_are_stored_as_given(with_model: ApiHarness) -> None:
+    scaling_to_zero = {
+        **AUTOSCALE,
+        "min": 0,
+        "idle_s": 600,
+        "schedule": [{"cron": "0 8 * * 1-5", "duration": "10h", "min": 2, "timezone": "Europe/Paris"}],
+    }
+    response = with_model.client.post(
+        "/api/v1/deployments", json={"model": "tiny", "autoscale": scaling_to_zero}
+    )
+    assert response.status_code == 201, response.text
+    stored = response.json()["autoscale"]
+    assert (stored["min"], stored["idle_s"], stored["max_held_requests"], stored["max_hold_s"]) == (
+        0,
+        600,
+        64,
+        120,
+    )
+    assert stored["schedule"] == [
+        {"cron": "0 8 * * 1-5", "duration": "10h", "min": 2, "timezone": "Europe/Paris", "name": None}
+    ]
 
 
 def test_replicas_by_hand_are_refused_while_autoscaled_and_allowed_after_removing_it(

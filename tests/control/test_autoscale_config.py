@@ -20,11 +20,45 @@ def test_defaults_give_a_longer_window_down_than_up() -> None:
     assert (parsed.stabilisation_s, parsed.down_window_s, parsed.cooldown_s) == (15, 30, 60)
 
 
+def test_min_zero_scales_to_zero_with_hold_bounds_by_default() -> None:
+    parsed = AutoscaleConfig.model_validate(config(min=0))
+    assert parsed.scales_to_zero
+    assert (parsed.idle_s, parsed.max_held_requests, parsed.max_hold_s) == (300, 64, 120)
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
         (config(min=3, max=2), "min (3) is more than max (2): set min to at most max, or raise max"),
-        (config(min=0), "min 0 (scale to zero) is not built yet: set min to 1 or more"),
+        (config(idle_s=0), "idle_s\n  Input should be greater than or equal to 1"),
+        (config(max_held_requests=0), "greater than or equal to 1"),
+        (config(max_hold_s=0), "max_hold_s\n  Input should be greater than 0"),
+        (
+            config(schedule=[{"cron": "0 8 * *", "duration": "10h", "min": 2}]),
+            "cron '0 8 * *' has 4 field(s); write five (minute hour day-of-month month day-of-week)",
+        ),
+        (
+            config(schedule=[{"cron": "0 25 * * *", "duration": "10h", "min": 2}]),
+            "cron '0 25 * * *' is not a valid cron expression: e.g. '0 8 * * 1-5'",
+        ),
+        (
+            config(schedule=[{"cron": "0 8 * * 1-5", "duration": "10 hours", "min": 2}]),
+            "duration '10 hours' is not a duration: write numbers with units d, h, m or s",
+        ),
+        (
+            config(schedule=[{"cron": "0 8 * * 1-5", "duration": "8d", "min": 2}]),
+            "duration '8d' must be more than 0 and at most 7 days",
+        ),
+        (
+            config(
+                schedule=[{"cron": "0 8 * * 1-5", "duration": "10h", "min": 2, "timezone": "Europe/Pariss"}]
+            ),
+            "timezone 'Europe/Pariss' is not known: write an IANA name such as 'Europe/Paris'",
+        ),
+        (
+            config(schedule=[{"cron": "0 8 * * 1-5", "duration": "10h", "min": 4}]),
+            "schedule[0] min (4) is more than max (3): lower the schedule's min, or raise max",
+        ),
         (
             config(target={"metric": "gpu_use", "value": 1}),
             "'waiting_per_replica', 'kv_cache_use' or 'ttft_p90_ms'",

@@ -51,11 +51,14 @@ def test_desired_actual_and_decisions_per_autoscaled_deployment(tmp_path: Path) 
         )
         session.commit()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(autoscale_families(read_autoscale(database))))
+    figures = read_autoscale(database)
+    held = {figures.ids["chat"]: 3}  # as the gateway's shared counters would say
+    registry.register(_Families(autoscale_families(figures, lambda identifier: held.get(identifier, 0))))
     text = generate_latest(registry).decode()
     database.close()
     assert 'modelyard_autoscale_desired_replicas{deployment="chat"} 2.0' in text
     assert 'modelyard_autoscale_actual_replicas{deployment="chat"} 1.0' in text
     assert 'modelyard_autoscale_decisions_total{deployment="chat",direction="up"} 1.0' in text
     assert 'modelyard_autoscale_decisions_total{deployment="chat",direction="down"} 0.0' in text
+    assert 'modelyard_autoscale_held_requests{deployment="chat"} 3.0' in text
     assert "by-hand" not in text

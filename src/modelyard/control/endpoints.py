@@ -108,6 +108,25 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class HoldPolicy:
+    """Scale to zero: while a deployment with ``autoscale.min: 0`` has no ready replica, the
+    gateway holds up to ``max_held_requests`` of its requests (over every worker, counted at
+    ``deployment_id``'s slot of the shared counters) for up to ``max_hold_s`` each."""
+
+    deployment_id: int
+    max_held_requests: int
+    max_hold_s: float
+
+    def to_json(self) -> list[int | float]:
+        return [self.deployment_id, self.max_held_requests, self.max_hold_s]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> HoldPolicy:
+        deployment_id, max_held_requests, max_hold_s = data
+        return cls(int(deployment_id), int(max_held_requests), float(max_hold_s))
+
+
+@dataclass(frozen=True)
 class DeploymentNote:
     """Why a name the gateway will know is not a deployment yet."""
 
@@ -126,9 +145,11 @@ class RegistrySnapshot:
     routing: dict[str, RoutingPolicy]
     notes: dict[str, DeploymentNote] = field(default_factory=dict)
     limits: dict[str, DeploymentLimits] = field(default_factory=dict)
+    holds: dict[str, HoldPolicy] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "holds": {name: hold.to_json() for name, hold in self.holds.items()},
             "version": self.version,
             "endpoints": {name: [e.to_json() for e in items] for name, items in self.endpoints.items()},
             "routing": dict(self.routing),
@@ -150,6 +171,7 @@ class RegistrySnapshot:
                 for name, (message, coming) in data.get("notes", {}).items()
             },
             limits={name: DeploymentLimits.from_json(item) for name, item in data.get("limits", {}).items()},
+            holds={name: HoldPolicy.from_json(item) for name, item in data.get("holds", {}).items()},
         )
 
 
@@ -160,6 +182,8 @@ class EndpointRegistry:
     _endpoints: dict[str, tuple[Endpoint, ...]] = field(default_factory=dict)
     _routing: dict[str, RoutingPolicy] = field(default_factory=dict)
     _limits: dict[str, DeploymentLimits] = field(default_factory=dict)
+    # Deployments that scale to zero: their requests are held while none is ready (set by the autoscaler).
+    _holds: dict[str, HoldPolicy] = field(default_factory=dict)
     # Names that are not deployments yet, with what the gateway tells clients meanwhile
     # (e.g. "demo is being prepared (42%)").
     _notes: dict[str, DeploymentNote] = field(default_factory=dict)
@@ -190,6 +214,7 @@ class EndpointRegistry:
         previous = self._endpoints.pop(deployment_name, ())
         self._routing.pop(deployment_name, None)
         self._limits.pop(deployment_name, None)
+        self._holds.pop(deployment_name, None)
         self._free_unused(previous)
         self._changed()
 
@@ -209,6 +234,17 @@ class EndpointRegistry:
             return
         if self._limits.get(deployment_name) != limits:
             self._limits[deployment_name] = limits
+            self._changed()
+
+    def set_hold(self, deployment_name: str, policy: HoldPolicy | None) -> None:
+        """Hold the deployment's requests while no replica is ready (scale to zero); None: answer
+        them at once, as for any deployment. Only for a deployment the registry knows."""
+        if policy is None:
+            if self._holds.pop(deployment_name, None) is not None:
+                self._changed()
+            return
+        if deployment_name in self._endpoints and self._holds.get(deployment_name) != policy:
+            self._holds[deployment_name] = policy
             self._changed()
 
     def set_note(self, name: str, message: str, *, coming: bool = True) -> None:
@@ -246,6 +282,9 @@ class EndpointRegistry:
     def limits_for(self, deployment_name: str) -> DeploymentLimits | None:
         return self._limits.get(deployment_name)
 
+    def hold_for(self, deployment_name: str) -> HoldPolicy | None:
+        return self._holds.get(deployment_name)
+
     def all_endpoints(self) -> list[Endpoint]:
         return [endpoint for endpoints in self._endpoints.values() for endpoint in endpoints]
 
@@ -258,6 +297,7 @@ class EndpointRegistry:
             routing=dict(self._routing),
             notes=dict(self._notes),
             limits=dict(self._limits),
+            holds=dict(self._holds),
         )
 
     def load(self, snapshot: RegistrySnapshot) -> None:
@@ -266,6 +306,7 @@ class EndpointRegistry:
         self._routing = dict(snapshot.routing)
         self._notes = dict(snapshot.notes)
         self._limits = dict(snapshot.limits)
+        self._holds = dict(snapshot.holds)
         self.version = snapshot.version
         for callback in self._subscribers:
             callback()

@@ -474,14 +474,17 @@ def set_desired_state(session: Session, name: str, desired_state: str) -> Deploy
 
 
 def deployment_summary_state(deployment: Deployment) -> str:
-    """One word for listings: running, starting, degraded, error, stopping, stopped, removing, idle."""
+    """One word for listings: running, starting, degraded, error, stopping, stopped, removing, idle,
+    scaled to zero."""
     states = [instance.state for instance in deployment.instances]
     if deployment.desired_state == "deleted":
         return "removing"
     if deployment.desired_state == "stopped":
         return "stopping" if any(state not in ("stopped", "error") for state in states) else "stopped"
     if deployment.replicas == 0:
-        return "idle"
+        # Scale to zero (autoscale.min 0): the autoscaler took the last replica away, and the
+        # gateway holds the next request while one starts.
+        return "scaled to zero" if deployment.autoscale is not None else "idle"
     running = states.count("running")
     if running >= deployment.replicas:
         return "running"

@@ -7,7 +7,8 @@ Usage::
         {"min": 1, "max": 4, "target": {"metric": "waiting_per_replica", "value": 2},
          "stabilisation_s": 30, "cooldown_s": 60}
     )
-    config.scale_down_stabilisation_s   # 60: twice the scale-up window unless given
+    config.down_window_s   # 60: twice the scale-up window unless given
+    AutoscaleConfig.model_validate({..., "min": 0, "idle_s": 600})   # scale to zero after 10 min
 
 Every bound is checked here, with a message naming the field, the value and what to do; the
 REST API turns a failed check into a 400 naming the field (``autoscale.min`` ...).
@@ -18,6 +19,8 @@ from __future__ import annotations
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from modelyard.control.autoscale.schedule import MAXIMUM_SCHEDULE_ENTRIES, ScheduleEntry
 
 # External API: the names users write in ``autoscale.target.metric``.
 AutoscaleMetric = Literal["waiting_per_replica", "kv_cache_use", "ttft_p90_ms"]
@@ -32,6 +35,9 @@ METRIC_WORDS: dict[AutoscaleMetric, str] = {
 
 MAXIMUM_AUTOSCALE_REPLICAS = 64
 MAXIMUM_WINDOW_S = 24 * 3600.0
+# Scale to zero: how long the gateway may hold requests for a deployment at zero replicas.
+MAXIMUM_HOLD_S = 3600.0
+MAXIMUM_HELD_REQUESTS = 10_000
 
 
 class AutoscaleTarget(BaseModel):
@@ -70,6 +76,14 @@ class AutoscaleConfig(BaseModel):
     stabilisation_s: float = Field(default=30.0, ge=0, le=MAXIMUM_WINDOW_S)
     scale_down_stabilisation_s: float | None = Field(default=None, ge=0, le=MAXIMUM_WINDOW_S)
     cooldown_s: float = Field(default=60.0, ge=0, le=MAXIMUM_WINDOW_S)
+    # Scale to zero (``min: 0``): the last replica stops after ``idle_s`` without a request; the
+    # gateway then holds up to ``max_held_requests`` requests (over every worker) for up to
+    # ``max_hold_s`` each while a replica starts, and answers 503 with Retry-After past that.
+    idle_s: float = Field(default=300.0, ge=1, le=MAXIMUM_WINDOW_S)
+    max_held_requests: int = Field(default=64, ge=1, le=MAXIMUM_HELD_REQUESTS)
+    max_hold_s: float = Field(default=120.0, gt=0, le=MAXIMUM_HOLD_S)
+    # Minimum replicas by time of day (schedule.py): the load rule applies above them.
+    schedule: tuple[ScheduleEntry, ...] = Field(default=(), max_length=MAXIMUM_SCHEDULE_ENTRIES)
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Self:
@@ -77,11 +91,17 @@ class AutoscaleConfig(BaseModel):
             raise ValueError(
                 f"min ({self.min}) is more than max ({self.max}): set min to at most max, or raise max"
             )
-        if self.min == 0:
-            raise ValueError(
-                "min 0 (scale to zero) is not built yet: set min to 1 or more (docs/autoscaling.md)"
-            )
+        for index, entry in enumerate(self.schedule):
+            if entry.min > self.max:
+                raise ValueError(
+                    f"schedule[{index}] min ({entry.min}) is more than max ({self.max}): "
+                    "lower the schedule's min, or raise max"
+                )
         return self
+
+    @property
+    def scales_to_zero(self) -> bool:
+        return self.min == 0
 
     @property
     def down_window_s(self) -> float:

@@ -9,11 +9,18 @@ again whenever GPUs or workers change; the loop records that reason once as an `
 event, and makes no further scale-up while it waits (the rule waits for the replicas of the
 last scale-up to be ready).
 
+Scale to zero: the loop tells the registry which deployments have ``min: 0`` (``set_hold``, which
+reaches every gateway worker with the endpoint snapshot); a worker holding a request for one
+with no ready replica sends ``ReplicaWanted``, which the main process turns into ``wake(name)``:
+the next pass runs at once and a deployment at zero replicas gets one. Idleness is read from
+the gateway's counts of the deployment (``activity_source``: requests answered, in flight).
+
 Usage::
 
     loop = AutoscaleLoop(database=database, endpoints=registry, poke=controller.poke)
     await loop.start()           # a task beside the controller
     loop.status("chat")          # the last signal and the rule's last reason
+    loop.wake("chat")            # a request is held for chat (scaled to zero)
     await loop.shutdown()
 
 Tests call ``step()`` themselves or run the loop and await the events it writes.
@@ -27,13 +34,21 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import httpx
 
 from modelyard.control.autoscale.policy import Decision, PolicyInput, Sample, decide
-from modelyard.control.autoscale.signals import TtftSource, TtftWindow, read_engines, signal_value
+from modelyard.control.autoscale.schedule import schedule_minimum
+from modelyard.control.autoscale.signals import (
+    ActivitySource,
+    TtftSource,
+    TtftWindow,
+    read_engines,
+    signal_value,
+)
 from modelyard.control.autoscale.store import AutoscaledView, apply_decision, load_autoscaled, record_unplaced
-from modelyard.control.endpoints import EndpointRegistry
+from modelyard.control.endpoints import EndpointRegistry, HoldPolicy
 from modelyard.control.launch import PLACEMENT_REFUSED_PREFIX
 from modelyard.store.database import Database
 
@@ -72,6 +87,9 @@ class _Followed:
     known_replicas: int | None = None
     unplaced: dict[int, str] = field(default_factory=dict)
     status: AutoscaleStatus | None = None
+    # Scale to zero: when a request last came (or was in flight), and the gateway's counts then.
+    last_activity_at_s: float = 0.0
+    activity_mark: tuple[int, int] | None = None
 
 
 class AutoscaleLoop:
@@ -82,8 +100,10 @@ class AutoscaleLoop:
         endpoints: EndpointRegistry,
         poke: Callable[[], None],
         ttft_source: TtftSource | None = None,
+        activity_source: ActivitySource | None = None,
         options: AutoscaleOptions | None = None,
         monotonic: Callable[[], float] | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._database = database
         self._endpoints = endpoints
@@ -91,6 +111,13 @@ class AutoscaleLoop:
         self._ttft_source = ttft_source
         self._options = options or AutoscaleOptions()
         self._monotonic = monotonic
+        self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        self._activity_source = activity_source
+        # Requests the gateway holds for a deployment at zero replicas, by name (wake()).
+        self._wanted: dict[str, int] = {}
+        self._woken = asyncio.Event()
+        # Deployments whose requests the gateway holds at zero replicas (set on the registry).
+        self._holding: set[str] = set()
         self._followed: dict[int, _Followed] = {}
         self._task: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(timeout=self._options.scrape_timeout_seconds, trust_env=False)
@@ -100,6 +127,12 @@ class AutoscaleLoop:
             if followed.name == deployment_name:
                 return followed.status
         return None
+
+    def wake(self, deployment_name: str) -> None:
+        """A request for ``deployment_name`` is held by the gateway (any worker): if it is scaled
+        to zero, a replica starts at the next pass, which comes now rather than at the next sample."""
+        self._wanted[deployment_name] = self._wanted.get(deployment_name, 0) + 1
+        self._woken.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="modelyard-autoscale")
@@ -117,7 +150,10 @@ class AutoscaleLoop:
                 await self.step()
             except Exception:
                 logger.exception("autoscale pass failed; trying again at the next sample")
-            await asyncio.sleep(self._options.sample_seconds)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._options.sample_seconds):
+                    await self._woken.wait()
+            self._woken.clear()
 
     def _now_s(self) -> float:
         return self._monotonic() if self._monotonic is not None else asyncio.get_running_loop().time()
@@ -127,10 +163,12 @@ class AutoscaleLoop:
         views = await asyncio.to_thread(load_autoscaled, self._database)
         for gone in set(self._followed) - {view.id for view in views}:
             del self._followed[gone]
+        self._publish_holds(views)
+        wanted, self._wanted = self._wanted, {}
         applied = []
         for view in views:
             try:
-                decision = await self._follow(view)
+                decision = await self._follow(view, wanted.get(view.name, 0))
             except Exception:
                 logger.exception("autoscale: deployment %s failed; the others go on", view.name)
                 continue
@@ -138,15 +176,44 @@ class AutoscaleLoop:
                 applied.append(decision)
         return applied
 
-    async def _follow(self, view: AutoscaledView) -> Decision | None:
+    def _publish_holds(self, views: list[AutoscaledView]) -> None:
+        """Tell the gateway which deployments scale to zero (it holds their requests while none
+        is ready); a stopped, removed or no longer zero-scaled one is no longer held."""
+        holding = {view.name: view for view in views if view.config.scales_to_zero}
+        for name in self._holding - set(holding):
+            self._endpoints.set_hold(name, None)
+        for name, view in holding.items():
+            policy = HoldPolicy(view.id, view.config.max_held_requests, view.config.max_hold_s)
+            self._endpoints.set_hold(name, policy)
+        self._holding = set(holding)
+
+    def _idle_for_s(
+        self, followed: _Followed, now: float, held_requests: int, starting: bool
+    ) -> float | None:
+        """Seconds since a request last came for the deployment, or since its replicas were all
+        ready (a replica starting after a wake is not idle: the held requests wait for it). None:
+        the gateway's counts are not known here, so the deployment never counts as idle."""
+        if self._activity_source is None:
+            return None
+        mark = self._activity_source(followed.name)
+        in_flight = mark[1] if mark is not None else 0
+        if mark != followed.activity_mark or in_flight > 0 or held_requests > 0 or starting:
+            followed.last_activity_at_s = now
+        followed.activity_mark = mark
+        return now - followed.last_activity_at_s
+
+    async def _follow(self, view: AutoscaledView, held_requests: int = 0) -> Decision | None:
         followed = self._followed.get(view.id)
+        now = self._now_s()
         if followed is None:
             window = TtftWindow(self._options.ttft_window_seconds)
-            followed = self._followed[view.id] = _Followed(name=view.name, ttft=window)
-        now = self._now_s()
+            followed = _Followed(name=view.name, ttft=window, last_activity_at_s=now)
+            self._followed[view.id] = followed
+        minimum, schedule_name = schedule_minimum(view.config.schedule, self._wall_clock())
         if followed.known_replicas is not None and followed.known_replicas != view.replicas:
             followed.last_change_at_s = now  # set from outside (the API): a change like the rule's own
         endpoints = list(self._endpoints.endpoints_for(view.name))
+        idle_for_s = self._idle_for_s(followed, now, held_requests, len(endpoints) < view.replicas)
         readings = await read_engines(self._client, endpoints)
         metric = view.config.target.metric
         value = signal_value(metric, readings, followed.ttft, now, self._ttft_source, view.name)
@@ -164,6 +231,10 @@ class AutoscaleLoop:
                 ready_replicas=len(endpoints),
                 last_change_at_s=followed.last_change_at_s,
                 config=view.config,
+                held_requests=held_requests,
+                idle_for_s=idle_for_s,
+                schedule_minimum=minimum,
+                schedule_name=schedule_name,
             )
         )
         followed.known_replicas = view.replicas

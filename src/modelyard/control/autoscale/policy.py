@@ -3,7 +3,11 @@
 No clock, no store, no engine: ``loop.py`` samples the signal, keeps the samples and the time of
 the last change, and calls ``decide`` once per sample. The rule, in order:
 
-1. **Bounds.** Replicas outside ``[min, max]`` are brought inside at once.
+1. **Bounds.** Replicas outside ``[min, max]`` are brought inside at once; ``min`` is raised by
+   the schedule entry in force (``schedule.py``). At zero replicas, a request held by the
+   gateway brings one back at once (no window, no cool-down).
+   **Idle.** With a floor of 0 (``min: 0`` and no schedule minimum now), no request for
+   ``idle_s`` takes the replicas to zero.
 2. **Cool-down.** No change sooner than ``cooldown_s`` after the last one.
 3. **Stabilisation.** The signal must have stayed on one side of the target, with a reading at
    every sample, since the last change, for the window of that side: ``stabilisation_s`` above
@@ -54,6 +58,18 @@ class PolicyInput:
     # When replicas last changed (by this rule or the bounds); None: not since the loop started.
     last_change_at_s: float | None
     config: AutoscaleConfig
+    # Scale to zero: requests the gateway holds now for this deployment (any worker), and how
+    # long no request has come (None: unknown, or one is in flight).
+    held_requests: int = 0
+    idle_for_s: float | None = None
+    # The schedule entry in force now (``schedule.py``): its minimum and how it reads in a reason.
+    schedule_minimum: int = 0
+    schedule_name: str = ""
+
+    @property
+    def low(self) -> int:
+        """The fewest replicas now: ``min``, raised by the schedule in force, at most ``max``."""
+        return min(self.config.max, max(self.config.min, self.schedule_minimum))
 
 
 @dataclass(frozen=True)
@@ -87,18 +103,52 @@ def _streak(samples: Sequence[Sample], since_s: float, target: float) -> tuple[i
     return side, run
 
 
+def _bounds(policy_input: PolicyInput) -> Decision | None:
+    """Replicas brought within ``low..max`` at once (a request held at zero replicas wakes one)."""
+    config = policy_input.config
+    desired = policy_input.desired_replicas
+    low = policy_input.low
+    if desired == 0 and policy_input.held_requests > 0:
+        woken = max(1, low)
+        return Decision(
+            woken,
+            "up",
+            f"{policy_input.held_requests} request(s) held at the gateway while scaled to zero: 0 → {woken}",
+        )
+    bounded = max(low, min(config.max, desired))
+    if bounded == desired:
+        return None
+    direction: Direction = "up" if bounded > desired else "down"
+    if bounded > desired and policy_input.schedule_minimum > config.min and bounded == low:
+        why = f"schedule {policy_input.schedule_name} keeps at least {low} replica(s)"
+    else:
+        why = f"{desired} replica(s) is outside autoscale's bounds {low}..{config.max}"
+    return Decision(bounded, direction, f"{why}: {desired} → {bounded}")
+
+
+def _idle(policy_input: PolicyInput) -> Decision | None:
+    """Scale to zero: no request for ``idle_s`` stops the last replicas (when the floor is 0)."""
+    config = policy_input.config
+    desired = policy_input.desired_replicas
+    idle_for_s = policy_input.idle_for_s
+    if policy_input.low > 0:
+        return None
+    if desired == 0:
+        return Decision(0, "hold", "scaled to zero: the next request starts a replica")
+    if idle_for_s is None or idle_for_s < config.idle_s:
+        return None
+    seen = f"no request for {idle_for_s:.0f} s (idle_s {config.idle_s:g})"
+    return Decision(0, "down", f"{seen}: {desired} → 0, scaled to zero")
+
+
 def decide(policy_input: PolicyInput) -> Decision:
     """Desired replicas now, with the reason (also for a hold: what the rule waits for)."""
     config = policy_input.config
     desired = policy_input.desired_replicas
-    bounded = config.clamp(desired)
-    if bounded != desired:
-        return Decision(
-            bounded,
-            "up" if bounded > desired else "down",
-            f"{desired} replica(s) is outside autoscale's bounds {config.min}..{config.max}: "
-            f"{desired} → {bounded}",
-        )
+    for rule in (_bounds, _idle):
+        decision = rule(policy_input)
+        if decision is not None:
+            return decision
     now = policy_input.now_s
     last_change = policy_input.last_change_at_s
     if last_change is not None and now - last_change < config.cooldown_s:
@@ -140,9 +190,10 @@ def decide(policy_input: PolicyInput) -> Decision:
         return Decision(proposed, "up", f"{seen}: {desired} → {proposed}")
     # Down only to replicas that keep the value strictly below the target (at it, the next
     # sample would scale up again).
-    proposed = max(config.min, math.floor(load + 1e-9) + 1)
+    low = max(1, policy_input.low)
+    proposed = max(low, math.floor(load + 1e-9) + 1)
     if proposed >= desired:
-        if desired == config.min:
-            return Decision(desired, "hold", f"{seen}; already at min {config.min}")
+        if desired == low:
+            return Decision(desired, "hold", f"{seen}; already at min {low}")
         return Decision(desired, "hold", f"{seen}; {desired} replica(s) are still needed at this load")
     return Decision(proposed, "down", f"{seen}: {desired} → {proposed}")

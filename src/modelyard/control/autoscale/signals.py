@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 # The gateway's cumulative TTFT histogram of a deployment (all keys, all workers); None: none yet.
 TtftSource = Callable[[str], HistogramSnapshot | None]
+# The gateway's counts of a deployment's requests (answered so far, in flight now; every worker),
+# None: none yet. A change, or any in flight, is a request: scale to zero waits for idle_s without.
+ActivitySource = Callable[[str], tuple[int, int] | None]
 
 
 @dataclass(frozen=True)

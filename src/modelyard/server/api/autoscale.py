@@ -20,6 +20,8 @@ from modelyard.services.deployment_autoscale import set_autoscale
 class AutoscaleStatusSource(Protocol):
     def status(self, deployment_name: str) -> AutoscaleStatus | None: ...
 
+    def wake(self, deployment_name: str) -> None: ...
+
 
 def set_deployment_autoscale(session: Session, name: str, config: AutoscaleConfig | None) -> dict[str, Any]:
     deployment = deployments.get_deployment(session, name)

@@ -29,6 +29,7 @@ from modelyard.server.gateway.errors import (
     ModelNotFound,
     NoReadyReplica,
 )
+from modelyard.server.gateway.hold import hold_for_replica
 from modelyard.server.gateway.keys import MISSING, KeyFacts
 from modelyard.server.gateway.routing import describe_unready
 from modelyard.server.gateway.runtime import GatewayRuntime
@@ -197,10 +198,15 @@ def check_model_access(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> 
 
 
 async def ready_endpoints(
-    runtime: GatewayRuntime, model: str, path: str, request_id: str
+    runtime: GatewayRuntime, model: str, path: str, request_id: str, receive: Receive | None = None
 ) -> tuple[Endpoint, ...]:
-    """The ready replicas of deployment ``model`` (known, and allowed to the key) that serve ``path``."""
+    """The ready replicas of deployment ``model`` (known, and allowed to the key) that serve ``path``;
+    for one scaled to zero, once a replica is ready (``receive``: to notice the client leaving)."""
     endpoints = runtime.registry.endpoints_for(model)
+    if not endpoints:
+        hold = runtime.registry.hold_for(model)
+        if hold is not None:  # scaled to zero: held while a replica starts (hold.py)
+            endpoints = await hold_for_replica(runtime, model, hold, request_id, receive)
     if endpoints:
         served = endpoints[0].api_paths
         if path not in served:

@@ -186,7 +186,7 @@ class GatewayApp:
                 model = model_of(form.values.get("model"))
             check_model_access(runtime, facts, model)
             deployment = model
-            endpoints = await ready_endpoints(runtime, model, route.path, request_id)
+            endpoints = await ready_endpoints(runtime, model, route.path, request_id, receive)
             # A form's file is not a prompt: only a JSON body counts towards the reservation.
             admission = await admit(
                 runtime, facts, model, payload or {}, len(body) if payload is not None else 0

@@ -15,6 +15,8 @@ status      code                        when
 404         ``unknown_route``           no such /v1 route
 502         ``engine_unreachable``      no replica could be reached (connection refused / reset)
 503         ``no_ready_replica``        the deployment exists but no replica is ready
+503         ``scaled_to_zero``          scaled to zero and starting: held past ``max_hold_s`` or
+                                        more than ``max_held_requests`` held (``Retry-After``)
 503         ``key_check_unavailable``   the database did not answer a key lookup
 ==========  ==========================  =====================================================
 
@@ -97,6 +99,21 @@ class NoReadyReplica(ModelyardError):
         # Sent as Retry-After when a replica is on its way (starting, or restarting after an
         # error): the OpenAI clients wait that long before their automatic retries.
         self.retry_after_seconds = retry_after_seconds
+
+
+class ScaledToZero(NoReadyReplica):
+    """A deployment scaled to zero is starting a replica, and the gateway cannot hold this
+    request until it is ready (too many held, or held too long)."""
+
+    code = "scaled_to_zero"
+
+
+class ClientLeftWhileHeld(ModelyardError):
+    """The client hung up while its request was held for a deployment scaled to zero (recorded
+    as nginx's 499; nobody reads the answer)."""
+
+    http_status = 499
+    code = "client_closed"
 
 
 class KeyCheckUnavailable(ModelyardError):

@@ -18,6 +18,8 @@ worker -> main:
 - ``WorkerReady``: the worker is serving.
 - ``UsageBatch``: finished requests, written once to ``usage_records`` by the main process.
 - ``ReplicaRefused``: an engine refused a connection; the controller should look now.
+- ``ReplicaWanted``: a request is held for a deployment with no ready replica (scale to zero):
+  the autoscaler should start one now.
 - ``MetricsSnapshot``: the worker's cumulative counts, every second.
 
 Usage::
@@ -135,6 +137,12 @@ class ReplicaRefused(Message):
 
 
 @dataclass(frozen=True)
+class ReplicaWanted(Message):
+    kind: ClassVar[str] = "replica_wanted"
+    deployment_name: str
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot(Message):
     kind: ClassVar[str] = "metrics_snapshot"
     index: int
@@ -156,6 +164,7 @@ _KINDS: dict[str, type[Message]] = {
         UsageCommitted,
         QuotaUsage,
         ReplicaRefused,
+        ReplicaWanted,
         MetricsSnapshot,
     )
 }

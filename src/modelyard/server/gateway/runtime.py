@@ -23,6 +23,7 @@ from modelyard.control.endpoints import Endpoint, EndpointRegistry
 from modelyard.errors import InvalidInput
 from modelyard.http_client import Http1Client
 from modelyard.server.door.limits import RequestLimits
+from modelyard.server.gateway.hold import RegistryChanges
 from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.limit_counters import SlidingCounters
 from modelyard.server.gateway.limits import Limiter
@@ -110,6 +111,8 @@ class GatewayRuntime:
     counts: GatewayCounts = field(default_factory=GatewayCounts)
     # A replica refused a connection: the controller should look at it now.
     on_refused: Callable[[Endpoint], None] = lambda endpoint: None
+    # A request is held for a deployment scaled to zero: the autoscaler should start a replica.
+    on_wanted: Callable[[str], None] = lambda deployment_name: None
     # "worker 2" or "main": named in log lines.
     process_label: str = "main"
     # What one request may weigh (server/door/): the JSON nesting is checked here.
@@ -121,8 +124,11 @@ class GatewayRuntime:
     shared: SharedCounters = field(default_factory=SharedCounters.private)
     # The keys' and deployments' limits (limits.py) on the shared counters; quotas read from the database.
     limiter: Limiter = field(init=False)
+    # Wakes the requests held for a deployment with no ready replica on every registry change.
+    registry_changes: RegistryChanges = field(init=False)
 
     def __post_init__(self) -> None:
+        self.registry_changes = RegistryChanges(self.registry)
         self.limiter = Limiter(
             SlidingCounters.for_keys(self.shared),
             SlidingCounters.for_deployments(self.shared),
@@ -154,6 +160,7 @@ def start_gateway_runtime(
     limits: RequestLimits,
     key_throttle: FailureThrottle,
     process_label: str = "main",
+    on_wanted: Callable[[str], None] = lambda deployment_name: None,
 ) -> GatewayRuntime:
     """The gateway's parts over ``registry`` and ``shared``, with its engine client and key cache
     made from ``settings`` and started (call inside the running event loop). The one place a
@@ -179,6 +186,7 @@ def start_gateway_runtime(
         balancer=ReplicaBalancer(shared.table("endpoint_requests")),
         shared=shared,
         on_refused=on_refused,
+        on_wanted=on_wanted,
         process_label=process_label,
         limits=limits,
         key_throttle=key_throttle,
@@ -226,6 +234,7 @@ def start_in_process_gateway(
     limits: RequestLimits | None = None,
     key_throttle: FailureThrottle | None = None,
     journal: UsageJournal | None = None,
+    on_wanted: Callable[[str], None] = lambda deployment_name: None,
 ) -> InProcessGateway:
     """The gateway's parts on the controller's registry (call inside the running event loop);
     ``journal``: where each usage row goes before the answer's last bytes (usage_journal.py)."""
@@ -237,6 +246,7 @@ def start_in_process_gateway(
         usage=recorder,
         shared=SharedCounters.private(),
         on_refused=on_refused,
+        on_wanted=on_wanted,
         limits=limits or RequestLimits(),
         key_throttle=key_throttle or FailureThrottle(what="API key"),
     )

@@ -51,6 +51,8 @@ SHARED_TABLES: tuple[TableSpec, ...] = (
     TableSpec("key_windows", KEY_SLOTS * WINDOW_CELLS),
     TableSpec("deployment_in_flight", DEPLOYMENT_SLOTS),
     TableSpec("deployment_windows", DEPLOYMENT_SLOTS * WINDOW_CELLS),
+    # Scale to zero (hold.py): requests held per deployment slot while it has no ready replica.
+    TableSpec("deployment_held", DEPLOYMENT_SLOTS),
 )
 
 

@@ -19,6 +19,7 @@ import asyncio
 import os
 
 from modelyard.control.endpoints import ROUTING_POLICIES, DeploymentLimits
+from modelyard.server.autoscale_wiring import wake_autoscaler
 from modelyard.server.context import GatewayHandle, ServerContext
 from modelyard.server.gateway.runtime import (
     GatewayRuntime,
@@ -59,6 +60,7 @@ async def start_gateway(context: ServerContext, settings: GatewaySettings | None
             limits=context.limits,
             key_throttle=context.key_throttle,
             journal=UsageJournal.open(journal),
+            on_wanted=lambda name: wake_autoscaler(context, name),
         )
         context.key_cache = in_process.runtime.key_cache
         handle = in_process

@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from modelyard.server.autoscale_wiring import wake_autoscaler
 from modelyard.server.context import GatewayWorkerPlan, ServerContext
 from modelyard.server.gateway.messages import (
     Channel,
@@ -42,6 +43,7 @@ from modelyard.server.gateway.messages import (
     MetricsSnapshot,
     QuotaUsage,
     ReplicaRefused,
+    ReplicaWanted,
     UsageBatch,
     UsageCommitted,
     WorkerHello,
@@ -327,6 +329,8 @@ class WorkerSupervisor:
                 self._journal_failures[worker.index] = message.journal_failure
             elif isinstance(message, ReplicaRefused):
                 self._context.controller.poke()
+            elif isinstance(message, ReplicaWanted):
+                wake_autoscaler(self._context, message.deployment_name)
             elif isinstance(message, WorkerReady):
                 worker.ready.set()
                 logger.info("gateway worker %d serving (pid %d)", worker.index, message.pid)

@@ -46,6 +46,7 @@ from modelyard.server.gateway.messages import (
     MetricsSnapshot,
     QuotaUsage,
     ReplicaRefused,
+    ReplicaWanted,
     UsageCommitted,
     WorkerHello,
     WorkerReady,
@@ -107,6 +108,9 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
     def on_refused(endpoint: Endpoint) -> None:
         channel.send(ReplicaRefused(endpoint.deployment_name, endpoint.instance_id))
 
+    def on_wanted(deployment_name: str) -> None:
+        channel.send(ReplicaWanted(deployment_name))
+
     runtime = start_gateway_runtime(
         settings=settings,
         registry=registry,
@@ -114,6 +118,7 @@ async def serve(index: int, listen_fd: int, control_fd: int) -> None:
         usage=usage,
         shared=counters,
         on_refused=on_refused,
+        on_wanted=on_wanted,
         limits=limits,
         key_throttle=FailureThrottle(what="API key", table=key_throttle_table),
         process_label=f"gateway worker {index}",

@@ -4,14 +4,17 @@ restart, as the controller's do):
 - ``modelyard_autoscale_desired_replicas{deployment}``: the replicas it asks for now;
 - ``modelyard_autoscale_actual_replicas{deployment}``: those running;
 - ``modelyard_autoscale_decisions_total{deployment,direction}``: its changes, ``up`` or ``down``
-  (``unplaced``: replicas it asked for that could not be placed, each reason once).
+  (``unplaced``: replicas it asked for that could not be placed, each reason once);
+- ``modelyard_autoscale_held_requests{deployment}``: requests the gateway holds now while a
+  deployment scaled to zero starts a replica (every worker's, from the shared counters).
 
 Only deployments with ``autoscale`` set appear in the gauges.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import func, select
@@ -29,6 +32,8 @@ class AutoscaleFigures:
     replicas: dict[str, tuple[int, int]]
     # (deployment, direction) -> decisions so far (the deployment's current uid only)
     decisions: dict[tuple[str, str], int]
+    # deployment -> its id (where the gateway counts its held requests)
+    ids: dict[str, int] = field(default_factory=dict)
 
 
 def read_autoscale(database: Database) -> AutoscaleFigures:
@@ -40,12 +45,13 @@ def read_autoscale(database: Database) -> AutoscaleFigures:
             .scalar_subquery()
         )
         rows = session.execute(
-            select(Deployment.name, Deployment.uid, Deployment.replicas, running).where(
+            select(Deployment.name, Deployment.uid, Deployment.replicas, running, Deployment.id).where(
                 Deployment.autoscale.is_not(None)
             )
         ).all()
-        replicas = {name: (desired, int(count)) for name, _uid, desired, count in rows}
-        names = {uid: name for name, uid, _desired, _count in rows}
+        replicas = {name: (desired, int(count)) for name, _uid, desired, count, _id in rows}
+        names = {uid: name for name, uid, _desired, _count, _id in rows}
+        ids = {name: identifier for name, _uid, _desired, _count, identifier in rows}
         decisions: dict[tuple[str, str], int] = {}
         if names:
             for uid, direction, count in session.execute(
@@ -54,10 +60,13 @@ def read_autoscale(database: Database) -> AutoscaleFigures:
                 .group_by(AutoscaleEvent.deployment_uid, AutoscaleEvent.direction)
             ):
                 decisions[(names[uid], direction)] = int(count)
-    return AutoscaleFigures(replicas=replicas, decisions=decisions)
+    return AutoscaleFigures(replicas=replicas, decisions=decisions, ids=ids)
 
 
-def autoscale_families(figures: AutoscaleFigures) -> list[Metric]:
+def autoscale_families(
+    figures: AutoscaleFigures, held_requests: Callable[[int], int] | None = None
+) -> list[Metric]:
+    """``held_requests(deployment_id)``: the requests the gateway holds for it now (None: no gateway)."""
     desired = GaugeMetricFamily(
         f"{PREFIX}_autoscale_desired_replicas",
         "Replicas the autoscaler asks for now, per autoscaled deployment.",
@@ -73,9 +82,17 @@ def autoscale_families(figures: AutoscaleFigures) -> list[Metric]:
         "The autoscaler's decisions: up, down, and replicas it asked for that could not be placed.",
         labels=["deployment", "direction"],
     )
+    held = GaugeMetricFamily(
+        f"{PREFIX}_autoscale_held_requests",
+        "Requests the gateway holds now while a deployment scaled to zero starts a replica.",
+        labels=["deployment"],
+    )
     for name, (wanted, running) in sorted(figures.replicas.items()):
         desired.add_metric([name], wanted)
         actual.add_metric([name], running)
+        identifier = figures.ids.get(name)
+        if held_requests is not None and identifier is not None:
+            held.add_metric([name], held_requests(identifier))
         for direction in DIRECTIONS:
             decisions.add_metric([name, direction], figures.decisions.get((name, direction), 0))
-    return [desired, actual, decisions]
+    return [desired, actual, decisions, held]

@@ -17,7 +17,7 @@ import hmac
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from modelyard.control.booking_check import latest_measurements
 from modelyard.control.start_observations import latest_shortfalls
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.gateway.hold import HELD_TABLE
 from modelyard.server.metrics.autoscale_families import autoscale_families, read_autoscale
 from modelyard.server.metrics.engine_scrape import scrape_engines
 from modelyard.server.metrics.families import (
@@ -105,6 +106,16 @@ def throttle_family(context: ServerContext) -> Metric:
     return family
 
 
+def held_requests_reader(context: ServerContext) -> Callable[[int], int] | None:
+    """Requests held now for a deployment scaled to zero, by its id, summed over the gateway
+    workers (``server/gateway/hold.py``); None without a gateway."""
+    gateway = context.gateway
+    if gateway is None:
+        return None
+    table = gateway.shared_counters().table(HELD_TABLE)
+    return lambda deployment_id: table.total(deployment_id % table.columns)
+
+
 def _unauthorized(message: str) -> Response:
     body = f'{{"error": {{"message": "{message}", "code": "invalid_scrape_token"}}}}'
     return Response(
@@ -141,7 +152,7 @@ async def metrics(request: Request, context: ServerContext = Depends(server_cont
         *controller_families(instances),
         *booking_families(shortfalls),
         *memory_booking_families(measurements),
-        *autoscale_families(autoscale),
+        *autoscale_families(autoscale, held_requests_reader(context)),
         *gpu_families(worker_gpus(context)),
         *engines,
     ]
