@@ -18,7 +18,7 @@ from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.control.autoscale.loop import AutoscaleLoop
 from modelyard.control.autoscale.policy import PolicyInput, Sample, decide
 from modelyard.control.autoscale.schedule import ScheduleEntry, schedule_minimum
-from modelyard.control.endpoints import EndpointRegistry
+from modelyard.control.endpoints import Endpoint, EndpointRegistry
 from modelyard.store.database import Database
 from modelyard.store.tables import AutoscaleEvent, Deployment
 
@@ -151,9 +151,10 @@ async def test_the_loop_follows_the_schedule_on_its_wall_clock(tmp_path: Path) -
     add_deployment(database, tmp_path / "model", replicas=0, autoscale=autoscale)
     clocks = Clocks(at_paris(7, 7, 59))
     pokes: list[None] = []
+    registry = EndpointRegistry()
     loop = AutoscaleLoop(
         database=database,
-        endpoints=EndpointRegistry(),
+        endpoints=registry,
         poke=lambda: pokes.append(None),
         monotonic=lambda: clocks.monotonic_s,
         wall_clock=lambda: clocks.wall,
@@ -167,6 +168,8 @@ async def test_the_loop_follows_the_schedule_on_its_wall_clock(tmp_path: Path) -
             2,
             "schedule 'working hours' keeps at least 2 replica(s): 0 → 2",
         )
+        # Both replicas ready (a starting replica never counts as idle).
+        registry.publish("chat", [Endpoint("chat", index, "http://127.0.0.1:9", "chat") for index in (0, 1)])
         clocks.advance(10 * 3600)  # 18:00: the window closed; no request all day
         [closed] = await loop.step()
         assert (closed.desired_replicas, closed.direction) == (0, "down")
