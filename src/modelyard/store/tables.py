@@ -124,9 +124,9 @@ class AuditEvent(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
-    # The username (kept when the user is removed); "cli-token" for the host's CLI token.
+    # The username (kept when the user is removed); the CLI token acts as "admin".
     actor: Mapped[str] = mapped_column(String(64), index=True)
-    # "create", "update", "delete", "stop", "start", "scale", "revoke", "rotate", "login", "role".
+    # One of ``services/audit.py``'s ACTIONS: "create", "update", "delete", "stop", "login", ...
     action: Mapped[str] = mapped_column(String(32), index=True)
     # "deployment", "key", "user", "project", "session".
     object_type: Mapped[str] = mapped_column(String(32), index=True)
@@ -151,6 +151,8 @@ class ApiKey(Base):
     owner_id: Mapped[int | None] = mapped_column(
         ForeignKey("users.id", ondelete="SET NULL"), nullable=True, default=None
     )
+    project: Mapped[Project] = relationship(lazy="joined")
+    owner: Mapped[User | None] = relationship(lazy="joined")
     # None: every deployment. A list: only these deployment names.
     allowed_deployments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
