@@ -57,7 +57,8 @@ def scrubbed(details: dict[str, Any]) -> dict[str, Any]:
     """``details`` without secrets: secret-named fields masked, env values dropped, flags masked."""
     clean: dict[str, Any] = {}
     for name, value in details.items():
-        if name in _SECRET_FIELDS or is_secret_env_name(name):
+        # A string under a secret's name (``hf_token``); counts such as ``token_quota`` are kept.
+        if name in _SECRET_FIELDS or (isinstance(value, str) and is_secret_env_name(name)):
             clean[name] = MASK
         elif name == "env" and isinstance(value, dict):
             clean["env_names"] = sorted(str(variable) for variable in value)
