@@ -19,7 +19,7 @@ from modelyard.server.auth import SignedIn, session_user
 from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.policy import access_for, check_page
-from modelyard.server.sessions import ConsoleSession, find_session
+from modelyard.server.sessions import find_session
 from modelyard.services.console_key import console_key_file, ensure_console_key
 from modelyard.services.roles import may
 
@@ -33,8 +33,10 @@ async def _page(
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+    user: SignedIn | None = None
     try:
-        user = await run_in_threadpool(_checked_user, request, context, session)
+        user = await run_in_threadpool(session_user, context, session.user_id)
+        check_page(request, user)
     except ModelyardError as refusal:
         return render(
             request,
@@ -46,6 +48,7 @@ async def _page(
             username=session.username,
             message=refusal.message,
             hint=refusal.hint or "",
+            navigation=_navigation(user) if user is not None else (),
         )
     return render(
         request,
@@ -65,12 +68,6 @@ def _navigation(user: SignedIn) -> tuple[tuple[str, str, str], ...]:
     return tuple(
         entry for entry in NAVIGATION if (access := access_for("GET", entry[1])) and may(user.role, access)
     )
-
-
-def _checked_user(request: Request, context: ServerContext, session: ConsoleSession) -> SignedIn:
-    user = session_user(context, session.user_id)
-    check_page(request, user)
-    return user
 
 
 @router.get("/")
