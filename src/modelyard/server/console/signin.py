@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
 from modelyard.errors import ModelyardError
+from modelyard.server.api.common import in_session
 from modelyard.server.auth import authenticate
 from modelyard.server.console.templates import render
 from modelyard.server.context import ServerContext, server_context
@@ -27,7 +28,7 @@ from modelyard.server.sessions import (
     session_store,
 )
 from modelyard.server.throttle import guarded
-from modelyard.services import users
+from modelyard.services import audit, users
 
 router = APIRouter(include_in_schema=False)
 
@@ -93,6 +94,15 @@ async def login(
     except ModelyardError as error:
         return _login_page(request, next_path=next_path, error=error.message, status_code=error.http_status)
     token, _ = await run_in_threadpool(_open_session, request, context, admin.username)
+    await in_session(
+        context,
+        audit.record_committed,
+        actor=admin.username,
+        action="login",
+        object_type="session",
+        object_name=admin.username,
+        details={"method": "password", "address": address},
+    )
     response = RedirectResponse(next_path, status_code=303)
     response.set_cookie(SESSION_COOKIE, token, **cookie_options(request))
     response.delete_cookie(LOGIN_COOKIE, path="/login")

@@ -37,6 +37,7 @@ NAVIGATION: tuple[tuple[str, str, str], ...] = (
     ("benchmarks", "/benchmarks", "Benchmarks"),
     ("keys", "/keys", "API keys"),
     ("usage", "/usage", "Usage"),
+    ("audit", "/audit", "Audit log"),
 )
 
 
