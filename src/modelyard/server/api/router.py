@@ -20,6 +20,7 @@ from modelyard.server.api import (
     models,
     presets,
     registry_credentials,
+    sessions,
     start_observations,
     system,
     tasks,
@@ -50,5 +51,6 @@ for module in (
     benchmarks,
     workers,
     start_observations,
+    sessions,
 ):
     api_router.include_router(module.router)

@@ -62,7 +62,13 @@ def _open_session(request: Request, context: ServerContext, username: str) -> tu
     assert store is not None, "install_console() sets app.state.console_sessions"
     with context.database.session() as session:
         user = users.get_user(session, username)
-        return store.open(user_id=user.id, username=user.username, password_hash=user.password_hash)
+    return store.open(
+        user_id=user.id,
+        username=user.username,
+        password_hash=user.password_hash,
+        method="password",
+        client_address=request.client.host if request.client else None,
+    )
 
 
 @router.get("/login")
