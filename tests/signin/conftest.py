@@ -70,16 +70,11 @@ def _csrf_token(page: str) -> str:
     return found.group(1)
 
 
-def sign_in_through_provider(
-    client: httpx.Client, username: str, password: str = PROVIDER_PASSWORD
-) -> httpx.Response:
-    """What a browser does from modelyard's "Sign in with ..." to the callback; the callback's answer.
-
-    ``client`` is modelyard's (its base URL); it keeps every cookie, as a browser would.
-    """
-    started = client.get("/login/oidc", params={"next": "/deployments"})
-    assert started.status_code == 303, started.text
-    authorize = started.headers["location"]
+def through_the_provider(
+    client: httpx.Client, authorize: str, username: str, password: str = PROVIDER_PASSWORD
+) -> str:
+    """What a browser does at the provider from ``authorize``: its login form, then the redirect
+    back; the callback URL (with the code) it is sent to."""
     at_provider = client.get(authorize)
     assert at_provider.status_code == 302, at_provider.text  # to the provider's login form
     login_url = urljoin(authorize, at_provider.headers["location"])
@@ -91,4 +86,17 @@ def sign_in_through_provider(
     assert posted.status_code == 302, posted.text[:500]
     authorized = client.get(urljoin(login_url, posted.headers["location"]))
     assert authorized.status_code == 302, authorized.text[:500]
-    return client.get(authorized.headers["location"])  # modelyard's callback
+    callback: str = authorized.headers["location"]
+    return callback
+
+
+def sign_in_through_provider(
+    client: httpx.Client, username: str, password: str = PROVIDER_PASSWORD
+) -> httpx.Response:
+    """What a browser does from modelyard's "Sign in with ..." to the callback; the callback's answer.
+
+    ``client`` is modelyard's (its base URL); it keeps every cookie, as a browser would.
+    """
+    started = client.get("/login/oidc", params={"next": "/deployments"})
+    assert started.status_code == 303, started.text
+    return client.get(through_the_provider(client, started.headers["location"], username, password))

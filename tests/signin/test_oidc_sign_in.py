@@ -5,19 +5,25 @@ accounts beside it, and the errors of a misconfigured provider on the page and i
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
+import time
+from dataclasses import asdict
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
-from modelyard.server.oidc.provider import OidcProvider, ProviderUnreachable
+from gateway.served import ServedPlatform
+from modelyard.server.oidc.provider import OidcProvider, PendingSignIn, ProviderUnreachable
 from modelyard.server.oidc.settings import OidcSettings
+from modelyard.store.secret_box import SecretBox
 from modelyard.testing.ports import reserved_port
 from oidc_site.fixture import TestProvider
 
-from .conftest import SignInServer, sign_in_through_provider, start_signing_server
+from .conftest import SignInServer, sign_in_through_provider, start_signing_server, through_the_provider
 
 
 def test_an_admin_of_the_provider_signs_in_and_the_session_opens_the_api(
@@ -72,6 +78,42 @@ def test_a_callback_with_another_state_is_refused(signing_server: SignInServer) 
     assert no_cookie.status_code == 400 and "no sign-in was started in this browser" in no_cookie.text
 
 
+def test_an_id_token_with_another_nonce_is_refused(
+    oidc_provider: TestProvider, signing_server: SignInServer
+) -> None:
+    """The browser's sign-in (its sealed cookie, made here with the server's own key) sent one
+    nonce; the provider was asked, with the same state and PKCE verifier, for another."""
+    served = signing_server.served
+    verifier = secrets.token_urlsafe(48)
+    pending = PendingSignIn(
+        state=secrets.token_urlsafe(32),
+        nonce="the-nonce-this-browser-sent",
+        code_verifier=verifier,
+        next_path="/",
+        started_at=time.time(),
+    )
+    authorize = f"{oidc_provider.url}/authorize?" + urlencode(
+        {
+            "response_type": "code",
+            "client_id": signing_server.client_id,
+            "redirect_uri": f"{served.url}/login/oidc/callback",
+            "scope": "openid groups",
+            "state": pending.state,
+            "nonce": "another-nonce",
+            "code_challenge": create_s256_code_challenge(verifier),
+            "code_challenge_method": "S256",
+        }
+    )
+    sealed = SecretBox.for_data_dir(served.data_dir).seal(json.dumps(asdict(pending)))
+    with httpx.Client(base_url=served.url, timeout=60) as browser:
+        callback = through_the_provider(browser, authorize, "alice")
+        browser.cookies.set("modelyard_oidc", sealed, path="/login/oidc")
+        refused = browser.get(callback)
+        assert browser.get("/api/v1/system").status_code == 401
+    assert refused.status_code == 400
+    assert "the ID token&#39;s nonce is not the one this sign-in sent" in refused.text
+
+
 def test_the_local_admin_still_signs_in_with_a_password(signing_server: SignInServer) -> None:
     served = signing_server.served
     with httpx.Client(base_url=served.url, timeout=60) as browser:
@@ -107,6 +149,29 @@ def test_a_wrong_client_secret_is_named_on_the_page_and_in_the_log_without_the_s
     assert "MODELYARD_OIDC_CLIENT_SECRET_FILE" in refused.text
     assert "refused this server's client credentials" in log
     assert wrong not in log and wrong not in refused.text
+
+
+def test_an_unreachable_provider_is_named_on_the_sign_in_page_and_in_the_log(tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{reserved_port()}"
+    secret_file = tmp_path / "client-secret"
+    secret_file.write_text("never-shown-secret\n")
+    served = ServedPlatform(tmp_path / "data", gateway_workers=0)
+    served.environment = {
+        "MODELYARD_OIDC_ISSUER": closed,
+        "MODELYARD_OIDC_CLIENT_ID": "modelyard",
+        "MODELYARD_OIDC_CLIENT_SECRET_FILE": str(secret_file),
+    }
+    served.start()
+    try:
+        with httpx.Client(base_url=served.url, timeout=60) as browser:
+            page = browser.get("/login/oidc")
+        log = served.log_tail()
+    finally:
+        served.stop()
+    expected = f"discovery document at {closed}/.well-known/openid-configuration cannot be reached"
+    assert page.status_code == 502 and expected in page.text
+    assert 'name="password"' in page.text  # the local sign-in is still there
+    assert expected in log and "never-shown-secret" not in log
 
 
 def test_an_unreachable_discovery_document_is_named() -> None:
