@@ -131,6 +131,6 @@ def _client_secret(environ: Mapping[str, str]) -> str:
     if not secret:
         raise InvalidInput(
             f"{ENV_PREFIX}ISSUER is set but the client secret is not",
-            hint=f"set {ENV_PREFIX}CLIENT_SECRET_FILE to a file holding it (or {ENV_PREFIX}CLIENT_SECRET)",
+            hint=f"set {ENV_PREFIX}CLIENT_SECRET_FILE to a file holding it, or {ENV_PREFIX}CLIENT_SECRET",
         )
     return secret
