@@ -106,6 +106,10 @@ ROUTE_ACCESS: dict[str, Access] = {
     "PUT /api/v1/projects/{name}/members/{username}": A,
     "DELETE /api/v1/projects/{name}/members/{username}": A,
     "GET /api/v1/audit": O,
+    # Console sessions: an admin lists and ends them
+    "GET /api/v1/sessions": A,
+    "DELETE /api/v1/sessions/{session_id}": A,
+    "DELETE /api/v1/sessions": A,
     # Console pages
     "GET /": M,
     "GET /models": O,
@@ -125,6 +129,8 @@ ROUTE_ACCESS: dict[str, Access] = {
     # Signing in, static files, the API's description; /metrics has its own scrape token
     "GET /login": P,
     "POST /login": P,
+    "GET /login/oidc": P,
+    "GET /login/oidc/callback": P,
     "POST /logout": P,
     "POST /account/password": P,
     "GET /api/openapi.json": P,

@@ -23,6 +23,7 @@ from modelyard.server.api import (
     presets,
     projects,
     registry_credentials,
+    sessions,
     start_observations,
     system,
     tasks,
@@ -57,5 +58,6 @@ for module in (
     users,
     projects,
     audit,
+    sessions,
 ):
     api_router.include_router(module.router)
