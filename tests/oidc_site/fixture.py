@@ -25,7 +25,8 @@ SERVE_SCRIPT = Path(__file__).resolve().parent / "serve.py"
 URL_VARIABLE = "MODELYARD_TEST_OIDC_URL"
 DIRECTORY_VARIABLE = "MODELYARD_TEST_OIDC_DIR"
 STARTUP_SECONDS = 60.0
-# The provider's users (serve.py): alice is in modelyard-admins, bob in staff.
+# The provider's users (serve.py): alice is in modelyard-admins, bob in staff, carol in
+# modelyard-operators, dave and erin in modelyard-members.
 PROVIDER_PASSWORD = "provider-password"
 
 
@@ -50,6 +51,15 @@ class TestProvider:
                 secret,
                 redirect_uri,
             ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def set_groups(self, username: str, *groups: str) -> None:
+        """Put the provider's user ``username`` in ``groups`` only (its next ID token says so)."""
+        subprocess.run(
+            [sys.executable, str(SERVE_SCRIPT), "set-groups", str(self.directory), username, *groups],
             check=True,
             capture_output=True,
             timeout=120,

@@ -2,9 +2,11 @@
 
     python tests/oidc_site/serve.py run DIRECTORY PORT     # prepares DIRECTORY on first use, then serves
     python tests/oidc_site/serve.py add-client DIRECTORY CLIENT_ID SECRET REDIRECT_URI
+    python tests/oidc_site/serve.py set-groups DIRECTORY USERNAME [GROUP ...]
 
-Its users (password ``provider-password`` for each): ``alice`` (group ``modelyard-admins``) and
-``bob`` (group ``staff``). Clients need no consent screen (``require_consent`` off).
+Its users (password ``provider-password`` for each): ``alice`` (group ``modelyard-admins``),
+``bob`` (group ``staff``), ``carol`` (``modelyard-operators``), ``dave`` and ``erin``
+(``modelyard-members``). Clients need no consent screen (``require_consent`` off).
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import secrets
 import sys
 from pathlib import Path
 
-USERS = {"alice": ["modelyard-admins"], "bob": ["staff"]}
+USERS = {
+    "alice": ["modelyard-admins"],
+    "bob": ["staff"],
+    "carol": ["modelyard-operators"],
+    "dave": ["modelyard-members"],
+    "erin": ["modelyard-members"],
+}
 PASSWORD = "provider-password"
 
 
@@ -70,6 +78,13 @@ def add_client(client_id: str, secret: str, redirect_uri: str) -> None:
     client.response_types.set([code])
 
 
+def set_groups(username: str, groups: list[str]) -> None:
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.get(username=username)
+    user.groups.set([Group.objects.get_or_create(name=name)[0] for name in groups])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +96,10 @@ def main() -> None:
     register.add_argument("client_id")
     register.add_argument("secret")
     register.add_argument("redirect_uri")
+    regroup = commands.add_parser("set-groups")
+    regroup.add_argument("directory", type=Path)
+    regroup.add_argument("username")
+    regroup.add_argument("groups", nargs="*")
     arguments = parser.parse_args()
     if arguments.command == "run":
         url = f"http://127.0.0.1:{arguments.port}"
@@ -91,6 +110,9 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("runserver", f"127.0.0.1:{arguments.port}", use_reloader=False, use_threading=True)
+    elif arguments.command == "set-groups":
+        _setup(arguments.directory, (arguments.directory / "url").read_text().strip())
+        set_groups(arguments.username, arguments.groups)
     else:
         _setup(arguments.directory, (arguments.directory / "url").read_text().strip())
         add_client(arguments.client_id, arguments.secret, arguments.redirect_uri)

@@ -17,6 +17,8 @@ from gateway.served import ServedPlatform
 from oidc_site.fixture import PROVIDER_PASSWORD, TestProvider
 
 ADMIN_GROUP = "modelyard-admins"
+OPERATOR_GROUP = "modelyard-operators"
+MEMBER_GROUP = "modelyard-members"
 
 
 def oidc_environment(provider: TestProvider, client_id: str, secret_file: Path) -> dict[str, str]:
@@ -27,6 +29,8 @@ def oidc_environment(provider: TestProvider, client_id: str, secret_file: Path) 
         "MODELYARD_OIDC_SCOPES": "openid profile email groups",
         "MODELYARD_OIDC_NAME": "Test provider",
         "MODELYARD_OIDC_ADMIN_VALUES": ADMIN_GROUP,
+        "MODELYARD_OIDC_OPERATOR_VALUES": OPERATOR_GROUP,
+        "MODELYARD_OIDC_MEMBER_VALUES": MEMBER_GROUP,
     }
 
 

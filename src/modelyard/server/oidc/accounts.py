@@ -3,7 +3,10 @@
 A provider's account is never joined to an existing local account by name (that would let
 whoever names themselves ``admin`` at the provider take the admin's account): a name already
 taken gets a suffix (``alice-2``). The account has no usable password (its hash is not scrypt's,
-so no password matches it); its role is the claims' at each sign-in.
+so no password matches it); its role (``users.role``: admin, operator or member, what
+``server/policy.py`` decides by) is the claims' at each sign-in, so a change at the provider
+holds from the account's next sign-in. A disabled account is refused. The user made, a role
+changed and the sign-in are recorded in the audit log in the transaction that makes them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelyard.errors import Forbidden
+from modelyard.services import audit
+from modelyard.services.roles import Role
 from modelyard.store.sign_in_tables import ExternalIdentity
 from modelyard.store.tables import User, utc_now
 
@@ -38,9 +44,18 @@ def _free_username(session: Session, wanted: str) -> str:
     return candidate
 
 
-def account_for(session: Session, *, issuer: str, subject: str, username: str, role: str) -> SignedInAccount:
+class AccountDisabled(Forbidden):
+    """The provider signed in an account whose local user an admin disabled."""
+
+    code = "account_disabled"
+
+
+def account_for(
+    session: Session, *, issuer: str, subject: str, username: str, role: Role, address: str | None = None
+) -> SignedInAccount:
     """The user of ``issuer``/``subject``, made now when it signs in for the first time; its
-    role (and whether it is an administrator) set from this sign-in's claims. Commits."""
+    role set from this sign-in's claims. ``AccountDisabled`` for a disabled user (nothing
+    changed). Commits, with the audit rows of what it did."""
     identity = session.scalar(
         select(ExternalIdentity).where(ExternalIdentity.issuer == issuer, ExternalIdentity.subject == subject)
     )
@@ -55,9 +70,41 @@ def account_for(session: Session, *, issuer: str, subject: str, username: str, r
         found = session.get(User, identity.user_id)
         assert found is not None, "external_identities.user_id cascades on delete"
         user = found
-    user.role = role
-    user.is_admin = role == "admin"
-    identity.role = role
+        if user.disabled:
+            raise AccountDisabled(
+                f"user {user.username!r} is disabled here, though the provider signed it in",
+                hint="ask an admin to enable the account (modelyard users update NAME --enable)",
+            )
+    previous = None if created else user.role
+    user.role = role.value
+    user.is_admin = role == Role.ADMIN
+    identity.role = role.value
     identity.last_sign_in_at = utc_now()
+    if created:
+        audit.record(
+            session,
+            actor=user.username,
+            action="create",
+            object_type="user",
+            object_name=user.username,
+            details={"role": role.value, "method": "oidc", "issuer": issuer},
+        )
+    elif previous != role.value:
+        audit.record(
+            session,
+            actor=user.username,
+            action="role",
+            object_type="user",
+            object_name=user.username,
+            details={"from": previous, "to": role.value, "by": "the provider's claims", "issuer": issuer},
+        )
+    audit.record(
+        session,
+        actor=user.username,
+        action="login",
+        object_type="session",
+        object_name=user.username,
+        details={"method": "oidc", "address": address},
+    )
     session.commit()
-    return SignedInAccount(user.id, user.username, user.password_hash, role, created)
+    return SignedInAccount(user.id, user.username, user.password_hash, role.value, created)

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from modelyard.errors import Forbidden, ModelyardError
+from modelyard.errors import ModelyardError
 from modelyard.server.console.signin import login_page, safe_next
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.oidc.accounts import SignedInAccount, account_for
@@ -39,6 +39,7 @@ from modelyard.server.oidc.provider import (
     oidc_provider,
 )
 from modelyard.server.sessions import SESSION_COOKIE, cookie_options, store_of
+from modelyard.services.roles import Role
 
 logger = logging.getLogger(__name__)
 
@@ -130,13 +131,19 @@ async def finish_sign_in(
         if not code:
             raise _mismatch("the provider's answer has no code")
         claims = await provider.finish(pending, code, _redirect_uri(request, provider))
-        role = role_for_claims(claims, settings.roles)
+        role = Role(role_for_claims(claims, settings.roles))
         username = username_for_claims(claims, settings.username_claim)
+        address = request.client.host if request.client else None
 
         def sign_in() -> SignedInAccount:
             with context.database.session() as session:
                 return account_for(
-                    session, issuer=settings.issuer, subject=str(claims["sub"]), username=username, role=role
+                    session,
+                    issuer=settings.issuer,
+                    subject=str(claims["sub"]),
+                    username=username,
+                    role=role,
+                    address=address,
                 )
 
         account = await run_in_threadpool(sign_in)
@@ -146,19 +153,7 @@ async def finish_sign_in(
         logger.info(
             "made user %r (role %s) at its first sign-in through %s", account.username, role, settings.issuer
         )
-    if role != "admin":
-        # Until the roles of issue 27 are wired, a session is an administrator's: refuse the others.
-        return _failed(
-            request,
-            Forbidden(
-                f"{account.username} signed in through {settings.display_name} with the role {role}; "
-                "this server's console is for administrators",
-                hint="ask the admin for a role that may use the console",
-            ),
-            step="the role check",
-        )
     store = store_of(request, context)
-    address = request.client.host if request.client else None
     token, _ = await run_in_threadpool(
         lambda: store.open(
             user_id=account.user_id,
