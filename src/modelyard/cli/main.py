@@ -98,6 +98,19 @@ COMMANDS: dict[str, CommandEntry] = {
         _SERVER,
     ),
     "password": CommandEntry(("modelyard.cli.account",), "Change the admin password.", _SERVER),
+    "audit": CommandEntry(
+        ("modelyard.cli.teams",),
+        "Who created, changed, scaled, stopped or removed what, and when; who made or revoked which key.",
+        _SERVER,
+    ),
+    "users": CommandEntry(
+        ("modelyard.cli.teams",), "Accounts and their roles (admin, operator, member).", _SERVER
+    ),
+    "projects": CommandEntry(
+        ("modelyard.cli.teams",),
+        "Projects: they own deployments and keys; their members see them; quotas for all their keys.",
+        _SERVER,
+    ),
     "models": CommandEntry(
         ("modelyard.cli.models", "modelyard.cli.model_transfers"),
         "Model directories the server can deploy.",

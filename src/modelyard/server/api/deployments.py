@@ -1,4 +1,5 @@
-"""``/api/v1/deployments``: desired state. Every write pokes the controller.
+"""``/api/v1/deployments``: desired state. Every write pokes the controller and is recorded in the
+audit log; a member sees only the deployments of their projects (``services/projects.py``).
 
 Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the bare
 ``/{name}`` routes because names may contain ``/`` (``org/model``).
@@ -17,17 +18,22 @@ from sqlalchemy.orm import Session
 from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.control.endpoints import DeploymentLimits, RoutingPolicy
 from modelyard.control.scheduler import Worker
-from modelyard.errors import InvalidInput
+from modelyard.errors import InvalidInput, NotFound
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api import autoscale as autoscale_api
+from modelyard.server.api.auditing import audit_event
 from modelyard.server.api.common import in_session
+from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
-from modelyard.services import deployments, instances
+from modelyard.server.policy import authorize
+from modelyard.services import deployments, instances, projects
 from modelyard.services.deployment_checks import WorkerModelCheck
 from modelyard.services.deployment_limits import registry_limits
 from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentLimitsBody, DeploymentRequest
+from modelyard.services.roles import sees_every_project
 from modelyard.store.secret_box import SecretBox
+from modelyard.store.tables import Deployment
 
 router = APIRouter(tags=["deployments"])
 
@@ -39,6 +45,10 @@ MAXIMUM_EVENTS = 10_000
 class DeploymentCreate(DeploymentRequest):
     """A deployment to create (or to check with /deployments/preflight): every field is checked
     before anything is stored."""
+
+    project: str | None = Field(
+        default=None, max_length=64, description="the project that owns it; default: 'default'"
+    )
 
 
 class DeploymentChange(BaseModel):
@@ -65,53 +75,85 @@ def _create(
     worker_model_check: WorkerModelCheck | None,
     workers: list[Worker],
 ) -> tuple[dict[str, Any], DeploymentLimits]:
+    project = projects.project_for_new_object(session, body.project, None)
+    request = DeploymentRequest.model_validate(body.model_dump(exclude={"project"}))
     created = deployments.create_deployment(
-        session, body, inventory, secrets, runtimes, worker_model_check, workers
+        session, request, inventory, secrets, runtimes, worker_model_check, workers
     )
-    return deployments.deployment_to_json(created, _now()), registry_limits(created)
+    if created.project_id != project.id:
+        created.project_id = project.id
+        session.commit()
+    return _shown(session, created), registry_limits(created)
+
+
+def _shown(session: Session, deployment: Deployment) -> dict[str, Any]:
+    """The deployment as the API shows it: the service's view and its project's name."""
+    names = projects.project_names(session)
+    return {**deployments.deployment_to_json(deployment, _now()), "project": names.get(deployment.project_id)}
+
+
+def _visible(session: Session, name: str, user: SignedIn) -> Deployment:
+    """The deployment ``name``; ``NotFound`` for a member when it is not in one of their projects."""
+    deployment = deployments.get_deployment(session, name)
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    if visible is not None and deployment.project_id not in visible:
+        raise NotFound(
+            f"no deployment named {name!r} in your projects", hint="GET /api/v1/deployments lists yours"
+        )
+    return deployment
 
 
 def _limit(
     session: Session, name: str, limits: DeploymentLimitsBody
 ) -> tuple[dict[str, Any], DeploymentLimits]:
     changed = deployments.set_limits(session, name, limits.model_dump())
-    return deployments.deployment_to_json(changed, _now()), registry_limits(changed)
+    return _shown(session, changed), registry_limits(changed)
 
 
-def _list(session: Session) -> list[dict[str, Any]]:
-    return [deployments.deployment_to_json(item, _now()) for item in deployments.list_deployments(session)]
+def _list(session: Session, user: SignedIn) -> list[dict[str, Any]]:
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    return [
+        _shown(session, item)
+        for item in deployments.list_deployments(session)
+        if visible is None or item.project_id in visible
+    ]
 
 
-def _show(session: Session, name: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.get_deployment(session, name), _now())
+def _show(session: Session, name: str, user: SignedIn) -> dict[str, Any]:
+    return _shown(session, _visible(session, name, user))
 
 
 def _scale(session: Session, name: str, replicas: int, inventory: GpuInventory) -> dict[str, Any]:
-    return deployments.deployment_to_json(
-        deployments.scale_deployment(session, name, replicas, inventory), _now()
-    )
+    return _shown(session, deployments.scale_deployment(session, name, replicas, inventory))
 
 
 def _route(session: Session, name: str, routing: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.set_routing(session, name, routing), _now())
+    return _shown(session, deployments.set_routing(session, name, routing))
 
 
 def _set_state(session: Session, name: str, desired_state: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.set_desired_state(session, name, desired_state), _now())
+    return _shown(session, deployments.set_desired_state(session, name, desired_state))
 
 
-def _events(session: Session, name: str, limit: int) -> list[dict[str, Any]]:
+def _events(session: Session, name: str, limit: int, user: SignedIn) -> list[dict[str, Any]]:
+    # Events outlive their deployment: only a member is asked for it to be in one of their projects.
+    if not sees_every_project(user.role):
+        _visible(session, name, user)
     return [instances.event_to_json(event) for event in instances.list_events(session, name, limit)]
 
 
 @router.get("/deployments")
-async def list_deployments(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
-    return await in_session(context, _list)
+async def list_deployments(
+    context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> list[dict[str, Any]]:
+    return await in_session(context, _list, user)
 
 
 @router.post("/deployments", status_code=201)
 async def create_deployment(
-    body: DeploymentCreate, context: ServerContext = Depends(server_context)
+    body: DeploymentCreate,
+    context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
     cluster = context.cluster
     result, limits = await in_session(
@@ -127,20 +169,28 @@ async def create_deployment(
     context.endpoints.set_routing(result["name"], body.routing)
     context.endpoints.set_limits(result["name"], limits)
     context.controller.poke()
+    details = {field: result.get(field) for field in ("model", "backend", "backend_version", "replicas")}
+    await audit_event(context, user, "create", "deployment", result["name"], result["project"], details)
     return result
 
 
 @router.post("/deployments/{name:path}/stop")
-async def stop_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+async def stop_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
     result = await in_session(context, _set_state, name, "stopped")
     context.controller.poke()
+    await audit_event(context, user, "stop", "deployment", name, result.get("project"))
     return result
 
 
 @router.post("/deployments/{name:path}/start")
-async def start_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+async def start_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
     result = await in_session(context, _set_state, name, "running")
     context.controller.poke()
+    await audit_event(context, user, "start", "deployment", name, result.get("project"))
     return result
 
 
@@ -173,18 +223,24 @@ async def list_events(
     name: str,
     limit: int = Query(default=200, ge=1, le=MAXIMUM_EVENTS, description="how many of the newest events"),
     context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> list[dict[str, Any]]:
-    return await in_session(context, _events, name, limit)
+    return await in_session(context, _events, name, limit, user)
 
 
 @router.get("/deployments/{name:path}")
-async def show_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    return await in_session(context, _show, name)
+async def show_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
+    return await in_session(context, _show, name, user)
 
 
 @router.patch("/deployments/{name:path}")
 async def change_deployment(
-    name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
+    name: str,
+    change: DeploymentChange,
+    context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
     autoscale_given = "autoscale" in change.model_fields_set
     if change.replicas is None and change.routing is None and change.limits is None and not autoscale_given:
@@ -205,11 +261,17 @@ async def change_deployment(
     if change.replicas is not None:
         result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
     context.controller.poke()
+    action = "scale" if change.replicas is not None else "update"
+    details = change.model_dump(exclude_none=True)
+    await audit_event(context, user, action, "deployment", name, result.get("project"), details)
     return result
 
 
 @router.delete("/deployments/{name:path}", status_code=202)
-async def remove_deployment(name: str, context: ServerContext = Depends(server_context)) -> Response:
+async def remove_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> Response:
     result = await in_session(context, _set_state, name, "deleted")
     context.controller.poke()
+    await audit_event(context, user, "delete", "deployment", name, result.get("project"))
     return JSONResponse(result, status_code=202)

@@ -1,7 +1,8 @@
 """The console's pages: server-rendered shells; each page's script reads and writes the REST API
 (``/api/v1``) with the session cookie and the CSRF token, as the CLI does with HTTP Basic.
 
-A page asked for without a session redirects to ``/login?next=<path>``.
+A page asked for without a session redirects to ``/login?next=<path>``; a page the user's role
+may not open (``modelyard.server.policy``) is answered 403 with a page that says so.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from modelyard.server.console.templates import render
+from modelyard.errors import ModelyardError
+from modelyard.server.auth import SignedIn, session_user
+from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.policy import access_for, check_page
 from modelyard.server.sessions import find_session
 from modelyard.services.console_key import console_key_file, ensure_console_key
+from modelyard.services.roles import may
 
 router = APIRouter(include_in_schema=False)
 
@@ -28,6 +33,23 @@ async def _page(
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+    user: SignedIn | None = None
+    try:
+        user = await run_in_threadpool(session_user, context, session.user_id)
+        check_page(request, user)
+    except ModelyardError as refusal:
+        return render(
+            request,
+            "forbidden.html",
+            title="Not allowed",
+            page="",
+            status_code=refusal.http_status,
+            csrf_token=session.csrf_token,
+            username=session.username,
+            message=refusal.message,
+            hint=refusal.hint or "",
+            navigation=_navigation(user) if user is not None else (),
+        )
     return render(
         request,
         template,
@@ -35,7 +57,16 @@ async def _page(
         page=page,
         csrf_token=session.csrf_token,
         username=session.username,
+        role=user.role.value,
+        navigation=_navigation(user),
         **values,
+    )
+
+
+def _navigation(user: SignedIn) -> tuple[tuple[str, str, str], ...]:
+    """The sections the user's role may open (the others are not offered)."""
+    return tuple(
+        entry for entry in NAVIGATION if (access := access_for("GET", entry[1])) and may(user.role, access)
     )
 
 
@@ -127,6 +158,11 @@ async def keys(request: Request, context: ServerContext = Depends(server_context
 @router.get("/usage")
 async def usage(request: Request, context: ServerContext = Depends(server_context)) -> Response:
     return await _page(request, context, "usage.html", "Usage", "usage")
+
+
+@router.get("/audit")
+async def audit(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "audit.html", "Audit log", "audit")
 
 
 @router.get("/account")

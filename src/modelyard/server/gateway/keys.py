@@ -33,6 +33,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from modelyard.server.gateway.limits import KeyLimits
+from modelyard.server.gateway.project_limits import ProjectLimits
 from modelyard.services.key_hashing import hash_key
 from modelyard.store.database import Database
 from modelyard.store.tables import ApiKey
@@ -50,6 +51,8 @@ class KeyFacts:
     allowed_deployments: frozenset[str] | None
     revoked: bool
     limits: KeyLimits = field(default_factory=KeyLimits)
+    # The key's project's quotas (``project_limits.py``); None: a project without any.
+    project: ProjectLimits | None = None
 
     def may_use(self, deployment_name: str) -> bool:
         return self.allowed_deployments is None or deployment_name in self.allowed_deployments
@@ -169,6 +172,14 @@ class KeyCache:
             if record is None:
                 return None
             allowed = record.allowed_deployments
+            project = record.project
+            quotas = ProjectLimits(
+                project_id=project.id,
+                name=project.name,
+                tokens_per_day=project.tokens_per_day,
+                tokens_per_month=project.tokens_per_month,
+                max_concurrent_requests=project.max_concurrent_requests,
+            )
             return KeyFacts(
                 id=record.id,
                 name=record.name,
@@ -181,6 +192,7 @@ class KeyCache:
                     token_quota=record.token_quota,
                     quota_period="month" if record.quota_period == "month" else "day",
                 ),
+                project=quotas if quotas.any else None,
             )
 
     async def flush_last_used(self) -> None:
