@@ -131,6 +131,7 @@ ROUTE_ACCESS: dict[str, Access] = {
     "GET /api/openapi.json": P,
     "GET /api/docs": P,
     "GET /console/vendor/plotly.min.js": P,
+    "GET /console/vendor/plotly.css": P,
     "GET /metrics": P,
 }
 # Mounted folders of static files: everything under them is public.
