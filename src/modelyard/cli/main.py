@@ -93,8 +93,8 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "keys": CommandEntry(("modelyard.cli.keys",), "API keys for the gateway (/v1).", _SERVER),
     "usage": CommandEntry(
-        ("modelyard.cli.keys",),
-        "Requests and tokens by API key and deployment, as the gateway metered them.",
+        ("modelyard.cli.usage",),
+        "Requests, tokens and errors by project, user, key or deployment, as the gateway metered them.",
         _SERVER,
     ),
     "password": CommandEntry(("modelyard.cli.account",), "Change the admin password.", _SERVER),

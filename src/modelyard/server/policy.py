@@ -80,6 +80,7 @@ ROUTE_ACCESS: dict[str, Access] = {
     "DELETE /api/v1/keys/{name:path}": M,
     # Usage: a member's projects' keys
     "GET /api/v1/usage/timeline": M,
+    "GET /api/v1/usage/report": M,
     "GET /api/v1/usage": M,
     # Benchmarks, workers, the estimator's observations
     "GET /api/v1/benchmarks": O,
@@ -136,6 +137,7 @@ ROUTE_ACCESS: dict[str, Access] = {
     "GET /api/openapi.json": P,
     "GET /api/docs": P,
     "GET /console/vendor/plotly.min.js": P,
+    "GET /console/vendor/plotly.css": P,
     "GET /metrics": P,
 }
 # Mounted folders of static files: everything under them is public.

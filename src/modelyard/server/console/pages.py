@@ -16,6 +16,8 @@ from starlette.responses import RedirectResponse, Response
 
 from modelyard.errors import ModelyardError
 from modelyard.server.auth import SignedIn, session_user
+from modelyard.server.console.assets import PLOTLY_JS
+from modelyard.server.console.plotly_styles import bundle_style_ids
 from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.policy import access_for, check_page
@@ -157,7 +159,8 @@ async def keys(request: Request, context: ServerContext = Depends(server_context
 
 @router.get("/usage")
 async def usage(request: Request, context: ServerContext = Depends(server_context)) -> Response:
-    return await _page(request, context, "usage.html", "Usage", "usage")
+    styles = bundle_style_ids(PLOTLY_JS)
+    return await _page(request, context, "usage.html", "Usage", "usage", plotly_style_ids=styles)
 
 
 @router.get("/audit")
