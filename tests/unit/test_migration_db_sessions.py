@@ -1,7 +1,7 @@
-"""Revision 0013 on a database written before it (a single-admin installation, at 0012 after
+"""Revision 0014 on a database written before it (a single-admin installation, at 0013 after
 tests/unit/test_migration_teams.py's upgrade from 0011): the admin and their keys stay, a session
 and a provider's identity can be stored for them, deleting the user deletes both, and a downgrade
-drops the two tables again. On a SQLite file and on PostgreSQL. Revision 0013 follows 0012 and is
+drops the two tables again. On a SQLite file and on PostgreSQL. Revision 0014 follows 0013 and is
 the one head of the history."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from modelyard.store.sign_in_tables import ConsoleSessionRow, ExternalIdentity
 from modelyard.store.tables import ApiKey, User
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
-BEFORE = "0012_teams_projects_audit"
+BEFORE = "0013_teams_projects_audit"
 
 
 def _migrate(url: str, revision: str, *, down: bool = False) -> None:
@@ -37,7 +37,7 @@ def test_the_admin_and_keys_stay_and_sessions_can_be_stored(database_url: str) -
         session.add(ApiKey(name="team", prefix="my-1234", key_hash="0" * 64))
         session.commit()
     database.close()
-    database = Database.open(database_url)  # to head: 0013 and whatever follows it
+    database = Database.open(database_url)  # to head: 0014 and whatever follows it
     try:
         with database.session() as session:
             admin = session.scalars(sa.select(User)).one()
@@ -73,5 +73,6 @@ def test_the_admin_and_keys_stay_and_sessions_can_be_stored(database_url: str) -
 
 def test_the_history_has_one_head_after_the_sessions_revision() -> None:
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
-    assert script.get_heads() == ["0013_db_sessions"]
-    assert script.get_revision("0013_db_sessions").down_revision == BEFORE
+    assert script.get_heads() == ["0014_db_sessions"]
+    assert script.get_revision("0014_db_sessions").down_revision == BEFORE
+    assert script.get_revision(BEFORE).down_revision == "0012_autoscale"

@@ -1,7 +1,8 @@
-"""Revision 0012 on a database holding an installation of 0011 (one admin, a model, a deployment
-with an instance, a key with limits, usage rows): every row is still there and reachable, the
-admin is an ``admin``, the deployment and the key are in the project ``default``, and new keys
-and deployments go there too. A downgrade gives back 0011's tables. On a SQLite file and on
+"""Revision 0013 (teams) on a database holding an installation of 0011 (one admin, a model, a
+deployment with an instance, a key with limits, usage rows), upgraded through 0012 (autoscale):
+every row is still there and reachable, the admin is an ``admin``, the deployment and the key are
+in the project ``default``, and new keys and deployments go there too. A downgrade to 0012 gives
+back its tables, the deployment's autoscale column included. On a SQLite file and on
 PostgreSQL."""
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _installation_at_0011(url: str) -> None:
 
 def test_an_installation_at_0011_keeps_every_row_in_the_default_project(database_url: str) -> None:
     _installation_at_0011(database_url)
-    database = Database.open(database_url)  # upgrades to the head, through 0012
+    database = Database.open(database_url)  # upgrades to the head, through 0012 and 0013
     try:
         with database.session() as session:
             [project] = session.scalars(sa.select(Project)).all()
@@ -190,12 +191,13 @@ def test_an_installation_at_0011_keeps_every_row_in_the_default_project(database
             assert created.record.project_id == project.id
     finally:
         database.close()
-    _migrate(database_url, "0011_start_observations", down=True)
+    _migrate(database_url, "0012_autoscale", down=True)
     engine = create_database_engine(database_url)
     inspector = sa.inspect(engine)
     assert not {"projects", "project_members", "audit_events"} & set(inspector.get_table_names())
     assert "project_id" not in {column["name"] for column in inspector.get_columns("api_keys")}
     assert "role" not in {column["name"] for column in inspector.get_columns("users")}
+    assert "autoscale" in {column["name"] for column in inspector.get_columns("deployments")}
     with engine.connect() as connection:
         assert connection.scalar(sa.text("SELECT count(*) FROM usage_records")) == 3
         assert connection.scalar(sa.text("SELECT count(*) FROM api_keys")) == 2

@@ -1,7 +1,7 @@
 """Projects: a project owns deployments and API keys; its members see them, and its quotas hold
 for all of its keys together (``server/gateway/project_limits.py``).
 
-The project ``default`` exists from the start (revision 0012 put every older deployment and key
+The project ``default`` exists from the start (revision 0013 put every older deployment and key
 in it) and cannot be removed. Admins and operators see every project; a member sees the projects
 they belong to (``visible_project_ids``).
 

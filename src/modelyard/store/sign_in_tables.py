@@ -1,6 +1,6 @@
 """The tables of signing in: console sessions, and the accounts of an OpenID Connect provider.
 
-Kept apart from ``tables.py`` (same ``Base``, same Alembic history: revision ``0013_db_sessions``).
+Kept apart from ``tables.py`` (same ``Base``, same Alembic history: revision ``0014_db_sessions``).
 
 - ``console_sessions``: one row per signed-in browser. Only the SHA-256 of the session token is
   stored (the cookie holds the token), so a copy of the database opens no session.

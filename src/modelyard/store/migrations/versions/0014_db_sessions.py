@@ -1,7 +1,7 @@
 """db_sessions: console sessions in the database (token digests only), OpenID Connect identities
 
-Revision ID: 0013_db_sessions
-Revises: 0012_teams_projects_audit
+Revision ID: 0014_db_sessions
+Revises: 0013_teams_projects_audit
 Create Date: 2026-12-07 05:45:00
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013_db_sessions"
-down_revision = "0012_teams_projects_audit"
+revision = "0014_db_sessions"
+down_revision = "0013_teams_projects_audit"
 branch_labels = None
 depends_on = None
 

@@ -4,8 +4,8 @@ Every installation before this revision had one kind of user, an administrator: 
 user becomes ``admin``. Every existing deployment and API key goes into the project ``default``,
 so keys, deployments and usage rows are all kept and reachable as before.
 
-Revision ID: 0012_teams_projects_audit
-Revises: 0011_start_observations
+Revision ID: 0013_teams_projects_audit
+Revises: 0012_autoscale
 Create Date: 2026-12-07 05:40:00
 """
 
@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012_teams_projects_audit"
-down_revision = "0011_start_observations"
+revision = "0013_teams_projects_audit"
+down_revision = "0012_autoscale"
 branch_labels = None
 depends_on = None
 
