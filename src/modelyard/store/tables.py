@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sqlalchemy import (
     JSON,
@@ -86,6 +86,9 @@ class User(Base):
 
 
 DEFAULT_PROJECT = "default"
+# ``api_keys.reach``: which deployments the gateway lets a key reach (external API: key listings).
+KeyReach = Literal["project", "member_projects", "every_project"]
+KEY_REACHES: tuple[KeyReach, ...] = ("project", "member_projects", "every_project")
 
 
 class Project(Base):
@@ -153,6 +156,10 @@ class ApiKey(Base):
     )
     project: Mapped[Project] = relationship(lazy="joined")
     owner: Mapped[User | None] = relationship(lazy="joined")
+    # Which deployments the gateway lets the key reach (``KeyReach``): its project's ("project"),
+    # those of its owner's projects ("member_projects": a member's playground key) or every
+    # project's ("every_project": the console's own key, used by admins and operators).
+    reach: Mapped[str] = mapped_column(String(16), default="project", server_default="project")
     # None: every deployment. A list: only these deployment names.
     allowed_deployments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)

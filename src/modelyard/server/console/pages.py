@@ -22,8 +22,13 @@ from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.policy import access_for, check_page
 from modelyard.server.sessions import find_session
-from modelyard.services.console_key import console_key_file, ensure_console_key
-from modelyard.services.roles import may
+from modelyard.services.console_key import (
+    console_key_file,
+    ensure_console_key,
+    ensure_playground_key,
+    playground_key_file,
+)
+from modelyard.services.roles import may, sees_every_project
 
 router = APIRouter(include_in_schema=False)
 
@@ -114,9 +119,16 @@ async def workers(request: Request, context: ServerContext = Depends(server_cont
     return await _page(request, context, "workers.html", "Workers", "workers")
 
 
-def _console_key(context: ServerContext) -> str:
+def _playground_key(context: ServerContext, user_id: int) -> str:
+    """The gateway key the user's playground sends: the console's own (every project's
+    deployments) for admins and operators, a member's own for a member (their projects' only)."""
+    user = session_user(context, user_id)
+    data_dir = context.settings.data_dir
     with context.database.session() as session:
-        key, created = ensure_console_key(session, console_key_file(context.settings.data_dir))
+        if sees_every_project(user.role):
+            key, created = ensure_console_key(session, console_key_file(data_dir))
+        else:
+            key, created = ensure_playground_key(session, playground_key_file(data_dir, user.id), user.id)
     if created:
         context.key_cache.invalidate()
     return key
@@ -125,8 +137,8 @@ def _console_key(context: ServerContext) -> str:
 @router.get("/playground")
 async def playground(request: Request, context: ServerContext = Depends(server_context)) -> Response:
     session = await run_in_threadpool(find_session, request, context)
-    # The key is made only for a signed-in admin (``_page`` redirects everyone else).
-    key = await run_in_threadpool(_console_key, context) if session is not None else ""
+    # A key is made only for a signed-in user (``_page`` redirects everyone else).
+    key = await run_in_threadpool(_playground_key, context, session.user_id) if session is not None else ""
     return await _page(request, context, "playground.html", "Playground", "playground", console_key=key)
 
 

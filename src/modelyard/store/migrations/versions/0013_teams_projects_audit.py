@@ -1,5 +1,8 @@
 """users.role and users.disabled, projects (owning deployments and keys), project members, the audit log
 
+An API key reaches the deployments of its project (``api_keys.reach``: ``project``); the console's
+own key every project's, a member's playground key those of the member's projects.
+
 Every installation before this revision had one kind of user, an administrator: every existing
 user becomes ``admin``. Every existing deployment and API key goes into the project ``default``,
 so keys, deployments and usage rows are all kept and reachable as before.
@@ -94,6 +97,9 @@ def upgrade() -> None:
                 batch.add_column(sa.Column("project_id", sa.Integer(), nullable=True))
                 if table_name == "api_keys":
                     batch.add_column(sa.Column("owner_id", sa.Integer(), nullable=True))
+                    batch.add_column(
+                        sa.Column("reach", sa.String(16), nullable=False, server_default="project")
+                    )
             table = sa.table(table_name, sa.column("project_id", sa.Integer()))
             op.execute(table.update().values(project_id=default_id))
             with op.batch_alter_table(table_name) as batch:
@@ -124,6 +130,7 @@ def downgrade() -> None:
                 if table_name == "api_keys":
                     batch.drop_constraint("fk_api_keys_owner_id", type_="foreignkey")
                     batch.drop_column("owner_id")
+                    batch.drop_column("reach")
                 batch.drop_index(f"ix_{table_name}_project_id")
                 batch.drop_constraint(f"fk_{table_name}_project_id", type_="foreignkey")
                 batch.drop_column("project_id")
