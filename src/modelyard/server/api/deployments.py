@@ -8,6 +8,7 @@ Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -22,7 +23,7 @@ from modelyard.errors import InvalidInput, NotFound
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api import autoscale as autoscale_api
-from modelyard.server.api.auditing import audit_event
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
 from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
@@ -135,6 +136,28 @@ def _set_state(session: Session, name: str, desired_state: str) -> dict[str, Any
     return _shown(session, deployments.set_desired_state(session, name, desired_state))
 
 
+def _change(
+    session: Session, name: str, change: DeploymentChange, autoscale_given: bool, inventory: GpuInventory
+) -> tuple[dict[str, Any], DeploymentLimits | None]:
+    """Every part of one PATCH in one transaction (with its audit row: ``in_audited_session``)."""
+    result: dict[str, Any] = {}
+    limits: DeploymentLimits | None = None
+    if autoscale_given:
+        result = autoscale_api.set_deployment_autoscale(session, name, change.autoscale)
+    if change.limits is not None:
+        result, limits = _limit(session, name, change.limits)
+    if change.routing is not None:
+        result = _route(session, name, change.routing)
+    if change.replicas is not None:
+        result = _scale(session, name, change.replicas, inventory)
+    return result, limits
+
+
+def _entry(action: str, name: str) -> Callable[[dict[str, Any]], list[AuditEntry]]:
+    """The audit row of a change to deployment ``name`` whose result is its JSON."""
+    return lambda shown: [AuditEntry(action, "deployment", name, shown.get("project"))]
+
+
 def _events(session: Session, name: str, limit: int, user: SignedIn) -> list[dict[str, Any]]:
     # Events outlive their deployment: only a member is asked for it to be in one of their projects.
     if not sees_every_project(user.role):
@@ -156,8 +179,15 @@ async def create_deployment(
     user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
     cluster = context.cluster
-    result, limits = await in_session(
+
+    def audited(created: tuple[dict[str, Any], DeploymentLimits]) -> list[AuditEntry]:
+        shown = created[0]
+        details = {field: shown.get(field) for field in ("model", "backend", "backend_version", "replicas")}
+        return [AuditEntry("create", "deployment", shown["name"], shown["project"], details)]
+
+    result, limits = await in_audited_session(
         context,
+        user,
         _create,
         body,
         context.controller.gpu_inventory(),
@@ -165,12 +195,13 @@ async def create_deployment(
         context.runtimes,
         cluster.model_directory_problems if cluster is not None else None,
         context.controller.workers(),
+        audit_entries=audited,
     )
     context.endpoints.set_routing(result["name"], body.routing)
     context.endpoints.set_limits(result["name"], limits)
+    # Keys of the deployment's project reach it from now on (``KeyFacts.reaches``).
+    context.key_cache.invalidate()
     context.controller.poke()
-    details = {field: result.get(field) for field in ("model", "backend", "backend_version", "replicas")}
-    await audit_event(context, user, "create", "deployment", result["name"], result["project"], details)
     return result
 
 
@@ -178,9 +209,10 @@ async def create_deployment(
 async def stop_deployment(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    result = await in_session(context, _set_state, name, "stopped")
+    result = await in_audited_session(
+        context, user, _set_state, name, "stopped", audit_entries=_entry("stop", name)
+    )
     context.controller.poke()
-    await audit_event(context, user, "stop", "deployment", name, result.get("project"))
     return result
 
 
@@ -188,9 +220,10 @@ async def stop_deployment(
 async def start_deployment(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    result = await in_session(context, _set_state, name, "running")
+    result = await in_audited_session(
+        context, user, _set_state, name, "running", audit_entries=_entry("start", name)
+    )
     context.controller.poke()
-    await audit_event(context, user, "start", "deployment", name, result.get("project"))
     return result
 
 
@@ -249,21 +282,25 @@ async def change_deployment(
             hint='send {"replicas": N}, {"routing": "prefix"}, {"limits": {"requests_per_minute": N}} '
             'or {"autoscale": {...}}',
         )
-    result: dict[str, Any] = {}
-    if autoscale_given:
-        result = await in_session(context, autoscale_api.set_deployment_autoscale, name, change.autoscale)
-    if change.limits is not None:
-        result, limits = await in_session(context, _limit, name, change.limits)
-        context.endpoints.set_limits(name, limits)
-    if change.routing is not None:
-        result = await in_session(context, _route, name, change.routing)
-        context.endpoints.set_routing(name, change.routing)
-    if change.replicas is not None:
-        result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
-    context.controller.poke()
     action = "scale" if change.replicas is not None else "update"
     details = change.model_dump(exclude_none=True)
-    await audit_event(context, user, action, "deployment", name, result.get("project"), details)
+    result, limits = await in_audited_session(
+        context,
+        user,
+        _change,
+        name,
+        change,
+        autoscale_given,
+        context.controller.gpu_inventory(),
+        audit_entries=lambda changed: [
+            AuditEntry(action, "deployment", name, changed[0].get("project"), details)
+        ],
+    )
+    if limits is not None:
+        context.endpoints.set_limits(name, limits)
+    if change.routing is not None:
+        context.endpoints.set_routing(name, change.routing)
+    context.controller.poke()
     return result
 
 
@@ -271,7 +308,9 @@ async def change_deployment(
 async def remove_deployment(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> Response:
-    result = await in_session(context, _set_state, name, "deleted")
+    result = await in_audited_session(
+        context, user, _set_state, name, "deleted", audit_entries=_entry("delete", name)
+    )
+    context.key_cache.invalidate()
     context.controller.poke()
-    await audit_event(context, user, "delete", "deployment", name, result.get("project"))
     return JSONResponse(result, status_code=202)

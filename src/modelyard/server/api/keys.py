@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from modelyard.errors import Forbidden, NotFound
-from modelyard.server.api.auditing import audit_event
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
 from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
@@ -136,10 +136,16 @@ async def create_key(
         token_quota=request.token_quota,
         quota_period=request.quota_period,
     )
-    key, shown = await in_session(context, _create, request, limits, user)
+
+    def audited(created: tuple[str, dict[str, Any]]) -> list[AuditEntry]:
+        shown = created[1]
+        details = {"allowed_deployments": shown["allowed_deployments"], "limits": shown["limits"]}
+        return [AuditEntry("create", "key", request.name, shown["project"], details)]
+
+    key, shown = await in_audited_session(
+        context, user, _create, request, limits, user, audit_entries=audited
+    )
     context.key_cache.invalidate()
-    details = {"allowed_deployments": shown["allowed_deployments"], "limits": shown["limits"]}
-    await audit_event(context, user, "create", "key", request.name, shown["project"], details)
     return {**shown, "key": key}
 
 
@@ -148,9 +154,17 @@ async def rotate_key(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
     """A new secret for the key (returned once); the old secret is refused from now on."""
-    key, shown = await in_session(context, _rotate, name, user)
+    key, shown = await in_audited_session(
+        context,
+        user,
+        _rotate,
+        name,
+        user,
+        audit_entries=lambda rotated: [
+            AuditEntry("rotate", "key", name, rotated[1]["project"], {"prefix": rotated[1]["prefix"]})
+        ],
+    )
     context.key_cache.invalidate()
-    await audit_event(context, user, "rotate", "key", name, shown["project"], {"prefix": shown["prefix"]})
     return {**shown, "key": key}
 
 
@@ -158,7 +172,13 @@ async def rotate_key(
 async def revoke_key(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    shown = await in_session(context, _revoke, name, user)
+    shown = await in_audited_session(
+        context,
+        user,
+        _revoke,
+        name,
+        user,
+        audit_entries=lambda revoked: [AuditEntry("revoke", "key", name, revoked["project"])],
+    )
     context.key_cache.invalidate()
-    await audit_event(context, user, "revoke", "key", name, shown["project"])
     return shown

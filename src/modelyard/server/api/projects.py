@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from modelyard.server.api.auditing import audit_event
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
 from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
@@ -91,9 +91,16 @@ async def show_project(
 async def create_project(
     body: ProjectCreate, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    shown = await in_session(context, _create, body)
+    shown = await in_audited_session(
+        context,
+        user,
+        _create,
+        body,
+        audit_entries=lambda created: [
+            AuditEntry("create", "project", body.name, body.name, {"quotas": created["quotas"]})
+        ],
+    )
     context.key_cache.invalidate()
-    await audit_event(context, user, "create", "project", body.name, body.name, {"quotas": shown["quotas"]})
     return shown
 
 
@@ -104,11 +111,18 @@ async def update_project(
     context: ServerContext = Depends(server_context),
     user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
-    shown, changed = await in_session(context, _update, name, body)
+    shown, _changed = await in_audited_session(
+        context,
+        user,
+        _update,
+        name,
+        body,
+        audit_entries=lambda updated: (
+            [AuditEntry("update", "project", name, name, updated[1])] if updated[1] else []
+        ),
+    )
     # The gateway reads a project's quotas with its keys.
     context.key_cache.invalidate()
-    if changed:
-        await audit_event(context, user, "update", "project", name, name, changed)
     return shown
 
 
@@ -116,8 +130,14 @@ async def update_project(
 async def delete_project(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> Response:
-    await in_session(context, projects.delete_project, name)
-    await audit_event(context, user, "delete", "project", name, name)
+    await in_audited_session(
+        context,
+        user,
+        projects.delete_project,
+        name,
+        audit_entries=lambda _deleted: [AuditEntry("delete", "project", name, name)],
+    )
+    context.key_cache.invalidate()
     return Response(status_code=204)
 
 
@@ -128,8 +148,18 @@ async def add_member(
     context: ServerContext = Depends(server_context),
     user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
-    if await in_session(context, projects.add_member, name, username):
-        await audit_event(context, user, "join", "project", name, name, {"member": username})
+    await in_audited_session(
+        context,
+        user,
+        projects.add_member,
+        name,
+        username,
+        audit_entries=lambda added: (
+            [AuditEntry("join", "project", name, name, {"member": username})] if added else []
+        ),
+    )
+    # A member's playground key reaches their projects' deployments (``KeyFacts.reaches``).
+    context.key_cache.invalidate()
     return await in_session(context, _show, name, user)
 
 
@@ -140,6 +170,15 @@ async def remove_member(
     context: ServerContext = Depends(server_context),
     user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
-    if await in_session(context, projects.remove_member, name, username):
-        await audit_event(context, user, "leave", "project", name, name, {"member": username})
+    await in_audited_session(
+        context,
+        user,
+        projects.remove_member,
+        name,
+        username,
+        audit_entries=lambda removed: (
+            [AuditEntry("leave", "project", name, name, {"member": username})] if removed else []
+        ),
+    )
+    context.key_cache.invalidate()
     return await in_session(context, _show, name, user)

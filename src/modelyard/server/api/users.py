@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from modelyard.server.api.auditing import audit_event
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
 from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
@@ -77,9 +77,15 @@ async def show_me(
 async def create_user(
     body: UserCreate, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    shown = await in_session(context, _create, body)
-    await audit_event(context, user, "create", "user", body.username, None, {"role": body.role.value})
-    return shown
+    return await in_audited_session(
+        context,
+        user,
+        _create,
+        body,
+        audit_entries=lambda _shown: [
+            AuditEntry("create", "user", body.username, None, {"role": body.role.value})
+        ],
+    )
 
 
 @router.patch("/users/{username}")
@@ -89,19 +95,35 @@ async def update_user(
     context: ServerContext = Depends(server_context),
     user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
-    shown, changed = await in_session(context, _update, username, body)
-    if "role" in changed:
-        await audit_event(context, user, "role", "user", username, None, changed["role"])
+    shown, _changed = await in_audited_session(
+        context,
+        user,
+        _update,
+        username,
+        body,
+        audit_entries=lambda updated: _user_entries(username, updated[1]),
+    )
+    return shown
+
+
+def _user_entries(username: str, changed: dict[str, Any]) -> list[AuditEntry]:
+    """A role change is its own row (``role``); the rest of a change one ``update`` row."""
+    entries = [AuditEntry("role", "user", username, None, changed["role"])] if "role" in changed else []
     rest = {name: value for name, value in changed.items() if name != "role"}
     if rest:
-        await audit_event(context, user, "update", "user", username, None, rest)
-    return shown
+        entries.append(AuditEntry("update", "user", username, None, rest))
+    return entries
 
 
 @router.delete("/users/{username}", status_code=204)
 async def delete_user(
     username: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> Response:
-    await in_session(context, user_admin.delete_user, username)
-    await audit_event(context, user, "delete", "user", username)
+    await in_audited_session(
+        context,
+        user,
+        user_admin.delete_user,
+        username,
+        audit_entries=lambda _deleted: [AuditEntry("delete", "user", username)],
+    )
     return Response(status_code=204)
