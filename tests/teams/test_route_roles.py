@@ -130,6 +130,48 @@ def test_each_role_opens_the_console_pages_the_matrix_gives_it(
     assert not wrong, "\n".join(wrong)
 
 
+_PAGE_SCRIPT = re.compile(r'<script type="module" src="(/console/static/pages/[a-z_]+\.js)"')
+_PLAIN_GET = re.compile(r'\bapi\("/([a-z_/-]+)"\)')
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_a_page_leaves_out_what_its_script_would_be_refused_for_the_role(
+    team_server: TeamServer, app_routes: set[str], role: Role
+) -> None:
+    """A page's script reads ``api("/gpus")`` into the element ``id="gpus"``: where the role may
+    not ``GET /api/v1/gpus``, the page has no such element, so the script does not ask (the
+    member's dashboard had asked and met a 403 at every poll)."""
+    pages = sorted(
+        route.split(" ", 1)[1]
+        for route in app_routes
+        if route.startswith("GET ")
+        and "{" not in route
+        and not route.split(" ", 1)[1].startswith("/api/")
+        and ROUTE_ACCESS[route] != Access.PUBLIC
+        and may(role, ROUTE_ACCESS[route])
+    )
+    checked: list[str] = []
+    wrong: list[str] = []
+    client = team_server.console_client(role)
+    try:
+        for path in pages:
+            page = client.get(path)
+            assert page.status_code == 200, f"{path}: {page.status_code}"
+            for script in _PAGE_SCRIPT.findall(page.text):
+                for api_path in _PLAIN_GET.findall(client.get(script).text):
+                    route = f"GET /api/v1/{api_path}"
+                    if route not in ROUTE_ACCESS or may(role, ROUTE_ACCESS[route]):
+                        continue
+                    checked.append(f"{path} {route}")
+                    if f'id="{api_path.rsplit("/", 1)[-1]}"' in page.text:
+                        wrong.append(f"{path}: {role}'s page has the section its script fills from {route}")
+    finally:
+        client.close()
+    assert not wrong, "\n".join(wrong)
+    if role == Role.MEMBER:
+        assert "/ GET /api/v1/gpus" in checked
+
+
 def test_without_credentials_every_route_but_the_public_ones_is_refused(
     team_server: TeamServer, app_routes: set[str]
 ) -> None:

@@ -66,8 +66,17 @@ async def _page(
         username=session.username,
         role=user.role.value,
         navigation=_navigation(user),
+        may_call=lambda route: _may_call(user, route),
         **values,
     )
+
+
+def _may_call(user: SignedIn, route: str) -> bool:
+    """Whether the user's role may call ``route`` ("GET /api/v1/gpus"): a page leaves out what
+    its script would only be refused (the dashboard's GPUs for a member)."""
+    method, _, path = route.partition(" ")
+    access = access_for(method, path)
+    return access is not None and may(user.role, access)
 
 
 def _navigation(user: SignedIn) -> tuple[tuple[str, str, str], ...]:
