@@ -19,6 +19,10 @@ from oidc_site.fixture import PROVIDER_PASSWORD, TestProvider
 ADMIN_GROUP = "modelyard-admins"
 OPERATOR_GROUP = "modelyard-operators"
 MEMBER_GROUP = "modelyard-members"
+# Provider groups that make an account a member of a project here (MODELYARD_OIDC_PROJECTS);
+# ``operations`` is never made, so its pair is skipped.
+RESEARCH_GROUP = "ml-research"
+RESEARCH_PROJECT = "research"
 
 
 def oidc_environment(provider: TestProvider, client_id: str, secret_file: Path) -> dict[str, str]:
@@ -31,6 +35,7 @@ def oidc_environment(provider: TestProvider, client_id: str, secret_file: Path) 
         "MODELYARD_OIDC_ADMIN_VALUES": ADMIN_GROUP,
         "MODELYARD_OIDC_OPERATOR_VALUES": OPERATOR_GROUP,
         "MODELYARD_OIDC_MEMBER_VALUES": MEMBER_GROUP,
+        "MODELYARD_OIDC_PROJECTS": f"{RESEARCH_GROUP}={RESEARCH_PROJECT},ml-ops=operations",
     }
 
 

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import InvalidInput
-from modelyard.server.oidc.claims import NoRoleForAccount, role_for_claims, username_for_claims
+from modelyard.server.oidc.claims import (
+    NoRoleForAccount,
+    projects_for_claims,
+    role_for_claims,
+    username_for_claims,
+)
 from modelyard.server.oidc.settings import OidcSettings, RoleMapping
 
 ISSUER = "https://id.example.org/realms/main"
@@ -107,3 +112,26 @@ def test_the_username_comes_from_the_configured_claim_then_email_then_sub() -> N
         == "bob@example.org"
     )
     assert username_for_claims({"sub": "3 4/5"}, "preferred_username") == "3_4_5"
+
+
+def test_project_pairs_map_claim_values_to_projects_read_from_the_role_claim_by_default() -> None:
+    settings = _settings(
+        MODELYARD_OIDC_CLIENT_SECRET="s3cret",
+        MODELYARD_OIDC_ROLE_CLAIM="realm_access.roles",
+        MODELYARD_OIDC_PROJECTS="ml-research=research, ml=research,ml=shared ,*=everyone",
+    )
+    mapping = settings.projects
+    assert mapping.claim == "realm_access.roles"
+    assert mapping.managed == {"research", "shared", "everyone"}
+    claims = {"realm_access": {"roles": ["ml"]}}
+    assert projects_for_claims(claims, mapping) == {"research", "shared", "everyone"}
+    assert projects_for_claims({}, mapping) == {"everyone"}
+
+
+def test_a_project_pair_without_its_equals_sign_is_named() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        _settings(
+            MODELYARD_OIDC_CLIENT_SECRET="s3cret", MODELYARD_OIDC_PROJECTS="ml-research=research,ml-ops"
+        )
+    assert "MODELYARD_OIDC_PROJECTS has 'ml-ops', which is not VALUE=PROJECT" in str(refused.value.message)
+    assert refused.value.hint is not None and "ml-research=research" in refused.value.hint

@@ -5,13 +5,18 @@ whoever names themselves ``admin`` at the provider take the admin's account): a 
 taken gets a suffix (``alice-2``). The account has no usable password (its hash is not scrypt's,
 so no password matches it); its role (``users.role``: admin, operator or member, what
 ``server/policy.py`` decides by) is the claims' at each sign-in, so a change at the provider
-holds from the account's next sign-in. A disabled account is refused. The user made, a role
-changed and the sign-in are recorded in the audit log in the transaction that makes them.
+holds from the account's next sign-in. So do its projects where ``MODELYARD_OIDC_PROJECTS`` maps
+claim values to projects: at each sign-in the account joins the mapped projects its claims give and
+leaves the mapped ones they no longer give (``sync_projects``); a project the mapping does not
+name keeps the memberships an admin gave, and a mapped project that does not exist is skipped
+and named in the log. A disabled account is refused. The user made, a role changed, a project
+joined or left and the sign-in are recorded in the audit log in the transaction that makes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,7 +25,9 @@ from modelyard.errors import Forbidden
 from modelyard.services import audit
 from modelyard.services.roles import Role
 from modelyard.store.sign_in_tables import ExternalIdentity
-from modelyard.store.tables import User, utc_now
+from modelyard.store.tables import Project, ProjectMember, User, utc_now
+
+logger = logging.getLogger(__name__)
 
 # Not a scrypt hash: verify_password refuses every password against it.
 NO_PASSWORD_HASH = "!signed-in-through-oidc"
@@ -33,6 +40,9 @@ class SignedInAccount:
     password_hash: str
     role: str
     created: bool
+    # The projects the claims made it join and leave at this sign-in.
+    joined: tuple[str, ...] = field(default=())
+    left: tuple[str, ...] = field(default=())
 
 
 def _free_username(session: Session, wanted: str) -> str:
@@ -50,11 +60,64 @@ class AccountDisabled(Forbidden):
     code = "account_disabled"
 
 
+def sync_projects(
+    session: Session, user: User, wanted: frozenset[str], managed: frozenset[str], issuer: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Make ``user`` a member of exactly the ``wanted`` projects among the ``managed`` ones (the
+    others untouched), auditing each join and leave; the projects joined and left."""
+    if not managed:
+        return (), ()
+    found = session.scalars(select(Project).where(Project.name.in_(managed)))
+    projects = {project.name: project for project in found}
+    missing = sorted(managed - set(projects))
+    if missing:
+        logger.warning(
+            "MODELYARD_OIDC_PROJECTS names projects that do not exist: %s (create them with "
+            "`modelyard projects create NAME`)",
+            ", ".join(missing),
+        )
+    memberships = {
+        membership.project_id: membership
+        for membership in session.scalars(select(ProjectMember).where(ProjectMember.user_id == user.id))
+    }
+    joined: list[str] = []
+    left: list[str] = []
+    for name, project in sorted(projects.items()):
+        member = project.id in memberships
+        if name in wanted and not member:
+            session.add(ProjectMember(project_id=project.id, user_id=user.id))
+            joined.append(name)
+        elif name not in wanted and member:
+            session.delete(memberships[project.id])
+            left.append(name)
+    for action, names in (("join", joined), ("leave", left)):
+        for name in names:
+            audit.record(
+                session,
+                actor=user.username,
+                action=action,
+                object_type="project",
+                object_name=name,
+                project=name,
+                details={"member": user.username, "by": "the provider's claims", "issuer": issuer},
+            )
+    return tuple(joined), tuple(left)
+
+
 def account_for(
-    session: Session, *, issuer: str, subject: str, username: str, role: Role, address: str | None = None
+    session: Session,
+    *,
+    issuer: str,
+    subject: str,
+    username: str,
+    role: Role,
+    address: str | None = None,
+    projects: frozenset[str] = frozenset(),
+    managed_projects: frozenset[str] = frozenset(),
 ) -> SignedInAccount:
     """The user of ``issuer``/``subject``, made now when it signs in for the first time; its
-    role set from this sign-in's claims. ``AccountDisabled`` for a disabled user (nothing
+    role and its memberships of ``managed_projects`` (``projects`` of them) set from this sign-in's
+    claims. ``AccountDisabled`` for a disabled user (nothing
     changed). Commits, with the audit rows of what it did."""
     identity = session.scalar(
         select(ExternalIdentity).where(ExternalIdentity.issuer == issuer, ExternalIdentity.subject == subject)
@@ -98,6 +161,7 @@ def account_for(
             object_name=user.username,
             details={"from": previous, "to": role.value, "by": "the provider's claims", "issuer": issuer},
         )
+    joined, left = sync_projects(session, user, projects, managed_projects, issuer)
     audit.record(
         session,
         actor=user.username,
@@ -107,4 +171,4 @@ def account_for(
         details={"method": "oidc", "address": address},
     )
     session.commit()
-    return SignedInAccount(user.id, user.username, user.password_hash, role.value, created)
+    return SignedInAccount(user.id, user.username, user.password_hash, role.value, created, joined, left)

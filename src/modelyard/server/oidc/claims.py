@@ -3,6 +3,7 @@
 Usage::
 
     role = role_for_claims({"groups": ["modelyard-admins"]}, settings.roles)   # "admin"
+    wanted = projects_for_claims({"groups": ["ml-research"]}, settings.projects)   # {"research"}
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from modelyard.errors import Forbidden
-from modelyard.server.oidc.settings import ROLES, RoleMapping
+from modelyard.server.oidc.settings import ROLES, ProjectMapping, RoleMapping
 
 MAXIMUM_USERNAME_CHARACTERS = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@+-]")
@@ -54,6 +55,12 @@ def role_for_claims(claims: Mapping[str, Any], mapping: RoleMapping) -> str:
         hint="ask the admin to add one of those values to MODELYARD_OIDC_ADMIN_VALUES, _OPERATOR_VALUES "
         "or _MEMBER_VALUES, or to set MODELYARD_OIDC_DEFAULT_ROLE",
     )
+
+
+def projects_for_claims(claims: Mapping[str, Any], mapping: ProjectMapping) -> frozenset[str]:
+    """The projects (of ``mapping.managed``) the claims make the account a member of."""
+    found = set(claim_values(claims, mapping.claim)) | {"*"}
+    return frozenset(name for value, names in mapping.projects.items() if value in found for name in names)
 
 
 def username_for_claims(claims: Mapping[str, Any], claim: str) -> str:

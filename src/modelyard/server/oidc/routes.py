@@ -30,7 +30,7 @@ from modelyard.errors import ModelyardError
 from modelyard.server.console.signin import login_page, safe_next
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.oidc.accounts import SignedInAccount, account_for
-from modelyard.server.oidc.claims import role_for_claims, username_for_claims
+from modelyard.server.oidc.claims import projects_for_claims, role_for_claims, username_for_claims
 from modelyard.server.oidc.provider import (
     OidcProvider,
     PendingSignIn,
@@ -144,6 +144,8 @@ async def finish_sign_in(
                     username=username,
                     role=role,
                     address=address,
+                    projects=projects_for_claims(claims, settings.projects),
+                    managed_projects=settings.projects.managed,
                 )
 
         account = await run_in_threadpool(sign_in)
@@ -152,6 +154,15 @@ async def finish_sign_in(
     if account.created:
         logger.info(
             "made user %r (role %s) at its first sign-in through %s", account.username, role, settings.issuer
+        )
+    if account.joined or account.left:
+        # A member's playground key reaches their projects' deployments (``KeyFacts.reaches``).
+        context.key_cache.invalidate()
+        logger.info(
+            "user %r joined %s and left %s by the provider's claims",
+            account.username,
+            ", ".join(account.joined) or "no project",
+            ", ".join(account.left) or "none",
         )
     store = store_of(request, context)
     token, _ = await run_in_threadpool(

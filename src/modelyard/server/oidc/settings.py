@@ -11,7 +11,11 @@
 - ``MODELYARD_OIDC_ROLE_CLAIM``: the claim read for roles, a string or a list (default ``groups``);
 - ``MODELYARD_OIDC_ADMIN_VALUES``, ``_OPERATOR_VALUES``, ``_MEMBER_VALUES``: comma-separated claim
   values giving each role (``*``: any account);
-- ``MODELYARD_OIDC_DEFAULT_ROLE``: the role of an account no value matched (default ``none``: refused).
+- ``MODELYARD_OIDC_DEFAULT_ROLE``: the role of an account no value matched (default ``none``: refused);
+- ``MODELYARD_OIDC_PROJECTS``: comma-separated ``VALUE=PROJECT`` pairs: an account whose project
+  claim holds VALUE is a member of PROJECT (``*=PROJECT``: every account), kept in step at each
+  sign-in for the projects named here (other memberships are the admin's and stay);
+- ``MODELYARD_OIDC_PROJECT_CLAIM``: the claim read for projects (default: the role claim).
 
 The secret is never logged nor shown: ``repr`` hides it.
 
@@ -48,6 +52,19 @@ class RoleMapping:
 
 
 @dataclass(frozen=True)
+class ProjectMapping:
+    """Which claim values make an account a member of which projects: ``projects[value]``."""
+
+    claim: str = "groups"
+    projects: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def managed(self) -> frozenset[str]:
+        """The projects whose membership the provider's claims decide."""
+        return frozenset(name for names in self.projects.values() for name in names)
+
+
+@dataclass(frozen=True)
 class OidcSettings:
     issuer: str
     client_id: str
@@ -57,6 +74,7 @@ class OidcSettings:
     redirect_url: str | None = None
     username_claim: str = "preferred_username"
     roles: RoleMapping = field(default_factory=RoleMapping)
+    projects: ProjectMapping = field(default_factory=ProjectMapping)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> OidcSettings | None:
@@ -91,6 +109,7 @@ class OidcSettings:
             role: tuple(value.strip() for value in get(f"{role.upper()}_VALUES").split(",") if value.strip())
             for role in ROLES
         }
+        role_claim = get("ROLE_CLAIM") or "groups"
         return cls(
             issuer=issuer,
             client_id=client_id,
@@ -99,12 +118,32 @@ class OidcSettings:
             display_name=get("NAME") or parts.hostname or issuer,
             redirect_url=get("REDIRECT_URL") or None,
             username_claim=get("USERNAME_CLAIM") or cls.username_claim,
+            projects=ProjectMapping(
+                claim=get("PROJECT_CLAIM") or role_claim, projects=_project_pairs(get("PROJECTS"))
+            ),
             roles=RoleMapping(
-                claim=get("ROLE_CLAIM") or "groups",
+                claim=role_claim,
                 values={role: found for role, found in values.items() if found},
                 default_role=None if default_role == "none" else default_role,  # type: ignore[arg-type]
             ),
         )
+
+
+def _project_pairs(text: str) -> dict[str, tuple[str, ...]]:
+    """``MODELYARD_OIDC_PROJECTS``'s ``VALUE=PROJECT`` pairs, as claim value -> project names."""
+    pairs: dict[str, tuple[str, ...]] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        value, equals, project = (piece.strip() for piece in entry.partition("="))
+        if not equals or not value or not project:
+            raise InvalidInput(
+                f"{ENV_PREFIX}PROJECTS has {entry!r}, which is not VALUE=PROJECT",
+                hint=f"write claim values and project names in pairs, e.g. {ENV_PREFIX}PROJECTS="
+                "ml-research=research,ml-ops=operations (*=PROJECT: every account)",
+            )
+        pairs[value] = (*pairs.get(value, ()), project)
+    return pairs
 
 
 def _client_secret(environ: Mapping[str, str]) -> str:
