@@ -24,7 +24,7 @@ from tiny_engine import TinyEngine, run_tiny_engine
 
 # The one simulated Ray cluster of the session (tests/ray_cluster.py); which tests share a worker
 # under pytest -n (tests/parallel_groups.py).
-pytest_plugins = ["ray_cluster", "parallel_groups", "group_timings"]
+pytest_plugins = ["ray_cluster", "parallel_groups", "group_timings", "oidc_site.fixture"]
 
 POSTGRES_URL_VARIABLE = "MODELYARD_TEST_POSTGRES_URL"
 

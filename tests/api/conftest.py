@@ -131,7 +131,7 @@ def _open_with_admin(database_url: str, settings: Settings, template: AdminTempl
         return Database.open(f"sqlite:///{settings.data_dir / 'modelyard.db'}")
     database = Database.open(database_url)
     with database.session() as session:
-        session.add(User(username="admin", password_hash=template.password_hash, is_admin=True))
+        session.add(User(username="admin", password_hash=template.password_hash, is_admin=True, role="admin"))
         session.commit()
     return database
 

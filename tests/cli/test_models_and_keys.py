@@ -124,10 +124,10 @@ def test_usage_lists_tokens_by_key(live_server: LiveServer) -> None:
         session.flush()
         session.add(UsageRecord(api_key_id=key.id, deployment_name="chat", endpoint="chat", prompt_tokens=12))
         session.commit()
-    result = live_server.cli("usage")
+    result = live_server.cli("usage", "--by", "key")
     assert result.exit_code == 0, result.output
-    assert "ci" in result.stdout and "chat" in result.stdout and "12" in result.stdout
-    rows = json.loads(live_server.cli("usage", "--json").stdout)["rows"]
+    assert "ci" in result.stdout and "12" in result.stdout
+    rows = json.loads(live_server.cli("usage", "--by", "deployment", "--json").stdout)["rows"]
     assert rows[0]["prompt_tokens"] == 12
 
 

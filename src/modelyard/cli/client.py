@@ -1,6 +1,7 @@
 """The CLI's client for the REST API: admin credentials, one-line errors, exit status 1.
 
-Credentials, the first that is there: ``MODELYARD_PASSWORD`` (HTTP Basic ``admin:<password>``),
+Credentials, the first that is there: ``MODELYARD_PASSWORD`` (HTTP Basic ``<user>:<password>``,
+the user ``MODELYARD_USER``, by default ``admin``),
 the CLI token in ``<data-dir>/cli-token`` (``Authorization: Bearer``, written by ``modelyard
 serve`` on this host: no password check per command), the password in
 ``<data-dir>/admin-password``. Any failure is reported as one error (``modelyard.cli.errors``: a line
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["ENV_PASSWORD", "ApiClient", "fail", "read_admin_password", "read_cli_token"]
 
 ENV_PASSWORD = "MODELYARD_PASSWORD"
+# Who signs in with MODELYARD_PASSWORD (another user than the admin: the CLI token is the admin's).
+ENV_USER = "MODELYARD_USER"
 ADMIN_USERNAME = "admin"
 API_PREFIX = "/api/v1"
 REQUEST_TIMEOUT_SECONDS = 60.0
@@ -100,7 +103,7 @@ class ApiClient:
         headers: dict[str, str] = {}
         auth: httpx.Auth | None = None
         if password:
-            auth = httpx.BasicAuth(ADMIN_USERNAME, password)
+            auth = httpx.BasicAuth(os.environ.get(ENV_USER) or ADMIN_USERNAME, password)
         elif token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(

@@ -122,36 +122,6 @@ def revoke(ctx: typer.Context, name: str = typer.Argument(..., help="The key's n
     stdout.print(f"revoked key {name}", highlight=False)
 
 
-def usage(
-    ctx: typer.Context,
-    since: str | None = typer.Option(None, "--since", help="From this time (ISO 8601, e.g. 2026-11-01)."),
-    until: str | None = typer.Option(None, "--until", help="Before this time (ISO 8601)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Requests and tokens by API key and deployment, as the gateway metered them."""
-    params = {name: value for name, value in (("since", since), ("until", until)) if value}
-    report: dict[str, Any] = ApiClient.from_context(ctx).get("/usage", params)
-    if as_json:
-        print_json(report)
-        return
-    print_table(
-        ["KEY", "DEPLOYMENT", "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "NO USAGE", "ERRORS"],
-        [
-            [
-                row["key"] or "(none)",
-                row["deployment"],
-                row["requests"],
-                row["prompt_tokens"],
-                row["completion_tokens"],
-                row["requests_without_usage"],
-                row["errors"],
-            ]
-            for row in report["rows"]
-        ],
-    )
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``modelyard keys ...`` and ``modelyard usage`` to the root app."""
+    """Add ``modelyard keys ...`` to the root app."""
     app.add_typer(keys_app, name="keys")
-    app.command("usage")(usage)

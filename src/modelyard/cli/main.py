@@ -93,11 +93,24 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "keys": CommandEntry(("modelyard.cli.keys",), "API keys for the gateway (/v1).", _SERVER),
     "usage": CommandEntry(
-        ("modelyard.cli.keys",),
-        "Requests and tokens by API key and deployment, as the gateway metered them.",
+        ("modelyard.cli.usage",),
+        "Requests, tokens and errors by project, user, key or deployment, as the gateway metered them.",
         _SERVER,
     ),
     "password": CommandEntry(("modelyard.cli.account",), "Change the admin password.", _SERVER),
+    "audit": CommandEntry(
+        ("modelyard.cli.teams",),
+        "Who created, changed, scaled, stopped or removed what, and when; who made or revoked which key.",
+        _SERVER,
+    ),
+    "users": CommandEntry(
+        ("modelyard.cli.teams",), "Accounts and their roles (admin, operator, member).", _SERVER
+    ),
+    "projects": CommandEntry(
+        ("modelyard.cli.teams",),
+        "Projects: they own deployments and keys; their members see them; quotas for all their keys.",
+        _SERVER,
+    ),
     "models": CommandEntry(
         ("modelyard.cli.models", "modelyard.cli.model_transfers"),
         "Model directories the server can deploy.",

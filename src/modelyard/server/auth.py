@@ -1,5 +1,6 @@
-"""Admin authentication for the REST API: HTTP Basic ``admin:<password>``, the console's session
-cookie with its CSRF token (``modelyard.server.sessions``), or the CLI token.
+"""Who made a REST request: HTTP Basic ``<username>:<password>``, the console's session cookie
+with its CSRF token (``modelyard.server.sessions``), or the CLI token (the admin). What that user
+may do is decided in one place, ``modelyard.server.policy`` (by the user's role).
 
 People log in with the password. It is checked against ``users.password_hash`` (scrypt, see
 ``modelyard.services.password_hashing``); scrypt is slow on purpose, so a successful check is
@@ -13,7 +14,7 @@ file can read ``admin-password`` beside it, so it grants nothing more.
 
 Usage::
 
-    router = APIRouter(dependencies=[Depends(require_admin)])
+    user: SignedIn = Depends(require_user)   # who; server/policy.py's ``authorize`` checks the role
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from modelyard.server.context import ServerContext, server_context
 from modelyard.server.sessions import current_session
 from modelyard.server.throttle import guarded
 from modelyard.services.password_hashing import hash_password, verify_password
+from modelyard.services.roles import Role
 from modelyard.services.users import ADMIN_USERNAME, write_password_file
 from modelyard.store.tables import User
 
@@ -78,11 +80,26 @@ _verified_logins = VerifiedLoginCache()
 
 
 @dataclass(frozen=True)
-class AdminUser:
-    """Who made the request."""
+class SignedIn:
+    """Who made the request, and their role (read from ``users`` at each request)."""
 
     id: int
     username: str
+    role: Role = Role.ADMIN
+
+
+# The name from when every user was an admin.
+AdminUser = SignedIn
+
+
+def _signed_in(user: User) -> SignedIn:
+    """The user as signed in; ``Forbidden`` for a disabled user."""
+    if user.disabled:
+        raise Forbidden(
+            f"user {user.username!r} is disabled",
+            hint="ask an admin to enable the account (modelyard users update NAME --enable)",
+        )
+    return SignedIn(id=user.id, username=user.username, role=Role(user.role))
 
 
 @functools.cache
@@ -110,9 +127,7 @@ def authenticate(context: ServerContext, username: str, password: str) -> AdminU
                 hint="log in as admin with the password from <data-dir>/admin-password",
             )
         _verified_logins.add(fingerprint)
-    if not user.is_admin:
-        raise Forbidden(f"user {username!r} is not an administrator")
-    return AdminUser(id=user.id, username=user.username)
+    return _signed_in(user)
 
 
 def ensure_cli_token(token_file: Path) -> str:
@@ -140,17 +155,26 @@ def authenticate_cli_token(context: ServerContext, token: str) -> AdminUser:
         )
     with context.database.session() as session:
         user = session.scalar(select(User).where(User.username == ADMIN_USERNAME))
-    if user is None or not user.is_admin:
+    if user is None or user.role != Role.ADMIN:
         raise Forbidden(f"user {ADMIN_USERNAME!r} is not an administrator")
-    return AdminUser(id=user.id, username=user.username)
+    return _signed_in(user)
 
 
-def require_admin(
+def session_user(context: ServerContext, user_id: int) -> SignedIn:
+    with context.database.session() as session:
+        user = session.get(User, user_id)
+    if user is None:
+        raise Unauthorized("the console session's user no longer exists", hint="sign in again at /login")
+    return _signed_in(user)
+
+
+def require_user(
     request: Request,
     credentials: HTTPBasicCredentials | None = Depends(_basic),
     context: ServerContext = Depends(server_context),
-) -> AdminUser:
-    """FastAPI dependency (sync: FastAPI runs it in a worker thread, off the event loop)."""
+) -> SignedIn:
+    """FastAPI dependency: who is signed in, or ``Unauthorized`` (sync: FastAPI runs it in a
+    worker thread, off the event loop). It checks no role: ``server/policy.py`` does."""
     # Wrong credentials are counted per client address (server/throttle.py): past a few, the
     # address waits, doubling each time, answered 429 without a scrypt run; loopback never waits.
     address = request.client.host if request.client else None
@@ -161,9 +185,13 @@ def require_admin(
     if credentials is None:
         console_session = current_session(request, context)
         if console_session is not None:
-            return AdminUser(id=console_session.user_id, username=console_session.username)
+            return session_user(context, console_session.user_id)
         raise Unauthorized(
-            "this endpoint needs the admin's credentials (HTTP Basic)",
+            "this endpoint needs credentials (HTTP Basic): the admin's or another user's",
             hint="send admin:<password>; the password is in <data-dir>/admin-password",
         )
     return guarded(throttle, address, authenticate, context, credentials.username, credentials.password)
+
+
+# The name from when every user was an admin (who is signed in; the role is checked elsewhere).
+require_admin = require_user

@@ -34,6 +34,7 @@ def key_to_json(record: ApiKey) -> dict[str, Any]:
         "name": record.name,
         "prefix": record.prefix,
         "allowed_deployments": record.allowed_deployments,
+        "reach": record.reach,
         "created_at": record.created_at.isoformat(),
         "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
         "last_used_at": record.last_used_at.isoformat() if record.last_used_at else None,

@@ -37,8 +37,13 @@ class UsageRow:
 
 
 def usage_by_key_and_deployment(
-    session: Session, since: datetime | None = None, until: datetime | None = None
+    session: Session,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    project_ids: set[int] | None = None,
 ) -> list[UsageRow]:
+    """Usage by key and deployment within ``[since, until)``; ``project_ids``: only requests made
+    with those projects' keys (None: every request, those without a key included)."""
     if since is not None and until is not None and until <= since:
         raise InvalidInput(f"'until' ({until.isoformat()}) must come after 'since' ({since.isoformat()})")
     statement = (
@@ -60,6 +65,8 @@ def usage_by_key_and_deployment(
         statement = statement.where(UsageRecord.at >= since)
     if until is not None:
         statement = statement.where(UsageRecord.at < until)
+    if project_ids is not None:
+        statement = statement.where(ApiKey.project_id.in_(project_ids))
     return [
         UsageRow(
             key=key,

@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from modelyard.errors import InvalidInput
-from modelyard.store.tables import UsageRecord
+from modelyard.store.tables import ApiKey, UsageRecord
 
 MAXIMUM_BUCKETS = 120
 MAXIMUM_MINUTES = 24 * 60
@@ -51,8 +51,17 @@ class UsageTimeline:
         }
 
 
-def usage_timeline(session: Session, *, now: datetime, minutes: int, bucket_seconds: int) -> UsageTimeline:
-    """The last ``minutes`` in buckets of ``bucket_seconds``, oldest first (the last one ends now)."""
+def _of_projects(project_ids: set[int] | None) -> list[ColumnElement[bool]]:
+    if project_ids is None:
+        return []
+    return [UsageRecord.api_key_id.in_(select(ApiKey.id).where(ApiKey.project_id.in_(project_ids)))]
+
+
+def usage_timeline(
+    session: Session, *, now: datetime, minutes: int, bucket_seconds: int, project_ids: set[int] | None = None
+) -> UsageTimeline:
+    """The last ``minutes`` in buckets of ``bucket_seconds``, oldest first (the last one ends now);
+    ``project_ids``: only requests made with those projects' keys (None: every request)."""
     if not 1 <= minutes <= MAXIMUM_MINUTES:
         raise InvalidInput(f"minutes must be between 1 and {MAXIMUM_MINUTES}, got {minutes}")
     if bucket_seconds < 1 or minutes * 60 / bucket_seconds > MAXIMUM_BUCKETS:
@@ -72,7 +81,7 @@ def usage_timeline(session: Session, *, now: datetime, minutes: int, bucket_seco
                 func.coalesce(func.sum(UsageRecord.prompt_tokens), 0),
                 func.coalesce(func.sum(UsageRecord.completion_tokens), 0),
                 func.count(UsageRecord.id).filter(UsageRecord.status_code >= 400),
-            ).where(UsageRecord.at >= start, UsageRecord.at < end)
+            ).where(UsageRecord.at >= start, UsageRecord.at < end, *_of_projects(project_ids))
         ).one()
         buckets.append(
             UsageBucket(

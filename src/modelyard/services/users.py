@@ -46,7 +46,9 @@ def ensure_admin(database: Database, password_file: Path) -> str | None:
             return None
         password = secrets.token_urlsafe(18)
         write_password_file(password_file, password)
-        session.add(User(username=ADMIN_USERNAME, password_hash=hash_password(password), is_admin=True))
+        session.add(
+            User(username=ADMIN_USERNAME, password_hash=hash_password(password), is_admin=True, role="admin")
+        )
         session.commit()
     logger.info("created user %r; its password is in %s", ADMIN_USERNAME, password_file)
     return password

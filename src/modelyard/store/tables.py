@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sqlalchemy import (
     JSON,
@@ -22,9 +22,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
+    false,
+    select,
     true,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 
@@ -71,9 +75,67 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(256))
-    is_admin: Mapped[bool] = mapped_column(default=True)
+    # Kept for older code; ``role`` decides (``modelyard.services.roles``): True exactly for admins.
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    # "admin", "operator" or "member" (``modelyard.services.roles.Role``).
+    role: Mapped[str] = mapped_column(String(16), default="member", server_default="member")
+    # A disabled user cannot sign in; its sessions and the keys it owns stay as they are.
+    disabled: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
     password_changed_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+
+
+DEFAULT_PROJECT = "default"
+# ``api_keys.reach``: which deployments the gateway lets a key reach (external API: key listings).
+KeyReach = Literal["project", "member_projects", "every_project"]
+KEY_REACHES: tuple[KeyReach, ...] = ("project", "member_projects", "every_project")
+
+
+class Project(Base):
+    """A team's share of the platform: it owns deployments and API keys; its members see them.
+
+    The quotas hold for every key of the project together, on top of each key's own limits
+    (``server/gateway/project_limits.py``); None: no limit of that kind."""
+
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    tokens_per_month: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
+
+
+class ProjectMember(Base):
+    """A user's membership of a project (admins and operators see every project anyway)."""
+
+    __tablename__ = "project_members"
+    __table_args__ = (UniqueConstraint("project_id", "user_id", name="uq_project_members_project_user"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+
+
+class AuditEvent(Base):
+    """Who did what to which object, and when (``services/audit.py``). Never holds a secret:
+    ``details`` is what changed, with keys, passwords and tokens left out."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now, index=True)
+    # The username (kept when the user is removed); the CLI token acts as "admin".
+    actor: Mapped[str] = mapped_column(String(64), index=True)
+    # One of ``services/audit.py``'s ACTIONS: "create", "update", "delete", "stop", "login", ...
+    action: Mapped[str] = mapped_column(String(32), index=True)
+    # "deployment", "key", "user", "project", "session".
+    object_type: Mapped[str] = mapped_column(String(32), index=True)
+    object_name: Mapped[str] = mapped_column(String(256), index=True)
+    project: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class ApiKey(Base):
@@ -86,6 +148,18 @@ class ApiKey(Base):
     # The first characters of the key (e.g. "my-3f9a1c"), shown in listings to tell keys apart.
     prefix: Mapped[str] = mapped_column(String(32))
     key_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    # The project the key belongs to (set to ``default`` when not given)
+    # and the user who made it (None: made by the CLI token or before users had keys).
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
+    owner_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True, default=None
+    )
+    project: Mapped[Project] = relationship(lazy="joined")
+    owner: Mapped[User | None] = relationship(lazy="joined")
+    # Which deployments the gateway lets the key reach (``KeyReach``): its project's ("project"),
+    # those of its owner's projects ("member_projects": a member's playground key) or every
+    # project's ("every_project": the console's own key, used by admins and operators).
+    reach: Mapped[str] = mapped_column(String(16), default="project", server_default="project")
     # None: every deployment. A list: only these deployment names.
     allowed_deployments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utc_now)
@@ -240,6 +314,8 @@ class Deployment(Base):
     # Unique for ever: a name deployed again after `rm` is another deployment with its own events.
     uid: Mapped[str] = mapped_column(String(32), unique=True, index=True, default=new_uid)
     name: Mapped[str] = mapped_column(String(128), unique=True)
+    # The project the deployment belongs to (set to ``default`` when not given).
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
     model_file_id: Mapped[int] = mapped_column(ForeignKey("model_files.id"))
     backend: Mapped[str] = mapped_column(String(128))
     backend_version: Mapped[str] = mapped_column(String(64))
@@ -427,3 +503,21 @@ class StartObservationRow(Base):
     logged_activation_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     predicted_non_torch_bytes: Mapped[int] = mapped_column(BigInteger)
     logged_non_torch_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+def _default_project_id(connection: Connection) -> int:
+    project_id = connection.scalar(select(Project.id).where(Project.name == DEFAULT_PROJECT))
+    if project_id is None:
+        raise RuntimeError(
+            f"project {DEFAULT_PROJECT!r} is missing: run the migrations (modelyard serve does)"
+        )
+    return int(project_id)
+
+
+@event.listens_for(ApiKey, "before_insert")
+@event.listens_for(Deployment, "before_insert")
+def _into_default_project(_mapper: Mapper[Any], connection: Connection, target: ApiKey | Deployment) -> None:
+    """A key or deployment made without a project (every path made before projects) goes into
+    ``default``."""
+    if target.project_id is None:
+        target.project_id = _default_project_id(connection)

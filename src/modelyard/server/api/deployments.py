@@ -1,4 +1,5 @@
-"""``/api/v1/deployments``: desired state. Every write pokes the controller.
+"""``/api/v1/deployments``: desired state. Every write pokes the controller and is recorded in the
+audit log; a member sees only the deployments of their projects (``services/projects.py``).
 
 Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the bare
 ``/{name}`` routes because names may contain ``/`` (``org/model``).
@@ -7,6 +8,7 @@ Routes with a suffix (``/stop``, ``/events``, ``/logs``) are declared before the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -17,17 +19,22 @@ from sqlalchemy.orm import Session
 from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.control.endpoints import DeploymentLimits, RoutingPolicy
 from modelyard.control.scheduler import Worker
-from modelyard.errors import InvalidInput
+from modelyard.errors import InvalidInput, NotFound
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.runtimes.selection import RuntimeSet
 from modelyard.server.api import autoscale as autoscale_api
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
+from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
-from modelyard.services import deployments, instances
+from modelyard.server.policy import authorize
+from modelyard.services import deployments, instances, projects
 from modelyard.services.deployment_checks import WorkerModelCheck
 from modelyard.services.deployment_limits import registry_limits
 from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentLimitsBody, DeploymentRequest
+from modelyard.services.roles import sees_every_project
 from modelyard.store.secret_box import SecretBox
+from modelyard.store.tables import Deployment
 
 router = APIRouter(tags=["deployments"])
 
@@ -39,6 +46,10 @@ MAXIMUM_EVENTS = 10_000
 class DeploymentCreate(DeploymentRequest):
     """A deployment to create (or to check with /deployments/preflight): every field is checked
     before anything is stored."""
+
+    project: str | None = Field(
+        default=None, max_length=64, description="the project that owns it; default: 'default'"
+    )
 
 
 class DeploymentChange(BaseModel):
@@ -65,57 +76,118 @@ def _create(
     worker_model_check: WorkerModelCheck | None,
     workers: list[Worker],
 ) -> tuple[dict[str, Any], DeploymentLimits]:
+    project = projects.project_for_new_object(session, body.project, None)
+    request = DeploymentRequest.model_validate(body.model_dump(exclude={"project"}))
     created = deployments.create_deployment(
-        session, body, inventory, secrets, runtimes, worker_model_check, workers
+        session, request, inventory, secrets, runtimes, worker_model_check, workers
     )
-    return deployments.deployment_to_json(created, _now()), registry_limits(created)
+    if created.project_id != project.id:
+        created.project_id = project.id
+        session.commit()
+    return _shown(session, created), registry_limits(created)
+
+
+def _shown(session: Session, deployment: Deployment) -> dict[str, Any]:
+    """The deployment as the API shows it: the service's view and its project's name."""
+    names = projects.project_names(session)
+    return {**deployments.deployment_to_json(deployment, _now()), "project": names.get(deployment.project_id)}
+
+
+def _visible(session: Session, name: str, user: SignedIn) -> Deployment:
+    """The deployment ``name``; ``NotFound`` for a member when it is not in one of their projects."""
+    deployment = deployments.get_deployment(session, name)
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    if visible is not None and deployment.project_id not in visible:
+        raise NotFound(
+            f"no deployment named {name!r} in your projects", hint="GET /api/v1/deployments lists yours"
+        )
+    return deployment
 
 
 def _limit(
     session: Session, name: str, limits: DeploymentLimitsBody
 ) -> tuple[dict[str, Any], DeploymentLimits]:
     changed = deployments.set_limits(session, name, limits.model_dump())
-    return deployments.deployment_to_json(changed, _now()), registry_limits(changed)
+    return _shown(session, changed), registry_limits(changed)
 
 
-def _list(session: Session) -> list[dict[str, Any]]:
-    return [deployments.deployment_to_json(item, _now()) for item in deployments.list_deployments(session)]
+def _list(session: Session, user: SignedIn) -> list[dict[str, Any]]:
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    return [
+        _shown(session, item)
+        for item in deployments.list_deployments(session)
+        if visible is None or item.project_id in visible
+    ]
 
 
-def _show(session: Session, name: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.get_deployment(session, name), _now())
+def _show(session: Session, name: str, user: SignedIn) -> dict[str, Any]:
+    return _shown(session, _visible(session, name, user))
 
 
 def _scale(session: Session, name: str, replicas: int, inventory: GpuInventory) -> dict[str, Any]:
-    return deployments.deployment_to_json(
-        deployments.scale_deployment(session, name, replicas, inventory), _now()
-    )
+    return _shown(session, deployments.scale_deployment(session, name, replicas, inventory))
 
 
 def _route(session: Session, name: str, routing: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.set_routing(session, name, routing), _now())
+    return _shown(session, deployments.set_routing(session, name, routing))
 
 
 def _set_state(session: Session, name: str, desired_state: str) -> dict[str, Any]:
-    return deployments.deployment_to_json(deployments.set_desired_state(session, name, desired_state), _now())
+    return _shown(session, deployments.set_desired_state(session, name, desired_state))
 
 
-def _events(session: Session, name: str, limit: int) -> list[dict[str, Any]]:
+def _change(
+    session: Session, name: str, change: DeploymentChange, autoscale_given: bool, inventory: GpuInventory
+) -> tuple[dict[str, Any], DeploymentLimits | None]:
+    """Every part of one PATCH in one transaction (with its audit row: ``in_audited_session``)."""
+    result: dict[str, Any] = {}
+    limits: DeploymentLimits | None = None
+    if autoscale_given:
+        result = autoscale_api.set_deployment_autoscale(session, name, change.autoscale)
+    if change.limits is not None:
+        result, limits = _limit(session, name, change.limits)
+    if change.routing is not None:
+        result = _route(session, name, change.routing)
+    if change.replicas is not None:
+        result = _scale(session, name, change.replicas, inventory)
+    return result, limits
+
+
+def _entry(action: str, name: str) -> Callable[[dict[str, Any]], list[AuditEntry]]:
+    """The audit row of a change to deployment ``name`` whose result is its JSON."""
+    return lambda shown: [AuditEntry(action, "deployment", name, shown.get("project"))]
+
+
+def _events(session: Session, name: str, limit: int, user: SignedIn) -> list[dict[str, Any]]:
+    # Events outlive their deployment: only a member is asked for it to be in one of their projects.
+    if not sees_every_project(user.role):
+        _visible(session, name, user)
     return [instances.event_to_json(event) for event in instances.list_events(session, name, limit)]
 
 
 @router.get("/deployments")
-async def list_deployments(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
-    return await in_session(context, _list)
+async def list_deployments(
+    context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> list[dict[str, Any]]:
+    return await in_session(context, _list, user)
 
 
 @router.post("/deployments", status_code=201)
 async def create_deployment(
-    body: DeploymentCreate, context: ServerContext = Depends(server_context)
+    body: DeploymentCreate,
+    context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
     cluster = context.cluster
-    result, limits = await in_session(
+
+    def audited(created: tuple[dict[str, Any], DeploymentLimits]) -> list[AuditEntry]:
+        shown = created[0]
+        details = {field: shown.get(field) for field in ("model", "backend", "backend_version", "replicas")}
+        return [AuditEntry("create", "deployment", shown["name"], shown["project"], details)]
+
+    result, limits = await in_audited_session(
         context,
+        user,
         _create,
         body,
         context.controller.gpu_inventory(),
@@ -123,23 +195,34 @@ async def create_deployment(
         context.runtimes,
         cluster.model_directory_problems if cluster is not None else None,
         context.controller.workers(),
+        audit_entries=audited,
     )
     context.endpoints.set_routing(result["name"], body.routing)
     context.endpoints.set_limits(result["name"], limits)
+    # Keys of the deployment's project reach it from now on (``KeyFacts.reaches``).
+    context.key_cache.invalidate()
     context.controller.poke()
     return result
 
 
 @router.post("/deployments/{name:path}/stop")
-async def stop_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    result = await in_session(context, _set_state, name, "stopped")
+async def stop_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
+    result = await in_audited_session(
+        context, user, _set_state, name, "stopped", audit_entries=_entry("stop", name)
+    )
     context.controller.poke()
     return result
 
 
 @router.post("/deployments/{name:path}/start")
-async def start_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    result = await in_session(context, _set_state, name, "running")
+async def start_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
+    result = await in_audited_session(
+        context, user, _set_state, name, "running", audit_entries=_entry("start", name)
+    )
     context.controller.poke()
     return result
 
@@ -173,18 +256,24 @@ async def list_events(
     name: str,
     limit: int = Query(default=200, ge=1, le=MAXIMUM_EVENTS, description="how many of the newest events"),
     context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> list[dict[str, Any]]:
-    return await in_session(context, _events, name, limit)
+    return await in_session(context, _events, name, limit, user)
 
 
 @router.get("/deployments/{name:path}")
-async def show_deployment(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    return await in_session(context, _show, name)
+async def show_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
+    return await in_session(context, _show, name, user)
 
 
 @router.patch("/deployments/{name:path}")
 async def change_deployment(
-    name: str, change: DeploymentChange, context: ServerContext = Depends(server_context)
+    name: str,
+    change: DeploymentChange,
+    context: ServerContext = Depends(server_context),
+    user: SignedIn = Depends(authorize),
 ) -> dict[str, Any]:
     autoscale_given = "autoscale" in change.model_fields_set
     if change.replicas is None and change.routing is None and change.limits is None and not autoscale_given:
@@ -193,23 +282,35 @@ async def change_deployment(
             hint='send {"replicas": N}, {"routing": "prefix"}, {"limits": {"requests_per_minute": N}} '
             'or {"autoscale": {...}}',
         )
-    result: dict[str, Any] = {}
-    if autoscale_given:
-        result = await in_session(context, autoscale_api.set_deployment_autoscale, name, change.autoscale)
-    if change.limits is not None:
-        result, limits = await in_session(context, _limit, name, change.limits)
+    action = "scale" if change.replicas is not None else "update"
+    details = change.model_dump(exclude_none=True)
+    result, limits = await in_audited_session(
+        context,
+        user,
+        _change,
+        name,
+        change,
+        autoscale_given,
+        context.controller.gpu_inventory(),
+        audit_entries=lambda changed: [
+            AuditEntry(action, "deployment", name, changed[0].get("project"), details)
+        ],
+    )
+    if limits is not None:
         context.endpoints.set_limits(name, limits)
     if change.routing is not None:
-        result = await in_session(context, _route, name, change.routing)
         context.endpoints.set_routing(name, change.routing)
-    if change.replicas is not None:
-        result = await in_session(context, _scale, name, change.replicas, context.controller.gpu_inventory())
     context.controller.poke()
     return result
 
 
 @router.delete("/deployments/{name:path}", status_code=202)
-async def remove_deployment(name: str, context: ServerContext = Depends(server_context)) -> Response:
-    result = await in_session(context, _set_state, name, "deleted")
+async def remove_deployment(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> Response:
+    result = await in_audited_session(
+        context, user, _set_state, name, "deleted", audit_entries=_entry("delete", name)
+    )
+    context.key_cache.invalidate()
     context.controller.poke()
     return JSONResponse(result, status_code=202)

@@ -1,4 +1,9 @@
-"""``/api/v1/keys``: gateway API keys. POST returns the key once; it is never shown again."""
+"""``/api/v1/keys``: gateway API keys. POST returns the key once; it is never shown again.
+
+A key belongs to a project and to the user who made it. Admins and operators see and change
+every key; a member sees their projects' keys and makes, rotates and revokes only their own.
+Every write is recorded in the audit log (never the key itself).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,19 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
+from modelyard.errors import Forbidden, NotFound
+from modelyard.server.api.auditing import AuditEntry, in_audited_session
 from modelyard.server.api.common import in_session
+from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.gateway.limit_counters import SlidingCounters, current_use
-from modelyard.services import keys
+from modelyard.server.policy import authorize
+from modelyard.services import keys, projects
 from modelyard.services.names import MAXIMUM_NAME_LENGTH
+from modelyard.services.roles import sees_every_project
+from modelyard.store.tables import ApiKey
 
 router = APIRouter(tags=["keys"])
 
@@ -35,15 +47,72 @@ class KeyCreate(BaseModel):
     max_concurrent_requests: int | None = Field(default=None, ge=1, le=100_000)
     token_quota: int | None = Field(default=None, ge=1, le=10**15)
     quota_period: Literal["day", "month"] | None = None
+    # None: "default" for admins and operators, a member's only project.
+    project: str | None = Field(default=None, max_length=64)
+
+
+def _shown(session: Session, record: ApiKey) -> dict[str, Any]:
+    """The key as the API shows it: the service's view, its project and its owner."""
+    owner = record.owner.username if record.owner is not None else None
+    return {**keys.key_to_json(record), "project": record.project.name, "owner": owner}
+
+
+def _visible_keys(session: Session, user: SignedIn) -> list[ApiKey]:
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    return [record for record in keys.list_keys(session) if visible is None or record.project_id in visible]
+
+
+def _changeable(session: Session, name: str, user: SignedIn) -> ApiKey:
+    """Key ``name`` when ``user`` may rotate or revoke it: any key for admins and operators, a
+    member's own (``Forbidden`` for a project's other keys, ``NotFound`` outside their projects)."""
+    record = keys.get_key(session, name)
+    if sees_every_project(user.role):
+        return record
+    visible = projects.visible_project_ids(session, user.id, user.role) or set()
+    if record.project_id not in visible:
+        raise NotFound(f"no key named {name!r} in your projects", hint="GET /api/v1/keys lists yours")
+    if record.owner_id != user.id:
+        raise Forbidden(
+            f"key {name!r} belongs to another user of project {record.project.name!r}",
+            hint="a member rotates and revokes only the keys they made; ask its owner or an operator",
+        )
+    return record
+
+
+def _create(
+    session: Session, request: KeyCreate, limits: keys.KeyLimitRequest, user: SignedIn
+) -> tuple[str, dict[str, Any]]:
+    visible = projects.visible_project_ids(session, user.id, user.role)
+    project = projects.project_for_new_object(session, request.project, visible)
+    created = keys.create_key(session, request.name, request.allowed_deployments, limits)
+    created.record.project_id = project.id
+    created.record.owner_id = user.id
+    session.commit()
+    session.refresh(created.record)
+    return created.key, _shown(session, created.record)
+
+
+def _rotate(session: Session, name: str, user: SignedIn) -> tuple[str, dict[str, Any]]:
+    _changeable(session, name, user)
+    rotated = keys.rotate_key(session, name)
+    return rotated.key, _shown(session, rotated.record)
+
+
+def _revoke(session: Session, name: str, user: SignedIn) -> dict[str, Any]:
+    _changeable(session, name, user)
+    return _shown(session, keys.revoke_key(session, name))
 
 
 @router.get("/keys")
-async def list_keys(context: ServerContext = Depends(server_context)) -> list[dict[str, Any]]:
-    """Every key; a key with limits also has ``use``: its sliding minute's requests and tokens,
-    its requests running (every gateway worker together) and its quota's tokens used this period."""
-    records = await in_session(context, keys.list_keys)
+async def list_keys(
+    context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> list[dict[str, Any]]:
+    """Every key the user sees; a key with limits also has ``use``: its sliding minute's requests
+    and tokens, its requests running (every gateway worker together) and its quota's tokens used
+    this period."""
+    records = await in_session(context, _visible_keys, user)
     quota_used = await in_session(context, keys.quota_use, records, datetime.now(UTC))
-    listed = [keys.key_to_json(record) for record in records]
+    listed = [{**keys.key_to_json(record), "project": record.project.name} for record in records]
     gateway = context.gateway
     counters = SlidingCounters.for_keys(gateway.shared_counters()) if gateway is not None else None
     now = time.time()
@@ -57,7 +126,9 @@ async def list_keys(context: ServerContext = Depends(server_context)) -> list[di
 
 
 @router.post("/keys", status_code=201)
-async def create_key(request: KeyCreate, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+async def create_key(
+    request: KeyCreate, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
     limits = keys.KeyLimitRequest(
         requests_per_minute=request.requests_per_minute,
         tokens_per_minute=request.tokens_per_minute,
@@ -65,21 +136,49 @@ async def create_key(request: KeyCreate, context: ServerContext = Depends(server
         token_quota=request.token_quota,
         quota_period=request.quota_period,
     )
-    created = await in_session(context, keys.create_key, request.name, request.allowed_deployments, limits)
+
+    def audited(created: tuple[str, dict[str, Any]]) -> list[AuditEntry]:
+        shown = created[1]
+        details = {"allowed_deployments": shown["allowed_deployments"], "limits": shown["limits"]}
+        return [AuditEntry("create", "key", request.name, shown["project"], details)]
+
+    key, shown = await in_audited_session(
+        context, user, _create, request, limits, user, audit_entries=audited
+    )
     context.key_cache.invalidate()
-    return {**keys.key_to_json(created.record), "key": created.key}
+    return {**shown, "key": key}
 
 
 @router.post("/keys/{name:path}/rotate")
-async def rotate_key(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+async def rotate_key(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
     """A new secret for the key (returned once); the old secret is refused from now on."""
-    rotated = await in_session(context, keys.rotate_key, name)
+    key, shown = await in_audited_session(
+        context,
+        user,
+        _rotate,
+        name,
+        user,
+        audit_entries=lambda rotated: [
+            AuditEntry("rotate", "key", name, rotated[1]["project"], {"prefix": rotated[1]["prefix"]})
+        ],
+    )
     context.key_cache.invalidate()
-    return {**keys.key_to_json(rotated.record), "key": rotated.key}
+    return {**shown, "key": key}
 
 
 @router.delete("/keys/{name:path}")
-async def revoke_key(name: str, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
-    record = await in_session(context, keys.revoke_key, name)
+async def revoke_key(
+    name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
+) -> dict[str, Any]:
+    shown = await in_audited_session(
+        context,
+        user,
+        _revoke,
+        name,
+        user,
+        audit_entries=lambda revoked: [AuditEntry("revoke", "key", name, revoked["project"])],
+    )
     context.key_cache.invalidate()
-    return keys.key_to_json(record)
+    return shown

@@ -1,7 +1,8 @@
 """Assets that ship in the package and are served by this server, never from a CDN:
 
 - ``/console/static/``: the console's own CSS and scripts (``modelyard/console/static``);
-- ``/console/vendor/plotly.min.js``: plotly.js from the ``plotly`` Python package;
+- ``/console/vendor/plotly.min.js``: plotly.js from the ``plotly`` Python package, and
+  ``/console/vendor/plotly.css``: its styles as a stylesheet (``plotly_styles.py``);
 - ``/api/docs``: Swagger UI, with its files from the ``swagger-ui-bundle`` package.
 """
 
@@ -14,8 +15,9 @@ import swagger_ui_bundle
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
-from starlette.responses import FileResponse, HTMLResponse
+from starlette.responses import FileResponse, HTMLResponse, Response
 
+from modelyard.server.console.plotly_styles import bundle_css
 from modelyard.server.console.templates import STATIC_DIRECTORY
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -29,6 +31,10 @@ def install_assets(app: FastAPI, *, openapi_url: str) -> None:
     @app.get("/console/vendor/plotly.min.js", include_in_schema=False)
     async def plotly_js() -> FileResponse:
         return FileResponse(PLOTLY_JS, media_type="text/javascript")
+
+    @app.get("/console/vendor/plotly.css", include_in_schema=False)
+    async def plotly_css() -> Response:
+        return Response(bundle_css(PLOTLY_JS), media_type="text/css")
 
     @app.get("/api/docs", include_in_schema=False)
     async def api_docs() -> HTMLResponse:

@@ -1,7 +1,8 @@
 """The console's pages: server-rendered shells; each page's script reads and writes the REST API
 (``/api/v1``) with the session cookie and the CSRF token, as the CLI does with HTTP Basic.
 
-A page asked for without a session redirects to ``/login?next=<path>``.
+A page asked for without a session redirects to ``/login?next=<path>``; a page the user's role
+may not open (``modelyard.server.policy``) is answered 403 with a page that says so.
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from modelyard.server.console.templates import render
+from modelyard.errors import ModelyardError
+from modelyard.server.auth import SignedIn, session_user
+from modelyard.server.console.assets import PLOTLY_JS
+from modelyard.server.console.plotly_styles import bundle_style_ids
+from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.policy import access_for, check_page
 from modelyard.server.sessions import find_session
-from modelyard.services.console_key import console_key_file, ensure_console_key
+from modelyard.services.console_key import (
+    console_key_file,
+    ensure_console_key,
+    ensure_playground_key,
+    playground_key_file,
+)
+from modelyard.services.roles import may, sees_every_project
 
 router = APIRouter(include_in_schema=False)
 
@@ -28,6 +40,23 @@ async def _page(
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+    user: SignedIn | None = None
+    try:
+        user = await run_in_threadpool(session_user, context, session.user_id)
+        check_page(request, user)
+    except ModelyardError as refusal:
+        return render(
+            request,
+            "forbidden.html",
+            title="Not allowed",
+            page="",
+            status_code=refusal.http_status,
+            csrf_token=session.csrf_token,
+            username=session.username,
+            message=refusal.message,
+            hint=refusal.hint or "",
+            navigation=_navigation(user) if user is not None else (),
+        )
     return render(
         request,
         template,
@@ -35,7 +64,25 @@ async def _page(
         page=page,
         csrf_token=session.csrf_token,
         username=session.username,
+        role=user.role.value,
+        navigation=_navigation(user),
+        may_call=lambda route: _may_call(user, route),
         **values,
+    )
+
+
+def _may_call(user: SignedIn, route: str) -> bool:
+    """Whether the user's role may call ``route`` ("GET /api/v1/gpus"): a page leaves out what
+    its script would only be refused (the dashboard's GPUs for a member)."""
+    method, _, path = route.partition(" ")
+    access = access_for(method, path)
+    return access is not None and may(user.role, access)
+
+
+def _navigation(user: SignedIn) -> tuple[tuple[str, str, str], ...]:
+    """The sections the user's role may open (the others are not offered)."""
+    return tuple(
+        entry for entry in NAVIGATION if (access := access_for("GET", entry[1])) and may(user.role, access)
     )
 
 
@@ -81,9 +128,16 @@ async def workers(request: Request, context: ServerContext = Depends(server_cont
     return await _page(request, context, "workers.html", "Workers", "workers")
 
 
-def _console_key(context: ServerContext) -> str:
+def _playground_key(context: ServerContext, user_id: int) -> str:
+    """The gateway key the user's playground sends: the console's own (every project's
+    deployments) for admins and operators, a member's own for a member (their projects' only)."""
+    user = session_user(context, user_id)
+    data_dir = context.settings.data_dir
     with context.database.session() as session:
-        key, created = ensure_console_key(session, console_key_file(context.settings.data_dir))
+        if sees_every_project(user.role):
+            key, created = ensure_console_key(session, console_key_file(data_dir))
+        else:
+            key, created = ensure_playground_key(session, playground_key_file(data_dir, user.id), user.id)
     if created:
         context.key_cache.invalidate()
     return key
@@ -92,8 +146,8 @@ def _console_key(context: ServerContext) -> str:
 @router.get("/playground")
 async def playground(request: Request, context: ServerContext = Depends(server_context)) -> Response:
     session = await run_in_threadpool(find_session, request, context)
-    # The key is made only for a signed-in admin (``_page`` redirects everyone else).
-    key = await run_in_threadpool(_console_key, context) if session is not None else ""
+    # A key is made only for a signed-in user (``_page`` redirects everyone else).
+    key = await run_in_threadpool(_playground_key, context, session.user_id) if session is not None else ""
     return await _page(request, context, "playground.html", "Playground", "playground", console_key=key)
 
 
@@ -126,7 +180,13 @@ async def keys(request: Request, context: ServerContext = Depends(server_context
 
 @router.get("/usage")
 async def usage(request: Request, context: ServerContext = Depends(server_context)) -> Response:
-    return await _page(request, context, "usage.html", "Usage", "usage")
+    styles = bundle_style_ids(PLOTLY_JS)
+    return await _page(request, context, "usage.html", "Usage", "usage", plotly_style_ids=styles)
+
+
+@router.get("/audit")
+async def audit(request: Request, context: ServerContext = Depends(server_context)) -> Response:
+    return await _page(request, context, "audit.html", "Audit log", "audit")
 
 
 @router.get("/account")

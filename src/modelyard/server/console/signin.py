@@ -15,9 +15,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
 from modelyard.errors import ModelyardError
+from modelyard.server.api.common import in_session
 from modelyard.server.auth import authenticate
 from modelyard.server.console.templates import render
 from modelyard.server.context import ServerContext, server_context
+from modelyard.server.oidc.provider import oidc_provider
 from modelyard.server.sessions import (
     SESSION_COOKIE,
     ConsoleSession,
@@ -27,7 +29,7 @@ from modelyard.server.sessions import (
     session_store,
 )
 from modelyard.server.throttle import guarded
-from modelyard.services import users
+from modelyard.services import audit, users
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,7 +43,7 @@ def safe_next(target: str | None) -> str:
     return target
 
 
-def _login_page(request: Request, *, next_path: str, error: str = "", status_code: int = 200) -> Response:
+def login_page(request: Request, *, next_path: str, error: str = "", status_code: int = 200) -> Response:
     token = secrets.token_urlsafe(24)
     response = render(
         request,
@@ -51,6 +53,7 @@ def _login_page(request: Request, *, next_path: str, error: str = "", status_cod
         login_token=token,
         next_path=next_path,
         error=error,
+        oidc_name=provider.settings.display_name if (provider := oidc_provider(request)) else None,
         status_code=status_code,
     )
     response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/login", max_age=3600)
@@ -62,12 +65,18 @@ def _open_session(request: Request, context: ServerContext, username: str) -> tu
     assert store is not None, "install_console() sets app.state.console_sessions"
     with context.database.session() as session:
         user = users.get_user(session, username)
-        return store.open(user_id=user.id, username=user.username, password_hash=user.password_hash)
+    return store.open(
+        user_id=user.id,
+        username=user.username,
+        password_hash=user.password_hash,
+        method="password",
+        client_address=request.client.host if request.client else None,
+    )
 
 
 @router.get("/login")
 async def login_form(request: Request, next: str | None = None) -> Response:
-    return _login_page(request, next_path=safe_next(next))
+    return login_page(request, next_path=safe_next(next))
 
 
 @router.post("/login")
@@ -82,7 +91,7 @@ async def login(
     next_path = safe_next(next)
     expected = request.cookies.get(LOGIN_COOKIE, "")
     if not expected or not hmac.compare_digest(expected.encode(), login_token.encode()):
-        return _login_page(
+        return login_page(
             request, next_path=next_path, error="The sign-in form expired; try again.", status_code=403
         )
     try:
@@ -91,8 +100,17 @@ async def login(
             guarded, context.login_throttle, address, authenticate, context, username.strip(), password
         )
     except ModelyardError as error:
-        return _login_page(request, next_path=next_path, error=error.message, status_code=error.http_status)
+        return login_page(request, next_path=next_path, error=error.message, status_code=error.http_status)
     token, _ = await run_in_threadpool(_open_session, request, context, admin.username)
+    await in_session(
+        context,
+        audit.record_committed,
+        actor=admin.username,
+        action="login",
+        object_type="session",
+        object_name=admin.username,
+        details={"method": "password", "address": address},
+    )
     response = RedirectResponse(next_path, status_code=303)
     response.set_cookie(SESSION_COOKIE, token, **cookie_options(request))
     response.delete_cookie(LOGIN_COOKIE, path="/login")

@@ -38,6 +38,7 @@ NAVIGATION: tuple[tuple[str, str, str], ...] = (
     ("tunes", "/tunes", "Tunes"),
     ("keys", "/keys", "API keys"),
     ("usage", "/usage", "Usage"),
+    ("audit", "/audit", "Audit log"),
 )
 
 

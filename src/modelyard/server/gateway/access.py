@@ -27,6 +27,7 @@ from modelyard.server.gateway.errors import (
     MissingModel,
     ModelNotAllowed,
     ModelNotFound,
+    ModelNotInProject,
     NoReadyReplica,
 )
 from modelyard.server.gateway.hold import hold_for_replica
@@ -176,8 +177,20 @@ def _visible_hint(runtime: GatewayRuntime, facts: KeyFacts, lead: str) -> str:
 
 
 def check_model_access(runtime: GatewayRuntime, facts: KeyFacts, model: str) -> None:
-    """``ModelNotFound`` / ``ModelNotAllowed`` unless this key may use deployment ``model``
+    """``ModelNotInProject`` / ``ModelNotFound`` / ``ModelNotAllowed`` unless this key may use
+    deployment ``model``
     (``NoReadyReplica`` for a deployment on its way: "demo is being prepared (42%)")."""
+    # Another project's deployment is refused before anything about it is told (its state).
+    if not facts.reaches(model):
+        projects = ", ".join(repr(name) for name in facts.project_names) or "none"
+        owner = "project" if len(facts.project_names) == 1 else "projects"
+        raise ModelNotInProject(
+            f"API key {facts.name!r} belongs to {owner} {projects}, and model {model!r} is a "
+            "deployment of another project",
+            hint=_visible_hint(runtime, facts, "it may use")
+            + "; a key of the deployment's project reaches it (an admin adds you with "
+            "modelyard projects add-member)",
+        )
     registry = runtime.registry
     if not registry.is_known(model):
         note = registry.note_for(model)

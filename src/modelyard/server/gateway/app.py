@@ -46,7 +46,7 @@ from modelyard.server.gateway.client_out import DirectWriting
 from modelyard.server.gateway.errors import MethodNotAllowed, ModelNotFound, UnknownRoute, gateway_error_parts
 from modelyard.server.gateway.form_fields import read_form_fields
 from modelyard.server.gateway.keys import KeyFacts
-from modelyard.server.gateway.limits import Admission, LimitExceeded
+from modelyard.server.gateway.limits import Admission, LimitExceeded, reserved_tokens
 from modelyard.server.gateway.proxy import ForwardRequest, exchange
 from modelyard.server.gateway.responses import ClientTiming, disconnect_callbacks_of, watched
 from modelyard.server.gateway.routes import API_ROUTES, ApiRoute
@@ -278,21 +278,36 @@ class GatewayApp:
 async def admit(
     runtime: GatewayRuntime, facts: KeyFacts, model: str, payload: dict[str, Any], body_bytes: int
 ) -> Admission:
-    """The key's and the deployment's limits (``limits.py``): admitted, or ``LimitExceeded``; a
-    quota's usage is read from the database (in a worker thread) the first time the key is seen
-    in a period."""
+    """The key's project's quotas (``project_limits.py``), then the key's and the deployment's
+    limits (``limits.py``): admitted, or ``LimitExceeded``; a quota's usage is read from the
+    database in a worker thread (a key's the first time it is seen in a period, a project's again
+    every few seconds)."""
     limiter = runtime.limiter
     start = limiter.quota_to_load(facts.id, facts.limits)
     if start is not None:
         await asyncio.to_thread(limiter.load_quota, facts.id, start)
-    return limiter.admit(
-        facts.id,
-        facts.limits,
-        payload,
-        body_bytes=body_bytes,
-        deployment=runtime.registry.limits_for(model),
-        deployment_name=model,
-    )
+    project = facts.project
+    projects = runtime.project_limiter
+    project_admission = None
+    if project is not None:
+        for period, period_begins in projects.to_read(project):
+            await asyncio.to_thread(projects.read, project.project_id, period, period_begins)
+        project_admission = projects.admit(project, reserved_tokens(payload, body_bytes))
+    try:
+        admission = limiter.admit(
+            facts.id,
+            facts.limits,
+            payload,
+            body_bytes=body_bytes,
+            deployment=runtime.registry.limits_for(model),
+            deployment_name=model,
+        )
+    except LimitExceeded:
+        if project_admission is not None:
+            projects.finish(project_admission, 0)
+        raise
+    admission.project = project_admission
+    return admission
 
 
 async def _send_limit_exceeded(send: Send, error: LimitExceeded, extra: list[tuple[bytes, bytes]]) -> None:

@@ -9,6 +9,7 @@ status      code                        when
 400         ``invalid_json``            the body is not a JSON object
 400         ``missing_model``           the body has no string ``model``
 401         ``invalid_api_key``         no ``Authorization: Bearer``, an unknown or revoked key
+403         ``model_not_in_project``    the deployment belongs to another project than the key's
 403         ``model_not_allowed``       the key is limited to other deployments
 404         ``model_not_found``         no deployment of that name (the message lists the known)
 404         ``endpoint_not_served``     the deployment's engine does not serve this route (names it)
@@ -57,6 +58,11 @@ class InvalidApiKey(Unauthorized):
 
 class ModelNotAllowed(Forbidden):
     code = "model_not_allowed"
+    param = "model"
+
+
+class ModelNotInProject(Forbidden):
+    code = "model_not_in_project"
     param = "model"
 
 

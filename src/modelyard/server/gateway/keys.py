@@ -4,7 +4,12 @@ A bearer key is hashed (SHA-256, as stored) and looked up in the database only o
 in a worker thread; concurrent misses for one key share one lookup. Known keys are cached for
 ``known_ttl_s``, unknown ones for ``unknown_ttl_s`` (so a flood of bad keys cannot reach the
 database on every request). The REST API calls ``invalidate()`` after creating or revoking a key,
-which takes effect on the next request.
+creating or removing a deployment, or changing a project's members, which takes effect on the
+next request.
+
+A key reaches only the deployments of its project (``KeyFacts.reaches``; the gateway answers 403
+``model_not_in_project`` for another project's), the console's own key every project's, and a
+member's playground key those of the member's projects (``ApiKey.reach``).
 
 ``last_used_at`` is kept in memory and written every ``last_used_interval_s`` and at ``close()``,
 never on the request path.
@@ -28,14 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
+from typing import TypedDict
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from modelyard.server.gateway.limits import KeyLimits
+from modelyard.server.gateway.project_limits import ProjectLimits
 from modelyard.services.key_hashing import hash_key
 from modelyard.store.database import Database
-from modelyard.store.tables import ApiKey
+from modelyard.store.tables import ApiKey, Deployment, Project, ProjectMember
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +58,42 @@ class KeyFacts:
     allowed_deployments: frozenset[str] | None
     revoked: bool
     limits: KeyLimits = field(default_factory=KeyLimits)
+    # The key's project's quotas (``project_limits.py``); None: a project without any.
+    project: ProjectLimits | None = None
+    # The projects whose deployments the key reaches (its own; a member's playground key: the
+    # member's), named in the 403 ``model_not_in_project``.
+    project_names: tuple[str, ...] = ()
+    # The deployments of every other project, which the key may not reach (none for the
+    # console's own key). Read with the key; a deployment made or removed drops the cache.
+    foreign_deployments: frozenset[str] = frozenset()
+
+    def reaches(self, deployment_name: str) -> bool:
+        """Whether ``deployment_name`` is not another project's than the key's."""
+        return deployment_name not in self.foreign_deployments
 
     def may_use(self, deployment_name: str) -> bool:
-        return self.allowed_deployments is None or deployment_name in self.allowed_deployments
+        allowed = self.allowed_deployments is None or deployment_name in self.allowed_deployments
+        return allowed and self.reaches(deployment_name)
+
+
+class _Reach(TypedDict):
+    project_names: tuple[str, ...]
+    foreign_deployments: frozenset[str]
+
+
+def _reach(session: Session, record: ApiKey) -> _Reach:
+    """The projects and deployments ``record`` reaches (``ApiKey.reach``)."""
+    if record.reach == "every_project":
+        return {"project_names": (), "foreign_deployments": frozenset()}
+    if record.reach == "member_projects":
+        project_ids = list(
+            session.scalars(select(ProjectMember.project_id).where(ProjectMember.user_id == record.owner_id))
+        )
+    else:
+        project_ids = [record.project_id]
+    names = session.scalars(select(Project.name).where(Project.id.in_(project_ids)).order_by(Project.name))
+    foreign = session.scalars(select(Deployment.name).where(Deployment.project_id.not_in(project_ids)))
+    return {"project_names": tuple(names), "foreign_deployments": frozenset(foreign)}
 
 
 class Missing(enum.Enum):
@@ -169,6 +210,14 @@ class KeyCache:
             if record is None:
                 return None
             allowed = record.allowed_deployments
+            project = record.project
+            quotas = ProjectLimits(
+                project_id=project.id,
+                name=project.name,
+                tokens_per_day=project.tokens_per_day,
+                tokens_per_month=project.tokens_per_month,
+                max_concurrent_requests=project.max_concurrent_requests,
+            )
             return KeyFacts(
                 id=record.id,
                 name=record.name,
@@ -181,6 +230,8 @@ class KeyCache:
                     token_quota=record.token_quota,
                     quota_period="month" if record.quota_period == "month" else "day",
                 ),
+                project=quotas if quotas.any else None,
+                **_reach(session, record),
             )
 
     async def flush_last_used(self) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, WINDOW_CELLS
+from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, PROJECT_SLOTS, WINDOW_CELLS
 from modelyard.server.gateway.shared_counters import CounterTable, SharedCounters
 
 WINDOW_S = 60.0
@@ -74,6 +74,10 @@ class SlidingCounters:
     @classmethod
     def for_deployments(cls, shared: SharedCounters) -> SlidingCounters:
         return cls(shared.table("deployment_in_flight"), shared.table("deployment_windows"), DEPLOYMENT_SLOTS)
+
+    @classmethod
+    def for_projects(cls, shared: SharedCounters) -> SlidingCounters:
+        return cls(shared.table("project_in_flight"), shared.table("project_windows"), PROJECT_SLOTS)
 
     def _bucket(self, identifier: int, minute: int) -> int:
         """The first column of ``identifier``'s bucket for ``minute``."""

@@ -11,5 +11,7 @@ from __future__ import annotations
 
 KEY_SLOTS = 8192
 DEPLOYMENT_SLOTS = 1024
+# A project's counters (requests at once) are at slot ``project id % PROJECT_SLOTS``.
+PROJECT_SLOTS = 1024
 # Per slot: two minute buckets (even and odd minutes) of (minute stamp, requests, tokens).
 WINDOW_CELLS = 6

@@ -54,12 +54,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from modelyard.control.endpoints import DeploymentLimits
 from modelyard.errors import TooManyRequests
 from modelyard.server.gateway.limit_counters import Window
 from modelyard.services.keys import quota_period_start
+
+if TYPE_CHECKING:
+    from modelyard.server.gateway.project_limits import ProjectAdmission
 
 QuotaPeriod = Literal["day", "month"]
 WINDOW_S = 60.0
@@ -119,7 +122,8 @@ def period_start(period: QuotaPeriod, now: datetime) -> datetime:
     return quota_period_start(period, now)
 
 
-def _next_period_start(period: QuotaPeriod, now: datetime) -> datetime:
+def next_period_start(period: QuotaPeriod, now: datetime) -> datetime:
+    """The start of the UTC day or month after the one ``now`` is in (a quota's renewal)."""
     start = period_start(period, now)
     if period == "day":
         return datetime.fromtimestamp(start.timestamp() + 86_400, UTC)
@@ -157,6 +161,8 @@ class Admission:
     deployment_id: int | None = None
     deployment_in_flight: bool = False
     finished: bool = False
+    # What the key's project admitted (``project_limits.py``), settled with it.
+    project: ProjectAdmission | None = None
 
 
 def reserved_tokens(payload: dict[str, Any], body_bytes: int) -> int:
@@ -383,7 +389,7 @@ class Limiter:
             )
         used = self.quota_estimate(key_id, start)
         if used + reserve > limits.token_quota:
-            renewal = _next_period_start(limits.quota_period, moment)
+            renewal = next_period_start(limits.quota_period, moment)
             # At the renewal the quota is whole again; requests running now may end having used
             # less than they reserved, which only makes room sooner.
             raise LimitExceeded(

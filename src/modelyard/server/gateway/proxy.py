@@ -214,6 +214,8 @@ async def exchange(
         )
         if request.admission is not None:  # after the row: the limiter notes its journal sequence
             runtime.limiter.finish(request.admission, used)
+            if request.admission.project is not None:
+                runtime.project_limiter.finish(request.admission.project, used)
 
     # Recorded (journaled) just before the answer's last bytes; in ``finally`` if it never got there.
     watch.on_finishing = record

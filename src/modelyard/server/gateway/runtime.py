@@ -27,6 +27,7 @@ from modelyard.server.gateway.hold import RegistryChanges
 from modelyard.server.gateway.keys import KeyCache
 from modelyard.server.gateway.limit_counters import SlidingCounters
 from modelyard.server.gateway.limits import Limiter
+from modelyard.server.gateway.project_limits import ProjectLimiter, project_tokens_since
 from modelyard.server.gateway.routing import ReplicaBalancer
 from modelyard.server.gateway.shared_counters import SharedCounters
 from modelyard.server.gateway.usage import UsageRecorder, UsageRow, tokens_used_since
@@ -126,6 +127,8 @@ class GatewayRuntime:
     limiter: Limiter = field(init=False)
     # Wakes the requests held for a deployment with no ready replica on every registry change.
     registry_changes: RegistryChanges = field(init=False)
+    # The projects' quotas (project_limits.py), checked before the key's limits.
+    project_limiter: ProjectLimiter = field(init=False)
 
     def __post_init__(self) -> None:
         self.registry_changes = RegistryChanges(self.registry)
@@ -133,6 +136,9 @@ class GatewayRuntime:
             SlidingCounters.for_keys(self.shared),
             SlidingCounters.for_deployments(self.shared),
             partial(tokens_used_since, self.database),
+        )
+        self.project_limiter = ProjectLimiter(
+            SlidingCounters.for_projects(self.shared), partial(project_tokens_since, self.database)
         )
 
     async def close(self) -> None:

@@ -30,7 +30,7 @@ from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
 from modelyard.control.endpoints import ENDPOINT_COLUMNS
-from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, WINDOW_CELLS
+from modelyard.server.gateway.limit_slots import DEPLOYMENT_SLOTS, KEY_SLOTS, PROJECT_SLOTS, WINDOW_CELLS
 
 _CELL_BYTES = 8
 
@@ -53,6 +53,10 @@ SHARED_TABLES: tuple[TableSpec, ...] = (
     TableSpec("deployment_windows", DEPLOYMENT_SLOTS * WINDOW_CELLS),
     # Scale to zero (hold.py): requests held per deployment slot while it has no ready replica.
     TableSpec("deployment_held", DEPLOYMENT_SLOTS),
+    # Project quotas (project_limits.py): requests in flight per project slot (and its minute
+    # buckets, which SlidingCounters keeps; no per-minute limit of a project reads them yet).
+    TableSpec("project_in_flight", PROJECT_SLOTS),
+    TableSpec("project_windows", PROJECT_SLOTS * WINDOW_CELLS),
 )
 
 

@@ -1,4 +1,4 @@
-// Dashboard: GPUs (live), deployments with state and reason, gateway traffic of the last minutes.
+// Dashboard: GPUs (live; operators and admins), deployments with state and reason, gateway traffic of the last minutes.
 import { api, badge, formatBytes, h, pathName, poll, replace, table } from "../console.js";
 
 const WINDOW_MINUTES = 15;
@@ -200,6 +200,7 @@ async function refreshSystem() {
 }
 
 refreshSystem();
-poll(refreshGpus, GPU_POLL_MS);
+// The GPUs are for operators and admins: the page has no GPU section for a member.
+if (document.getElementById("gpus")) poll(refreshGpus, GPU_POLL_MS);
 poll(refreshDeployments, 3000);
 poll(refreshTraffic, 10000);

@@ -10,7 +10,8 @@ import { instanceCard } from "./instance_card.js";
 const name = main().dataset.name;
 const path = `/deployments/${pathName(name)}`;
 const controlResult = document.getElementById("control-result");
-const log = new EngineLog(path);
+// The engine log is for operators and admins: a member's page has no log section.
+const log = document.getElementById("log") ? new EngineLog(path) : null;
 const limits = new DeploymentLimits(path, () => refresh());
 let replicasTouched = false;
 // A verification asked for: each instance's verified_at when it was asked; done when all changed.
@@ -63,7 +64,7 @@ async function refresh() {
       replace(document.getElementById("summary"), errorBox({ message: `Deployment ${name} no longer exists.`, hint: "see the deployments list" }));
       document.getElementById("state").textContent = "gone";
       main().removeAttribute("aria-busy");
-      log.stop();
+      log?.stop();
       return;
     }
     if (main().hasAttribute("aria-busy")) {
@@ -82,7 +83,7 @@ async function refresh() {
     ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
     : h("p", { class: "muted" }, "No instances."));
   verificationOutcome(deployment);
-  await log.show(deployment.instances);
+  await log?.show(deployment.instances);
   const events = await api(`${path}/events?limit=100`);
   replace(document.getElementById("events"), table(
     [["at", (e) => formatTime(e.at)], ["replica", (e) => String(e.replica_index)], ["from", (e) => e.from_state], ["to", (e) => badge(e.to_state)], ["reason", (e) => show(e.reason)]],

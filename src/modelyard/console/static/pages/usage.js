@@ -1,9 +1,27 @@
-// Usage: requests and tokens by key and deployment over a chosen time range.
+// Usage: requests, tokens and errors by project, user, key or deployment per hour or day, as a
+// stacked bar chart (plotly.js, served by this server) and a table, with the same rows as CSV.
+// The form's choices are kept in the address (?group_by=&bucket=&since=&until=&metric=).
 import { api, errorBox, formatCount, h, replace, table } from "../console.js";
 
+const form = document.getElementById("range-form");
 const range = document.getElementById("range");
 const since = document.getElementById("since");
 const until = document.getElementById("until");
+const groupBy = document.getElementById("group-by");
+const bucket = document.getElementById("bucket");
+const metric = document.getElementById("metric");
+const chart = document.getElementById("chart");
+
+// The chart stacks this many groups (the largest by the metric shown); the rest are one "others".
+const CHART_GROUPS = 8;
+const METRICS = {
+  total_tokens: "Tokens",
+  prompt_tokens: "Tokens in",
+  completion_tokens: "Tokens out",
+  requests: "Requests",
+  errors: "Errors",
+};
+const GROUP_TITLES = { project: "project", user: "user", key: "API key", deployment: "deployment" };
 
 function localInput(date) {
   const shifted = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
@@ -17,54 +35,137 @@ function syncInputs() {
   if (!custom) {
     const now = new Date();
     until.value = localInput(now);
-    since.value = range.value === "all" ? "" : localInput(new Date(now.getTime() - Number(range.value) * 1000));
+    since.value = localInput(new Date(now.getTime() - Number(range.value) * 1000));
   }
 }
 
-async function refresh() {
-  const query = new URLSearchParams();
+/** The report's query (without format) from the form. */
+function reportQuery() {
+  const query = new URLSearchParams({ group_by: groupBy.value, bucket: bucket.value });
   if (range.value === "custom") {
     if (since.value) query.set("since", new Date(since.value).toISOString());
     if (until.value) query.set("until", new Date(until.value).toISOString());
-  } else if (range.value !== "all") {
+  } else {
     query.set("since", new Date(Date.now() - Number(range.value) * 1000).toISOString());
   }
-  try {
-    const usage = await api(`/usage?${query}`);
-    const stat = (value, label) => h("div", { class: "card" }, h("div", { class: "stat" }, value), h("div", { class: "muted" }, label));
-    const prompt = usage.rows.reduce((sum, row) => sum + row.prompt_tokens, 0);
-    const completion = usage.rows.reduce((sum, row) => sum + row.completion_tokens, 0);
-    const errors = usage.rows.reduce((sum, row) => sum + row.errors, 0);
-    replace(document.getElementById("totals"),
-      stat(String(usage.requests), "requests"), stat(formatCount(prompt), "prompt tokens"),
-      stat(formatCount(completion), "completion tokens"), stat(String(errors), "errors"));
-    replace(document.getElementById("rows"), table(
-      [
-        ["key", (r) => r.key ?? "(no key)"],
-        ["deployment", (r) => r.deployment],
-        ["requests", (r) => String(r.requests)],
-        ["prompt tokens", (r) => String(r.prompt_tokens)],
-        ["completion tokens", (r) => String(r.completion_tokens)],
-        ["without usage", (r) => String(r.requests_without_usage)],
-        ["errors", (r) => String(r.errors)],
-      ],
-      usage.rows,
-      { empty: "No requests through the gateway in this range." },
-    ));
-    const byDeployment = new Map();
-    for (const row of usage.rows) {
-      const entry = byDeployment.get(row.deployment) ?? { deployment: row.deployment, requests: 0, total_tokens: 0 };
-      entry.requests += row.requests;
-      entry.total_tokens += row.total_tokens;
-      byDeployment.set(row.deployment, entry);
+  return query;
+}
+
+/** Fill the form from the address, as a shared link or a reload left it. */
+function readAddress() {
+  const address = new URLSearchParams(location.search);
+  for (const [name, select] of [["group_by", groupBy], ["bucket", bucket], ["metric", metric]]) {
+    const value = address.get(name);
+    if (value && [...select.options].some((option) => option.value === value)) select.value = value;
+  }
+  if (address.get("since") || address.get("until")) {
+    range.value = "custom";
+    syncInputs();
+    if (address.get("since")) since.value = localInput(new Date(address.get("since")));
+    if (address.get("until")) until.value = localInput(new Date(address.get("until")));
+  } else {
+    syncInputs();
+  }
+}
+
+function writeAddress(query) {
+  const shown = new URLSearchParams(query);
+  if (range.value !== "custom") {
+    shown.delete("since");
+  }
+  shown.set("metric", metric.value);
+  history.replaceState(null, "", `${location.pathname}?${shown}`);
+}
+
+/** One row per group: the report's buckets summed. */
+function groupTotals(rows) {
+  const groups = new Map();
+  for (const row of rows) {
+    const entry = groups.get(row.group) ?? {
+      group: row.group, requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, errors: 0, requests_without_usage: 0,
+    };
+    for (const name of ["requests", "prompt_tokens", "completion_tokens", "total_tokens", "errors", "requests_without_usage"]) {
+      entry[name] += row[name];
     }
-    replace(document.getElementById("by-deployment"), table(
-      [["deployment", (r) => r.deployment], ["requests", (r) => String(r.requests)], ["tokens", (r) => String(r.total_tokens)]],
-      [...byDeployment.values()],
-      { empty: "–" },
+    groups.set(row.group, entry);
+  }
+  return [...groups.values()];
+}
+
+function drawChart(report, groups) {
+  const chosen = metric.value;
+  const ranked = [...groups].sort((a, b) => b[chosen] - a[chosen] || a.group.localeCompare(b.group));
+  const shown = ranked.slice(0, CHART_GROUPS).map((entry) => entry.group);
+  const series = new Map(shown.map((group) => [group, new Map()]));
+  if (ranked.length > CHART_GROUPS) series.set("others", new Map());
+  for (const row of report.rows) {
+    const values = series.get(series.has(row.group) ? row.group : "others");
+    values.set(row.bucket_start, (values.get(row.bucket_start) ?? 0) + row[chosen]);
+  }
+  const traces = [...series].map(([group, values]) => ({
+    type: "bar",
+    name: group,
+    x: report.buckets,
+    y: report.buckets.map((start) => values.get(start) ?? 0),
+    hovertemplate: `%{x}<br>${group}: %{y}<extra></extra>`,
+  }));
+  const per = report.bucket === "hour" ? "hour" : "day";
+  document.getElementById("chart-title").textContent = `${METRICS[chosen]} per ${per}, by ${GROUP_TITLES[report.group_by]}`;
+  const total = report.totals[chosen];
+  document.getElementById("chart-caption").textContent = groups.length
+    ? `${formatCount(total)} ${METRICS[chosen].toLowerCase()} from ${new Date(report.since).toLocaleString()} to ${new Date(report.until).toLocaleString()} (UTC ${per}s)`
+    : "No requests through the gateway in this range.";
+  window.Plotly.react(
+    chart,
+    traces,
+    {
+      barmode: "stack",
+      height: 320,
+      margin: { l: 56, r: 12, t: 12, b: 48 },
+      showlegend: true,
+      legend: { orientation: "h", y: -0.2 },
+      xaxis: { type: "date" },
+      yaxis: { rangemode: "tozero", title: { text: METRICS[chosen] } },
+    },
+    { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] },
+  );
+}
+
+async function refresh() {
+  const query = reportQuery();
+  writeAddress(query);
+  const csv = new URLSearchParams(query);
+  csv.set("format", "csv");
+  document.getElementById("csv-link").href = `/api/v1/usage/report?${csv}`;
+  document.getElementById("csv-bucket").textContent = bucket.value;
+  document.getElementById("groups-title").textContent = `By ${GROUP_TITLES[groupBy.value]}`;
+  try {
+    const report = await api(`/usage/report?${query}`);
+    const totals = report.totals;
+    const stat = (value, label) => h("div", { class: "card" }, h("div", { class: "stat" }, value), h("div", { class: "muted" }, label));
+    replace(document.getElementById("totals"),
+      stat(String(totals.requests), "requests"),
+      stat(formatCount(totals.prompt_tokens), "tokens in (prompt)"),
+      stat(formatCount(totals.completion_tokens), "tokens out (completion)"),
+      stat(String(totals.errors), "errors"));
+    const groups = groupTotals(report.rows);
+    replace(document.getElementById("groups"), table(
+      [
+        [GROUP_TITLES[report.group_by], (r) => r.group],
+        ["requests", (r) => String(r.requests)],
+        ["tokens in", (r) => String(r.prompt_tokens)],
+        ["tokens out", (r) => String(r.completion_tokens)],
+        ["tokens", (r) => String(r.total_tokens)],
+        ["errors", (r) => String(r.errors)],
+        ["without usage", (r) => String(r.requests_without_usage)],
+      ],
+      groups,
+      { empty: "No requests through the gateway in this range.", caption: `Usage by ${report.group_by}` },
     ));
+    drawChart(report, groups);
   } catch (error) {
-    replace(document.getElementById("rows"), errorBox(error));
+    replace(document.getElementById("groups"), errorBox(error));
+    replace(document.getElementById("totals"));
   }
 }
 
@@ -72,10 +173,11 @@ range.addEventListener("change", () => {
   syncInputs();
   if (range.value !== "custom") refresh();
 });
-document.getElementById("range-form").addEventListener("submit", (event) => {
+for (const select of [groupBy, bucket, metric]) select.addEventListener("change", refresh);
+form.addEventListener("submit", (event) => {
   event.preventDefault();
   refresh();
 });
 
-syncInputs();
+readAddress();
 refresh();

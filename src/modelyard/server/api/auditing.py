@@ -1,0 +1,109 @@
+"""Recording a REST change in the audit log (``services/audit.py``), by the signed-in user, in the
+same database transaction as the change: no change without its row, no row without the change.
+
+The change runs in a session whose ``commit()`` only flushes (``_CommitHeld``), so the services
+keep committing as they always did; once the change has returned, its rows (``AuditEntry``, made
+from its result) are added and everything commits at once. A change that raises, or an audit row
+that cannot be written, rolls back both.
+
+Usage::
+
+    result = await in_audited_session(
+        context, user, _set_state, name, "stopped",
+        audit_entries=lambda result: [AuditEntry("stop", "deployment", name, result.get("project"))],
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from modelyard.server.api.common import in_session
+from modelyard.server.auth import SignedIn
+from modelyard.server.context import ServerContext
+from modelyard.services import audit
+
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the audit log, as a route describes its change (the actor is the signed-in user)."""
+
+    action: str
+    object_type: audit.ObjectType
+    object_name: str
+    project: str | None = None
+    details: dict[str, Any] | None = field(default=None)
+
+
+class _CommitHeld(Session):
+    """A session whose ``commit()`` flushes only: the caller commits once, with the audit rows."""
+
+    def commit(self) -> None:
+        self.flush()
+
+    def commit_with_audit(self) -> None:
+        super().commit()
+
+
+async def in_audited_session(
+    context: ServerContext,
+    user: SignedIn,
+    use_case: Callable[..., Result],
+    *args: Any,
+    audit_entries: Callable[[Result], Sequence[AuditEntry]],
+    **kwargs: Any,
+) -> Result:
+    """Run ``use_case(session, *args, **kwargs)`` (in a worker thread) and record ``audit_entries(result)``
+    in the same transaction; return the result once both are committed."""
+
+    def run() -> Result:
+        with _CommitHeld(bind=context.database.engine, expire_on_commit=False) as session:
+            result = use_case(session, *args, **kwargs)
+            for entry in audit_entries(result):
+                _record(session, user, entry)
+            session.commit_with_audit()
+            return result
+
+    return await run_in_threadpool(run)
+
+
+def _record(session: Session, user: SignedIn, entry: AuditEntry) -> None:
+    audit.record(
+        session,
+        actor=user.username,
+        action=entry.action,
+        object_type=entry.object_type,
+        object_name=entry.object_name,
+        project=entry.project,
+        details=entry.details,
+    )
+
+
+async def audit_event(
+    context: ServerContext,
+    user: SignedIn,
+    action: str,
+    object_type: audit.ObjectType,
+    object_name: str,
+    project: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Record, on its own, that ``user`` did ``action`` (for what changes nothing stored itself,
+    such as ending sessions elsewhere; a stored change uses ``in_audited_session``)."""
+    await in_session(
+        context,
+        audit.record_committed,
+        actor=user.username,
+        action=action,
+        object_type=object_type,
+        object_name=object_name,
+        project=project,
+        details=details,
+    )
