@@ -82,10 +82,17 @@ def _explain_unrecognized_arguments(match: re.Match[str], context: LogContext) -
 
 
 def _explain_address_in_use(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    port = match.groupdict().get("port")
+    port = first_group(match, "port", "socket_port")
     where = f"port {port}" if port else "its port"
+    collective = match.groupdict().get("socket_port") or match.groupdict().get("errno_name")
+    also = (
+        "; for torch.distributed / NCCL setup that is the rendezvous port (MASTER_PORT, VLLM_PORT, or "
+        "the launcher's group port), often held by an earlier run's process"
+        if collective
+        else ""
+    )
     return (
-        f"the engine could not listen on {where}: another process already uses it",
+        f"the engine could not listen on {where}: another process already uses it{also}",
         f"stop the process on {where} (`ss -ltnp | grep {port or 'PORT'}`) or let modelyard pick "
         "another port; a previous engine that was not stopped is the usual culprit",
     )
@@ -123,6 +130,22 @@ def _explain_registry_import(match: re.Match[str], context: LogContext) -> tuple
 
 
 def _explain_transformers_too_old(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    tokenizer = match.groupdict().get("tokenizer")
+    if tokenizer:
+        newer = (
+            " (TokenizersBackend is the class transformers 5 writes when it saves a tokenizer)"
+            if tokenizer == "TokenizersBackend"
+            else ""
+        )
+        return (
+            f"the model's tokenizer_config.json names tokenizer class {tokenizer!r}, which the transformers "
+            f"inside the engine does not have: the tokenizer was saved by a newer transformers{newer}, or "
+            "the class is custom code the engine was not allowed to run",
+            "run the engine with the transformers that saved the model (an engine release or image built on "
+            "it), or set tokenizer_class in tokenizer_config.json to a class this transformers has (for "
+            "a fast tokenizer.json: PreTrainedTokenizerFast, or the base model's class); for custom code, "
+            "--trust-remote-code",
+        )
     model_type = first_group(match, "model_type", "key") or "?"
     if match["gguf"]:
         return (
@@ -294,11 +317,14 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"error while attempting to bind on address \('[^']*', (?P<port>\d+)\)[^\n]*"
+            r"|port: (?P<socket_port>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE"
             r"|\[Errno 98\] Address already in use"
             r"|[Aa]ddress already in use"
+            r"|(?P<errno_name>\bEADDRINUSE\b)"
         ),
         _explain_address_in_use,
-        "uvicorn (server startup); OSError errno 98; zmq",
+        "uvicorn (server startup); OSError errno 98; zmq; torch/csrc/distributed/c10d/socket.cpp "
+        "(the TCPStore of torch.distributed and of vLLM's stateless process groups: EADDRINUSE, -98)",
     ),
     LogSignature(
         "log.executable-not-found",
@@ -334,10 +360,13 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
             r"|GGUF model with architecture (?P<gguf>[\w.\-]+) is not supported yet"
             r"|configuration_auto\.py\S*, line \d+, in __getitem__\s+raise KeyError\(key\)\s+"
             r"KeyError: '(?P<key>[\w.\-]+)'"
+            r"|Tokenizer class (?P<tokenizer>[\w.]+) does not exist or is not currently imported"
         ),
         _explain_transformers_too_old,
         "transformers/models/auto/configuration_auto.py (AutoConfig.from_pretrained; CONFIG_MAPPING "
-        "lookup of model_type); transformers/modeling_gguf_pytorch_utils.py (load_gguf_checkpoint)",
+        "lookup of model_type); transformers/modeling_gguf_pytorch_utils.py (load_gguf_checkpoint); "
+        "transformers/models/auto/tokenization_auto.py (AutoTokenizer.from_pretrained: tokenizer_class of "
+        "tokenizer_config.json not found)",
     ),
     LogSignature(
         "log.transformers-version-mismatch",
