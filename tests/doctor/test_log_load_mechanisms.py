@@ -71,3 +71,16 @@ def test_triton_e4m3_refusal_is_the_checkpoint_where_its_weights_are_fp8() -> No
         "log.kv-cache-dtype-unsupported-by-gpu",
         "log.quantization-unsupported-by-gpu",
     ]
+
+
+def test_engine_args_keyword_refusal_in_python_3_9_words() -> None:
+    (finding,) = diagnose_log(
+        '  File "/opt/conda/lib/python3.9/site-packages/vllm/entrypoints/llm.py", line 177, in __init__\n'
+        "    engine_args = EngineArgs(\n"
+        "TypeError: __init__() got an unexpected keyword argument 'enable_reasoning'\n"
+    )
+    assert finding.check_id == "log.launcher-passed-unknown-argument"
+    assert "'enable_reasoning'" in finding.message
+    # The same words under any other constructor are not the engine's arguments.
+    other = "    client = Client(\nTypeError: __init__() got an unexpected keyword argument 'timeout'"
+    assert _ids(other) == []

@@ -233,7 +233,7 @@ def _explain_world_size(match: re.Match[str], context: LogContext) -> tuple[str,
 
 
 def _explain_unexpected_keyword(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    name = match.groupdict().get("name")
+    name = first_group(match, "name", "name2")
     what = f"'{name}'" if name else "an argument"
     return (
         f"the launcher passed {what} to the engine's Python API (EngineArgs), which does not take it: it is "
@@ -433,9 +433,13 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"(?:Async)?EngineArgs\.(?:__)?init(?:__)?\(\) got an unexpected keyword argument"
             r"(?: '(?P<name>\w+)')?"
+            # Python before 3.10 names no class: the traceback's last line builds the EngineArgs.
+            r"|EngineArgs\([^\n]*\n(?:[^\n]*\n){0,2}?\s*TypeError: __init__\(\) got an unexpected "
+            r"keyword argument '(?P<name2>\w+)'"
         ),
         _explain_unexpected_keyword,
-        "Python TypeError from vllm.engine.arg_utils.(Async)EngineArgs, when a wrapper builds it from kwargs",
+        "Python TypeError from vllm.engine.arg_utils.(Async)EngineArgs, when a wrapper builds it from kwargs "
+        "(Python 3.10 and later name the class; 3.9 says __init__() under the frame that builds it)",
     ),
     LogSignature(
         "log.no-c-compiler",
