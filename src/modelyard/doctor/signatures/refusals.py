@@ -125,6 +125,14 @@ def _explain_attention(match: re.Match[str], context: LogContext) -> tuple[str, 
             "select the Triton backend (--attention-backend TRITON_ATTN, or VLLM_ATTENTION_BACKEND="
             "TRITON_ATTN on releases before 0.11), or use a vLLM release that picks it on this GPU",
         )
+    if match["ampere"]:
+        return (
+            "the flash-attn library runs only on Ampere (compute capability 8.0) and newer GPUs, and this "
+            "GPU is older (Turing or Volta)",
+            "pick an attention backend that runs here (vLLM --attention-backend TRITON_ATTN or XFORMERS on "
+            "releases that have it; SGLang --attention-backend triton or torch_native), or uninstall the "
+            "flash-attn package that the launcher or model code imports",
+        )
     return (
         "no attention backend of this vLLM build supports this model on this GPU (the reasons follow the "
         "message: compute capability, head size, KV-cache dtype, MLA or sparse attention)",
@@ -143,6 +151,13 @@ def _explain_transformers_fallback(match: re.Match[str], context: LogContext) ->
 
 
 def _explain_extension_abi(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    if match["operator"]:
+        return (
+            "torchvision's compiled operators did not load: the installed torchvision was built for another "
+            "torch release than the installed torch (the engine's upgrade moved torch, not torchvision)",
+            "install the torchvision release paired with the installed torch (torch 2.9 with torchvision "
+            "0.24, 2.10 with 0.25, ...), from the same index (the same CUDA) as torch",
+        )
     return (
         f"the compiled extension {match['library']} was built against another PyTorch release than the one "
         f"installed: it needs the torch symbol {match['symbol'][:80]}, which this torch does not have",
@@ -214,6 +229,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"(?P<sinks>Sinks are only supported in FlashAttention 3)"
             r"|No valid attention backend found for \w+ with"
+            r"|(?P<ampere>FlashAttention only supports Ampere GPUs or newer)"
         ),
         _explain_attention,
         "vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl: flash_attn_supports_sinks); "
@@ -232,6 +248,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"(?P<library>[\w./-]+\.so[\w.]*): undefined symbol: (?P<symbol>_ZN\d*(?:c10|at|torch)\w+)"
+            r"|(?P<operator>operator torchvision::\w+ does not exist)"
         ),
         _explain_extension_abi,
         "the dynamic linker (ImportError: undefined symbol) on a PyTorch C++ symbol; PyTorch's C++ ABI is "

@@ -223,7 +223,7 @@ def _explain_gpu_not_visible(match: re.Match[str], context: LogContext) -> tuple
 
 
 def _explain_world_size(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    world, local = match["world"], match["local"]
+    world, local = first_group(match, "world", "world2"), first_group(match, "local", "local2")
     return (
         f"the layout has {world} ranks but this node has {local} GPU(s), and the engine runs all ranks "
         "locally",
@@ -257,6 +257,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"The NVIDIA driver on your system is too old[^\n]*"
+            r"|the provided PTX was compiled with an unsupported toolchain"
             r"|CUDA driver version is insufficient for CUDA runtime version"
             r"|cuda>=\d+\.\d+, please update your driver[^\n]*"
         ),
@@ -423,9 +424,12 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"please ensure that world_size \((?P<world>\d+)\) is less than (?:than )?max local gpu count "
             r"\((?P<local>\d+)\)"
+            r"|Tensor parallel size \((?P<world2>\d+)\) cannot be larger than the number of available GPUs "
+            r"\((?P<local2>\d+)\)"
         ),
         _explain_world_size,
-        "vllm/executor/multiproc_executor.py / mp_distributed_executor.py (_check_cuda)",
+        "vllm/executor/multiproc_executor.py / mp_distributed_executor.py (_check_cuda); vllm/config "
+        "(ParallelConfig: the multiprocessing executor on one node, from 0.11)",
     ),
     LogSignature(
         "log.launcher-passed-unknown-argument",
