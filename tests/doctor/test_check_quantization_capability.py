@@ -80,3 +80,26 @@ def test_compressed_tensors_schemes() -> None:
 def test_schemes_doctor_does_not_know_stay_quiet() -> None:
     assert _severities({"quant_method": "bitsandbytes", "load_in_4bit": True}, "1xV100") == []
     assert _severities(_compressed({"num_bits": 4, "type": "float"}), "1xV100") == []
+
+
+def _unknown(method: str, version: str | None, engine: str = "vllm") -> list[Severity]:
+    model = ModelFacts(
+        directory=Path("/models/q"), config={**QWEN3_8B, "quantization_config": {"quant_method": method}}
+    )
+    findings = plan_findings("", engine=engine, version=version, model=model)
+    return [finding.severity for finding in of_id(findings, "model.quantization-unknown")]
+
+
+def test_a_method_the_release_does_not_have() -> None:
+    # gpt-oss's mxfp4 came in vLLM 0.10.1; QQQ went after 0.10.1.1.
+    assert _unknown("mxfp4", "0.10.0") == [Severity.ERROR]
+    assert _unknown("mxfp4", "0.10.1") == []
+    assert _unknown("qqq", "0.12.0") == [Severity.ERROR]
+    assert _unknown("qqq", "0.9.2") == []
+
+
+def test_releases_and_names_doctor_cannot_judge_stay_quiet() -> None:
+    assert _unknown("mxfp4", None) == []  # no version: no table
+    assert _unknown("mxfp4", "0.8.5") == []  # the table of 0.8.5 lists no --quantization choices
+    assert _unknown("some-new-method", "0.10.0") == []  # no release of the tables has it
+    assert _unknown("mxfp4", "0.4.9", engine="sglang") == []

@@ -12,7 +12,10 @@ from __future__ import annotations
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
-from modelyard.doctor.parameters.quantization_capability import check_quantization_capability
+from modelyard.doctor.parameters.quantization_capability import (
+    check_quantization_capability,
+    check_quantization_known,
+)
 from modelyard.errors import InvalidInput
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.versions import version_before
@@ -49,6 +52,7 @@ def check_model_config(context: ParameterContext) -> list[Finding]:
     findings.extend(_dtype(context, model))
     findings.extend(_quantization(context, model))
     findings.extend(check_quantization_capability(context, model))
+    findings.extend(check_quantization_known(context, model))
     return findings
 
 

@@ -1,5 +1,6 @@
 """A quantized checkpoint against the compute capability its kernels need
-(``model.quantization-unsupported-by-gpu``).
+(``model.quantization-unsupported-by-gpu``), and against the methods the release has
+(``model.quantization-unknown``).
 
 Each engine checks a checkpoint's quantization config against the GPU before it loads a weight:
 ``get_min_capability()`` of the method (vLLM ``vllm/config`` ``_get_quantization_config``; SGLang
@@ -25,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from modelyard.backends.flag_tables import available_versions, load_flag_table
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.estimate.versions import version_before
 from modelyard.modeldir import ModelFacts
 
 Capability = tuple[int, int]
@@ -126,3 +129,40 @@ def check_quantization_capability(context: ParameterContext, model: ModelFacts) 
             )
         ]
     return []
+
+
+def check_quantization_known(context: ParameterContext, model: ModelFacts) -> list[Finding]:
+    """``model.quantization-unknown``: the checkpoint's ``quant_method`` is not a method this vLLM
+    release has (``ModelConfig._verify_quantization``: "Unknown quantization method: X. Must be
+    one of [...]"). The release's ``--quantization`` choices are its methods; releases whose table
+    has no choices are not judged, nor names no release of the tables has (spelt otherwise)."""
+    method = str((model.quantization_config or {}).get("quant_method") or "").lower()
+    if context.engine != "vllm" or context.table is None or not method:
+        return []
+    known = _quantization_choices(context.table.version)
+    if not known or method in known:
+        return []
+    having = [version for version in available_versions("vllm") if method in _quantization_choices(version)]
+    if not having:
+        return []
+    newer = version_before(context.table.version, having[0])
+    when = f"from {having[0]}" if newer else f"from {having[0]} to {having[-1]}"
+    return [
+        Finding(
+            "model.quantization-unknown",
+            Severity.ERROR,
+            f"the checkpoint's quantization_config.quant_method is {method!r}, which {context.label} does "
+            f'not have (vLLM lists it {when}): it refuses to start ("Unknown quantization method: {method}")',
+            fix=f"use a vLLM release that has {method} ({having[0]} or later)"
+            if newer
+            else f"use a vLLM release that has {method} ({having[0]} to {having[-1]}), or a checkpoint "
+            "quantized with a method this release has",
+            details={"method": method, "first": having[0], "last": having[-1]},
+        )
+    ]
+
+
+def _quantization_choices(version: str) -> frozenset[str]:
+    table = load_flag_table("vllm", version)
+    spec = table.lookup("--quantization") if table is not None else None
+    return frozenset(spec.choices or ()) if spec is not None else frozenset()
