@@ -103,3 +103,11 @@ def test_releases_and_names_doctor_cannot_judge_stay_quiet() -> None:
     assert _unknown("mxfp4", "0.8.5") == []  # the table of 0.8.5 lists no --quantization choices
     assert _unknown("some-new-method", "0.10.0") == []  # no release of the tables has it
     assert _unknown("mxfp4", "0.4.9", engine="sglang") == []
+
+
+def test_mxfp4_in_vllm() -> None:
+    mxfp4 = {"quant_method": "mxfp4"}
+    assert _severities(mxfp4, "1xT4") == [Severity.ERROR]  # get_min_capability 80 (90 at first)
+    assert _severities(mxfp4, "1xA100") == [Severity.WARNING]
+    assert _severities(mxfp4, "1xH100") == []
+    assert _severities(mxfp4, "1xT4", engine="sglang") == []  # SGLang's minimum is not known here

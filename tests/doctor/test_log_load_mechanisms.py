@@ -84,3 +84,26 @@ def test_engine_args_keyword_refusal_in_python_3_9_words() -> None:
     # The same words under any other constructor are not the engine's arguments.
     other = "    client = Client(\nTypeError: __init__() got an unexpected keyword argument 'timeout'"
     assert _ids(other) == []
+
+
+def test_a_lora_path_without_an_adapter() -> None:
+    (finding,) = diagnose_log(
+        "ValueError: Loading lora sql-adapter failed: No adapter found for /adapters/sql/global_step_200"
+    )
+    assert finding.check_id == "log.lora-adapter-not-found"
+    assert "/adapters/sql/global_step_200" in finding.message and "adapter_config.json" in finding.fix
+
+
+def test_shortened_and_title_wordings_of_known_refusals() -> None:
+    assert _ids("ValueError: No valid attention backend found for cuda. Reasons: {...}") == [
+        "log.attention-unsupported-by-gpu"
+    ]
+    (quant,) = diagnose_log("The quantization method fp8 is not supported for the current GPU SM70")
+    assert quant.check_id == "log.quantization-unsupported-by-gpu" and "7.0" in quant.message
+
+
+def test_a_launchers_missing_engine_helper() -> None:
+    line = "RuntimeError: SGLang server initialization failed: name 'launch_server_cmd' is not defined."
+    assert _ids(line, engine="sglang") == ["log.launcher-engine-mismatch"]
+    # A NameError with no launcher in the log is the user's own code, not a release mismatch.
+    assert _ids("NameError: name 'prompt' is not defined", engine="sglang") == []

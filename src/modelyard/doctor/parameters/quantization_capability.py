@@ -16,6 +16,7 @@ between it and the highest, some releases refuse and some run (a warning that sa
   from 8.0 to 8.9 the linear layers go through Triton's e4m3 (fp8e4nv) kernels, which need 8.9,
   unless Marlin takes them (``SGLANG_FORCE_FP8_MARLIN=1``, or by itself on SM 8.0-8.8 in recent
   releases: ``can_auto_enable_marlin_fp8``).
+- MXFP4 (gpt-oss) in vLLM: ``Mxfp4Config.get_min_capability`` 9.0 in the first releases, 8.0 later.
 - compressed-tensors: weight-only integer schemes (W4A16, W8A16: ``CompressedTensorsWNA16``,
   Marlin) 8.0 ("ampere and up"), 7.5 where Marlin runs on Turing; W8A8 int8 7.5; float 8-bit
   weights as FP8 above.
@@ -58,6 +59,10 @@ _FP8 = {
         "SGLANG_FORCE_FP8_MARLIN=1 or use a release that enables Marlin on SM 8.0-8.8 by itself",
     ),
 }
+# vLLM's Mxfp4Config.get_min_capability: 90 when gpt-oss came (0.10.1), 80 later.
+_MXFP4 = CapabilityNeed(
+    "MXFP4", (8, 0), (9, 0), "the first vLLM releases with gpt-oss ran MXFP4 on Hopper only"
+)
 _WEIGHT_ONLY_INT = CapabilityNeed(
     "compressed-tensors weight-only int", (7, 5), (8, 0), "releases whose Marlin needs Ampere refuse it"
 )
@@ -73,6 +78,8 @@ def quantization_need(engine: str, config: dict[str, Any]) -> CapabilityNeed | N
         return _METHODS[method]
     if method == "fp8":
         return _FP8.get(engine)
+    if method == "mxfp4" and engine == "vllm":
+        return _MXFP4
     if method == "compressed-tensors":
         return _compressed_tensors_need(engine, config)
     return None

@@ -47,11 +47,12 @@ def _explain_bfloat16(match: re.Match[str], context: LogContext) -> tuple[str, s
 def _explain_quantization(match: re.Match[str], context: LogContext) -> tuple[str, str]:
     method = first_group(match, "method")
     subject = f"the quantization {method}" if method else "the checkpoint's compressed-tensors scheme"
-    minimum = first_group(match, "minimum", "minimum2") or "0"
-    current = first_group(match, "current", "current2") or "0"
+    minimum = first_group(match, "minimum", "minimum2")
+    current = first_group(match, "current", "current2", "sm")
+    needs = f"a GPU of compute capability {int(minimum) / 10:.1f} or newer" if minimum else "a newer GPU"
+    this = f"; this GPU is {int(current) / 10:.1f}" if current else ""
     return (
-        f"{subject} needs a GPU of compute capability {int(minimum) / 10:.1f} or newer; this "
-        f"GPU is {int(current) / 10:.1f}",
+        f"{subject} needs {needs}{this}",
         "use a checkpoint quantized for this GPU (AWQ and GPTQ run from 7.5, unquantized float16 anywhere), "
         "or a newer GPU",
     )
@@ -161,8 +162,9 @@ SIGNATURES: tuple[LogSignature, ...] = (
         "log.quantization-unsupported-by-gpu",
         Severity.ERROR,
         re.compile(
-            r"The quantization method (?P<method>[\w.\-]+) is not supported for the current GPU\. "
-            r"Minimum capability: (?P<minimum>\d+)\. Current capability: (?P<current>\d+)"
+            r"The quantization method (?P<method>[\w.\-]+) is not supported for the current GPU"
+            r"(?:\. Minimum capability: (?P<minimum>\d+)\. Current capability: (?P<current>\d+)"
+            r"| SM ?(?P<sm>\d+))?"
             # compressed-tensors raises RuntimeError with three strings: the log shows the tuple.
             r"|Quantization scheme is not supported for ['\", ]*the current GPU\. "
             r"Min capability: (?P<minimum2>\d+)\. ['\", ]*Current capability: (?P<current2>\d+)"

@@ -10,6 +10,8 @@ as groups, so that any report of the same refusal matches, whatever the model or
 - ``log.lora-rank-exceeds-max``: an adapter's rank above ``--max-lora-rank`` (vLLM
   ``LoRAModelManager``/``PEFTHelper.validate_legal``: "LoRA rank {r} is greater than max_lora_rank
   {max}"); the default is 16 and the flag takes one of 1, 8, 16, 32, 64, 128, 256, 320, 512.
+- ``log.lora-adapter-not-found``: vLLM ``WorkerLoRAManager._load_adapter``: "Loading lora X failed: No
+  adapter found for PATH" (no adapter_config.json and weights at the path).
 - ``log.ray-driver-without-gpu``: the Ray executor found no GPU for the engine on the node the
   engine's driver runs on (vLLM ``executor/ray_utils.py``: "Current node has no GPU available").
 - ``log.flags-conflict``: two options the engine refuses together (vLLM ``cli_args.py``
@@ -65,6 +67,17 @@ def _explain_lora_rank(match: re.Match[str], context: LogContext) -> tuple[str, 
         "(vLLM's default is 16)",
         f"start the engine with {raise_to} (it takes one of {', '.join(map(str, LORA_RANKS))}); a launcher "
         "that builds the engine arguments itself needs its own max_lora_rank setting",
+    )
+
+
+def _explain_lora_adapter_missing(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    path = match["path"]
+    return (
+        f"vLLM found no LoRA adapter at {path}: the folder has no adapter_config.json with adapter weights "
+        "(a training checkpoint of the full model, a folder one level off, or a path that does not exist "
+        "where the engine runs)",
+        "point --lora-modules (or the request's lora_path) at the folder that holds adapter_config.json and "
+        "adapter_model.safetensors, as it is seen inside the engine's container or node",
     )
 
 
@@ -186,6 +199,14 @@ SIGNATURES: tuple[LogSignature, ...] = (
         "vllm/lora/models.py (LoRAModelManager), vllm/lora/peft_helper.py (PEFTHelper.validate_legal)",
     ),
     LogSignature(
+        "log.lora-adapter-not-found",
+        Severity.ERROR,
+        re.compile(r"No adapter found for (?P<path>[^\s'\"\]]+)"),
+        _explain_lora_adapter_missing,
+        "vllm/lora/worker_manager.py (WorkerLoRAManager._load_adapter: the adapter's files are not at the "
+        "path)",
+    ),
+    LogSignature(
         "log.ray-driver-without-gpu",
         Severity.ERROR,
         re.compile(r"Current node has no GPU available"),
@@ -228,7 +249,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"(?P<sinks>Sinks are only supported in FlashAttention 3)"
-            r"|No valid attention backend found for \w+ with"
+            r"|No valid attention backend found for \w+"
             r"|(?P<ampere>FlashAttention only supports Ampere GPUs or newer)"
         ),
         _explain_attention,
