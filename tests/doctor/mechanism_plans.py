@@ -38,6 +38,7 @@ def plan_findings(
     model: ModelFacts | None = None,
     host: HostFacts = QUIET_HOST,
     gpu_count: int | None = None,
+    model_argument: str | None = None,
 ) -> list[Finding]:
     return check_plan(
         DeploymentPlan(
@@ -49,6 +50,7 @@ def plan_findings(
             gpus=parse_gpu_specs(gpus) if gpus else [],
             gpu_count=gpu_count,
             host=host,
+            model_argument=model_argument,
         )
     )
 

@@ -272,3 +272,66 @@ def test_what_the_model_needs_is_quiet_on_near_misses() -> None:
             "log.context-beyond-model",
             "log.quantization-unsupported-by-gpu",
         } & set(ids), (text, ids)
+
+
+# What the process finds of CUDA, its libraries, its kernels and the weights (signatures/runtime.py,
+# and the wordings the older signatures learnt): the program's own words, with the signature.
+RUNTIME_LINES = {
+    "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
+    "must use the 'spawn' start method": "log.cuda-initialized-before-fork",
+    "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory": (
+        "log.cuda-library-missing"
+    ),
+    "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+    "calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported "
+    "display driver / cuda driver combination": "log.cuda-driver-mismatch",
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 106496, Hardware "
+    "limit: 101376. Reducing block sizes or `num_stages` may help.": "log.triton-shared-memory",
+    "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge": (
+        "log.weights-corrupt"
+    ),
+    "ValueError: Unknown quantization method: mxfp4. Must be one of ['aqlm', 'awq', 'deepspeedfp', "
+    "'fp8', 'gptq']": "log.quantization-unknown",
+    "ValueError: Quantization method specified in the model config (gptq) does not match the quantization "
+    "method specified in the `quantization` argument (awq).": "log.quantization-mismatch",
+    "Value error, Tensor parallel size (8) cannot be larger than the number of available GPUs (4).": (
+        "log.world-size-exceeds-local-gpus"
+    ),
+    "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder "
+    "for the specified revision on the local disk and outgoing traffic has been disabled.": "log.hub-offline",
+    "RuntimeError: FlashAttention only supports Ampere GPUs or newer.": "log.attention-unsupported-by-gpu",
+    "RuntimeError: operator torchvision::nms does not exist": "log.extension-built-for-another-torch",
+    "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.": (
+        "log.driver-too-old"
+    ),
+}
+
+
+@pytest.mark.parametrize("line", sorted(RUNTIME_LINES))
+def test_what_the_process_finds_is_diagnosed(line: str) -> None:
+    findings = diagnose_log(f"INFO starting\n{line}\n", engine="vllm")
+    assert findings and findings[0].check_id == RUNTIME_LINES[line]
+    assert findings[0].severity is Severity.ERROR and findings[0].fix
+
+
+def test_runtime_fixes_name_the_values() -> None:
+    (library,) = diagnose_log(
+        "OSError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    )
+    assert "NVIDIA container runtime" in library.message and "--gpus" in library.fix
+    (memory,) = diagnose_log(next(line for line in RUNTIME_LINES if "Hardware" in line))
+    assert "104 KiB" in memory.message and "99 KiB" in memory.message
+    (unknown,) = diagnose_log(next(line for line in RUNTIME_LINES if "Unknown quantization" in line))
+    assert "'mxfp4'" in unknown.message and "mxfp4" in unknown.fix
+
+
+def test_what_the_process_finds_is_quiet_on_near_misses() -> None:
+    quiet = [
+        "INFO Using the 'spawn' start method for the worker processes",
+        "INFO loaded libcudart.so.12 from /usr/local/cuda/lib64",
+        "INFO Loading safetensors checkpoint shards: 100% Completed | 4/4",
+        "INFO quantization method fp8 selected from the model config",
+        "INFO Tensor parallel size 4, the number of available GPUs 8",
+    ]
+    for text in quiet:
+        assert diagnose_log(text, engine="vllm") == [], text

@@ -95,7 +95,8 @@ def diagnose_log(
         matches = [
             match
             for match in signature.pattern.finditer(text)
-            if signature.when is None or signature.when(match, text)
+            if (signature.when is None or signature.when(match, text))
+            and (signature.applies is None or signature.applies(match, text, context))
         ]
         if not matches:
             continue

@@ -34,6 +34,7 @@ from modelyard.doctor.parameters.layout import check_layout
 from modelyard.doctor.parameters.machine import check_machine
 from modelyard.doctor.parameters.model_config import check_model_config
 from modelyard.doctor.parameters.model_family import check_mtp, check_parsers, check_served_model_name
+from modelyard.doctor.parameters.model_path import check_model_path
 from modelyard.doctor.parameters.network import check_hub_ids, check_proxy, check_visible_devices
 from modelyard.doctor.parameters.nodes import check_nodes
 from modelyard.doctor.parameters.ports import check_ports
@@ -69,6 +70,7 @@ CHECKS: tuple[Check, ...] = (
     check_layout,
     check_nodes,
     check_model_config,
+    check_model_path,
     check_kv_cache_dtype,
     check_scheduler_limits,
     check_proxy,

@@ -3,7 +3,8 @@
 Ids: ``model.context-beyond-model`` (a context longer than the model's positions, without rope
 scaling), ``model.dtype-unsupported-by-gpu`` (bfloat16 on GPUs before compute capability 8.0),
 ``model.quantization-mismatch`` (``--quantization`` naming another method than the checkpoint's),
-``model.quantization-unsupported-by-gpu`` (an AWQ or GPTQ checkpoint on a GPU older than it needs).
+``model.quantization-unsupported-by-gpu`` (a quantized checkpoint on a GPU older than its kernels need:
+``quantization_capability``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 from modelyard.doctor.findings import Finding, Severity
 from modelyard.doctor.gpu_models import compute_capability
 from modelyard.doctor.parameters.context import ParameterContext
+from modelyard.doctor.parameters.quantization_capability import (
+    check_quantization_capability,
+    check_quantization_known,
+)
 from modelyard.errors import InvalidInput
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.versions import version_before
@@ -46,7 +51,8 @@ def check_model_config(context: ParameterContext) -> list[Finding]:
     findings = _context_length(context, model)
     findings.extend(_dtype(context, model))
     findings.extend(_quantization(context, model))
-    findings.extend(_quantization_capability(context, model))
+    findings.extend(check_quantization_capability(context, model))
+    findings.extend(check_quantization_known(context, model))
     return findings
 
 
@@ -132,33 +138,3 @@ def _quantization(context: ParameterContext, model: ModelFacts) -> list[Finding]
             details={"asked": asked, "declared": declared},
         )
     ]
-
-
-# The compute capability each checkpoint quantization needs in both engines (their quantization
-# configs' get_min_capability); methods whose minimum moved between releases (FP8: 8.9, then 8.0
-# with Marlin, 7.5 in later vLLM) are left to the engine's own message (log.quantization-unsupported-by-gpu).
-QUANTIZATION_MIN_CAPABILITY = {"awq": (7, 5), "gptq": (6, 0)}
-
-
-def _quantization_capability(context: ParameterContext, model: ModelFacts) -> list[Finding]:
-    method = str((model.quantization_config or {}).get("quant_method") or "").lower()
-    minimum = QUANTIZATION_MIN_CAPABILITY.get(method)
-    if minimum is None:
-        return []
-    for gpu in context.gpus or []:
-        capability = compute_capability(gpu.name)
-        if capability is None or capability >= minimum:
-            continue
-        return [
-            Finding(
-                "model.quantization-unsupported-by-gpu",
-                Severity.ERROR,
-                f"the checkpoint is {method.upper()}-quantized, which needs compute capability "
-                f"{minimum[0]}.{minimum[1]} or newer; {gpu.name} is {capability[0]}.{capability[1]} and "
-                f'{context.label} refuses it ("The quantization method {method} is not supported for the '
-                'current GPU")',
-                fix="use an unquantized float16 checkpoint or one quantized for this GPU, or a newer GPU",
-                details={"method": method, "gpu": gpu.name},
-            )
-        ]
-    return []

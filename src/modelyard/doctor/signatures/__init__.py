@@ -6,7 +6,8 @@ llama-box's unknown arguments, mangled JSON; ``launchers``: a launcher and an en
 that do not fit; ``refusals``: a layout, an adapter or a pair of options the engine refuses),
 the KV-cache dtype the kernels refuse
 (``kv_cache_dtype``), what the model needs (``model.SIGNATURES``: context, dtype, quantization,
-remote code, heads, chat template, files, disk), what the engine talks to (``network.SIGNATURES``:
+remote code, heads, chat template, files, disk), what the process finds of CUDA, its libraries,
+its kernels and the weights (``runtime``), what the engine talks to (``network.SIGNATURES``:
 proxies, the hub, NCCL's shared memory; ``collectives``: Gloo's mesh, the custom all-reduce), and
 the generic errors last
 (``memory.RUNTIME``: CUDA and host out of memory; ``network.GENERIC``: any NCCL error).
@@ -23,6 +24,7 @@ from modelyard.doctor.signatures import (
     model,
     network,
     refusals,
+    runtime,
     startup,
 )
 from modelyard.doctor.signatures.base import LogSignature
@@ -36,6 +38,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
     *refusals.SIGNATURES,
     *kv_cache_dtype.SIGNATURES,
     *model.SIGNATURES,
+    *runtime.SIGNATURES,
     *network.SIGNATURES,
     *collectives.SIGNATURES,
     *memory.RUNTIME,

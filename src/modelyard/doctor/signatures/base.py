@@ -1,7 +1,9 @@
 """What a log signature is: the wording that recognises one failure, and how to explain it.
 
 A ``LogSignature`` matches the exact wording of the program that fails (each names its source);
-``when`` narrows a match by what else the log says (the same words can mean two things);
+``when`` narrows a match by what else the log says (the same words can mean two things), and
+``applies`` by that and the engine's arguments (Triton's fp8e4nv refusal is the KV cache's where
+``--kv-cache-dtype fp8`` was asked, the checkpoint's FP8 weights where it was not);
 ``supersedes`` names the more generic signatures a match makes redundant. ``LogContext`` carries
 what the diagnosis knows besides the text: the engine family and its parsed arguments.
 """
@@ -22,6 +24,8 @@ from modelyard.errors import InvalidInput
 FixBuilder = Callable[[re.Match[str], "LogContext"], tuple[str, str]]
 # Whether a match counts, given the whole log text.
 Condition = Callable[[re.Match[str], str], bool]
+# Whether a match counts, given the whole log text and what is known of the engine's arguments.
+ContextCondition = Callable[[re.Match[str], str, "LogContext"], bool]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class LogSignature:
     source: str
     when: Condition | None = None
     supersedes: tuple[str, ...] = ()
+    applies: ContextCondition | None = None
 
 
 def engine_table(engine: str | None) -> FlagTable | None:

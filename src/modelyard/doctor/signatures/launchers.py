@@ -6,7 +6,8 @@ classes, config objects and helpers, which change between releases without notic
 installed engine is not the release the launcher was written for, the start fails inside the
 launcher's own code with Python's plain words for a changed API (``AttributeError: ... has no
 attribute``, ``TypeError: ... got an unexpected keyword argument``, ``ImportError: cannot import
-name ... from 'vllm...'``), not with an engine error. Those words alone mean little; next to a
+name ... from 'vllm...'``, or ``name '...' is not defined`` where the launcher's import of the helper
+was guarded), not with an engine error. Those words alone mean little; next to a
 launcher's frames or process names in the same log they mean the two releases disagree. The
 engine's own ``EngineArgs`` keyword refusal is ``log.launcher-passed-unknown-argument``.
 """
@@ -28,7 +29,7 @@ _LAUNCHERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"huggingfaceserver"), "KServe's Hugging Face server"),
     (re.compile(r"\bverl[./]workers"), "verl"),
     (re.compile(r"\bopenrlhf[./]"), "OpenRLHF"),
-    (re.compile(r"\bllamafactory[./]"), "LLaMA-Factory"),
+    (re.compile(r"\bllamafactory[./]|SGLang server initialization failed"), "LLaMA-Factory"),
 )
 
 _CHANGED_API = re.compile(
@@ -36,6 +37,8 @@ _CHANGED_API = re.compile(
     r"|module '[\w.]+' has no attribute '\w+')"
     r"|TypeError: (?P<keyword>[\w.]+\(\) got an unexpected keyword argument '\w+')"
     r"|ImportError: (?P<import>cannot import name '\w+' from '(?:vllm|sglang)[\w.]*')"
+    # A launcher that imports an engine helper inside try/except meets the missing name later.
+    r"|(?P<name>name '\w+' is not defined)"
 )
 
 

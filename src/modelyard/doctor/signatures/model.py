@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from modelyard.doctor.findings import Severity
+from modelyard.doctor.hub_paths import hub_cache_repository
 from modelyard.doctor.signatures.base import LogContext, LogSignature, first_group
 
 
@@ -44,12 +45,14 @@ def _explain_bfloat16(match: re.Match[str], context: LogContext) -> tuple[str, s
 
 
 def _explain_quantization(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    method = first_group(match, "method") or "this checkpoint's quantization scheme"
-    minimum = first_group(match, "minimum", "minimum2") or "0"
-    current = first_group(match, "current", "current2") or "0"
+    method = first_group(match, "method")
+    subject = f"the quantization {method}" if method else "the checkpoint's compressed-tensors scheme"
+    minimum = first_group(match, "minimum", "minimum2")
+    current = first_group(match, "current", "current2", "sm")
+    needs = f"a GPU of compute capability {int(minimum) / 10:.1f} or newer" if minimum else "a newer GPU"
+    this = f"; this GPU is {int(current) / 10:.1f}" if current else ""
     return (
-        f"the quantization {method} needs a GPU of compute capability {int(minimum) / 10:.1f} or newer; this "
-        f"GPU is {int(current) / 10:.1f}",
+        f"{subject} needs {needs}{this}",
         "use a checkpoint quantized for this GPU (AWQ and GPTQ run from 7.5, unquantized float16 anywhere), "
         "or a newer GPU",
     )
@@ -90,6 +93,22 @@ def _split_by_ranks(match: re.Match[str], text: str) -> bool:
 
 
 def _explain_model_not_found(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    refused = match.groupdict().get("refused")
+    if refused:
+        repository = hub_cache_repository(refused)
+        if repository:
+            return (
+                f"{refused} is a Hugging Face cache repository folder with no config.json of its own (the "
+                "files are under snapshots/<revision>/), so the engine took the path for a hub id",
+                f"give {refused}/snapshots/<revision>, or the repo id {repository} with HF_HOME set to the "
+                "folder that holds hub/",
+            )
+        return (
+            f"the engine got the path {refused} but found no model directory there (no such directory, or "
+            "no config.json in it), so it took the path for a hub id, which huggingface_hub refuses",
+            "check that the path exists where the engine runs (inside a container: the mounted path; over "
+            "Ray: on every node) and that config.json is in it",
+        )
     where = first_group(match, "path", "name", "url") or "the model"
     return (
         f"the engine found no model at {where}: not a directory with config.json, and not a model id the "
@@ -143,10 +162,12 @@ SIGNATURES: tuple[LogSignature, ...] = (
         "log.quantization-unsupported-by-gpu",
         Severity.ERROR,
         re.compile(
-            r"The quantization method (?P<method>[\w.\-]+) is not supported for the current GPU\. "
-            r"Minimum capability: (?P<minimum>\d+)\. Current capability: (?P<current>\d+)"
-            r"|Quantization scheme is not supported for the current GPU\. "
-            r"Min capability: (?P<minimum2>\d+)\. Current capability: (?P<current2>\d+)"
+            r"The quantization method (?P<method>[\w.\-]+) is not supported for the current GPU"
+            r"(?:\. Minimum capability: (?P<minimum>\d+)\. Current capability: (?P<current>\d+)"
+            r"| SM ?(?P<sm>\d+))?"
+            # compressed-tensors raises RuntimeError with three strings: the log shows the tuple.
+            r"|Quantization scheme is not supported for ['\", ]*the current GPU\. "
+            r"Min capability: (?P<minimum2>\d+)\. ['\", ]*Current capability: (?P<current2>\d+)"
         ),
         _explain_quantization,
         "vllm/config/vllm.py (_get_quantization_config); compressed_tensors.py (_check_scheme_supported)",
@@ -190,9 +211,11 @@ SIGNATURES: tuple[LogSignature, ...] = (
             r"|Invalid repository ID or local directory specified: '(?P<name>[^']+)'"
             r"|Repository Not Found for url: (?P<url>\S+)"
             r"|is not a local folder and is not a valid model identifier listed on"
+            r"|Repo id must be in the form 'repo_name' or 'namespace/repo_name': '(?P<refused>[/.~][^']*)'"
         ),
         _explain_model_not_found,
-        "transformers/utils/hub.py (cached_files); vllm/transformers_utils/config.py",
+        "transformers/utils/hub.py (cached_files); vllm/transformers_utils/config.py; "
+        "huggingface_hub/utils/_validators.py (validate_repo_id, for a path taken as a hub id)",
         when=lambda match, text: "gated" not in text.lower() and "401 client error" not in text.lower(),
     ),
     LogSignature(

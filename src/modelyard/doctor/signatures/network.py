@@ -94,9 +94,13 @@ SIGNATURES: tuple[LogSignature, ...] = (
     LogSignature(
         "log.hub-offline",
         Severity.ERROR,
-        re.compile(r"OfflineModeIsEnabled|offline mode is enabled\. To disable it"),
+        re.compile(
+            r"OfflineModeIsEnabled|offline mode is enabled\. To disable it"
+            r"|(?:on the local disk|in the disk cache) and outgoing traffic has been disabled"
+        ),
         _explain_hub_offline,
-        "huggingface_hub/utils/_http.py (OfflineModeIsEnabled)",
+        "huggingface_hub/utils/_http.py (OfflineModeIsEnabled); file_download.py / _snapshot_download.py "
+        "(LocalEntryNotFoundError with HF_HUB_OFFLINE=1 or local_files_only)",
     ),
     LogSignature(
         "log.hub-gated",

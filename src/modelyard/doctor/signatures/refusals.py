@@ -10,6 +10,8 @@ as groups, so that any report of the same refusal matches, whatever the model or
 - ``log.lora-rank-exceeds-max``: an adapter's rank above ``--max-lora-rank`` (vLLM
   ``LoRAModelManager``/``PEFTHelper.validate_legal``: "LoRA rank {r} is greater than max_lora_rank
   {max}"); the default is 16 and the flag takes one of 1, 8, 16, 32, 64, 128, 256, 320, 512.
+- ``log.lora-adapter-not-found``: vLLM ``WorkerLoRAManager._load_adapter``: "Loading lora X failed: No
+  adapter found for PATH" (no adapter_config.json and weights at the path).
 - ``log.ray-driver-without-gpu``: the Ray executor found no GPU for the engine on the node the
   engine's driver runs on (vLLM ``executor/ray_utils.py``: "Current node has no GPU available").
 - ``log.flags-conflict``: two options the engine refuses together (vLLM ``cli_args.py``
@@ -65,6 +67,17 @@ def _explain_lora_rank(match: re.Match[str], context: LogContext) -> tuple[str, 
         "(vLLM's default is 16)",
         f"start the engine with {raise_to} (it takes one of {', '.join(map(str, LORA_RANKS))}); a launcher "
         "that builds the engine arguments itself needs its own max_lora_rank setting",
+    )
+
+
+def _explain_lora_adapter_missing(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    path = match["path"]
+    return (
+        f"vLLM found no LoRA adapter at {path}: the folder has no adapter_config.json with adapter weights "
+        "(a training checkpoint of the full model, a folder one level off, or a path that does not exist "
+        "where the engine runs)",
+        "point --lora-modules (or the request's lora_path) at the folder that holds adapter_config.json and "
+        "adapter_model.safetensors, as it is seen inside the engine's container or node",
     )
 
 
@@ -125,6 +138,14 @@ def _explain_attention(match: re.Match[str], context: LogContext) -> tuple[str, 
             "select the Triton backend (--attention-backend TRITON_ATTN, or VLLM_ATTENTION_BACKEND="
             "TRITON_ATTN on releases before 0.11), or use a vLLM release that picks it on this GPU",
         )
+    if match["ampere"]:
+        return (
+            "the flash-attn library runs only on Ampere (compute capability 8.0) and newer GPUs, and this "
+            "GPU is older (Turing or Volta)",
+            "pick an attention backend that runs here (vLLM --attention-backend TRITON_ATTN or XFORMERS on "
+            "releases that have it; SGLang --attention-backend triton or torch_native), or uninstall the "
+            "flash-attn package that the launcher or model code imports",
+        )
     return (
         "no attention backend of this vLLM build supports this model on this GPU (the reasons follow the "
         "message: compute capability, head size, KV-cache dtype, MLA or sparse attention)",
@@ -143,6 +164,13 @@ def _explain_transformers_fallback(match: re.Match[str], context: LogContext) ->
 
 
 def _explain_extension_abi(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    if match["operator"]:
+        return (
+            "torchvision's compiled operators did not load: the installed torchvision was built for another "
+            "torch release than the installed torch (the engine's upgrade moved torch, not torchvision)",
+            "install the torchvision release paired with the installed torch (torch 2.9 with torchvision "
+            "0.24, 2.10 with 0.25, ...), from the same index (the same CUDA) as torch",
+        )
     return (
         f"the compiled extension {match['library']} was built against another PyTorch release than the one "
         f"installed: it needs the torch symbol {match['symbol'][:80]}, which this torch does not have",
@@ -169,6 +197,14 @@ SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(r"LoRA rank (?P<rank>\d+) is greater than max_lora_rank (?P<limit>\d+)"),
         _explain_lora_rank,
         "vllm/lora/models.py (LoRAModelManager), vllm/lora/peft_helper.py (PEFTHelper.validate_legal)",
+    ),
+    LogSignature(
+        "log.lora-adapter-not-found",
+        Severity.ERROR,
+        re.compile(r"No adapter found for (?P<path>[^\s'\"\]]+)"),
+        _explain_lora_adapter_missing,
+        "vllm/lora/worker_manager.py (WorkerLoRAManager._load_adapter: the adapter's files are not at the "
+        "path)",
     ),
     LogSignature(
         "log.ray-driver-without-gpu",
@@ -213,7 +249,8 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"(?P<sinks>Sinks are only supported in FlashAttention 3)"
-            r"|No valid attention backend found for \w+ with"
+            r"|No valid attention backend found for \w+"
+            r"|(?P<ampere>FlashAttention only supports Ampere GPUs or newer)"
         ),
         _explain_attention,
         "vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl: flash_attn_supports_sinks); "
@@ -232,6 +269,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"(?P<library>[\w./-]+\.so[\w.]*): undefined symbol: (?P<symbol>_ZN\d*(?:c10|at|torch)\w+)"
+            r"|(?P<operator>operator torchvision::\w+ does not exist)"
         ),
         _explain_extension_abi,
         "the dynamic linker (ImportError: undefined symbol) on a PyTorch C++ symbol; PyTorch's C++ ABI is "

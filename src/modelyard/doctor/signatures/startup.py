@@ -82,10 +82,17 @@ def _explain_unrecognized_arguments(match: re.Match[str], context: LogContext) -
 
 
 def _explain_address_in_use(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    port = match.groupdict().get("port")
+    port = first_group(match, "port", "socket_port")
     where = f"port {port}" if port else "its port"
+    collective = match.groupdict().get("socket_port") or match.groupdict().get("errno_name")
+    also = (
+        "; for torch.distributed / NCCL setup that is the rendezvous port (MASTER_PORT, VLLM_PORT, or "
+        "the launcher's group port), often held by an earlier run's process"
+        if collective
+        else ""
+    )
     return (
-        f"the engine could not listen on {where}: another process already uses it",
+        f"the engine could not listen on {where}: another process already uses it{also}",
         f"stop the process on {where} (`ss -ltnp | grep {port or 'PORT'}`) or let modelyard pick "
         "another port; a previous engine that was not stopped is the usual culprit",
     )
@@ -123,6 +130,22 @@ def _explain_registry_import(match: re.Match[str], context: LogContext) -> tuple
 
 
 def _explain_transformers_too_old(match: re.Match[str], context: LogContext) -> tuple[str, str]:
+    tokenizer = match.groupdict().get("tokenizer")
+    if tokenizer:
+        newer = (
+            " (TokenizersBackend is the class transformers 5 writes when it saves a tokenizer)"
+            if tokenizer == "TokenizersBackend"
+            else ""
+        )
+        return (
+            f"the model's tokenizer_config.json names tokenizer class {tokenizer!r}, which the transformers "
+            f"inside the engine does not have: the tokenizer was saved by a newer transformers{newer}, or "
+            "the class is custom code the engine was not allowed to run",
+            "run the engine with the transformers that saved the model (an engine release or image built on "
+            "it), or set tokenizer_class in tokenizer_config.json to a class this transformers has (for "
+            "a fast tokenizer.json: PreTrainedTokenizerFast, or the base model's class); for custom code, "
+            "--trust-remote-code",
+        )
     model_type = first_group(match, "model_type", "key") or "?"
     if match["gguf"]:
         return (
@@ -200,7 +223,7 @@ def _explain_gpu_not_visible(match: re.Match[str], context: LogContext) -> tuple
 
 
 def _explain_world_size(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    world, local = match["world"], match["local"]
+    world, local = first_group(match, "world", "world2"), first_group(match, "local", "local2")
     return (
         f"the layout has {world} ranks but this node has {local} GPU(s), and the engine runs all ranks "
         "locally",
@@ -210,7 +233,7 @@ def _explain_world_size(match: re.Match[str], context: LogContext) -> tuple[str,
 
 
 def _explain_unexpected_keyword(match: re.Match[str], context: LogContext) -> tuple[str, str]:
-    name = match.groupdict().get("name")
+    name = first_group(match, "name", "name2")
     what = f"'{name}'" if name else "an argument"
     return (
         f"the launcher passed {what} to the engine's Python API (EngineArgs), which does not take it: it is "
@@ -234,6 +257,7 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"The NVIDIA driver on your system is too old[^\n]*"
+            r"|the provided PTX was compiled with an unsupported toolchain"
             r"|CUDA driver version is insufficient for CUDA runtime version"
             r"|cuda>=\d+\.\d+, please update your driver[^\n]*"
         ),
@@ -294,11 +318,14 @@ SIGNATURES: tuple[LogSignature, ...] = (
         Severity.ERROR,
         re.compile(
             r"error while attempting to bind on address \('[^']*', (?P<port>\d+)\)[^\n]*"
+            r"|port: (?P<socket_port>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE"
             r"|\[Errno 98\] Address already in use"
             r"|[Aa]ddress already in use"
+            r"|(?P<errno_name>\bEADDRINUSE\b)"
         ),
         _explain_address_in_use,
-        "uvicorn (server startup); OSError errno 98; zmq",
+        "uvicorn (server startup); OSError errno 98; zmq; torch/csrc/distributed/c10d/socket.cpp "
+        "(the TCPStore of torch.distributed and of vLLM's stateless process groups: EADDRINUSE, -98)",
     ),
     LogSignature(
         "log.executable-not-found",
@@ -334,10 +361,13 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
             r"|GGUF model with architecture (?P<gguf>[\w.\-]+) is not supported yet"
             r"|configuration_auto\.py\S*, line \d+, in __getitem__\s+raise KeyError\(key\)\s+"
             r"KeyError: '(?P<key>[\w.\-]+)'"
+            r"|Tokenizer class (?P<tokenizer>[\w.]+) does not exist or is not currently imported"
         ),
         _explain_transformers_too_old,
         "transformers/models/auto/configuration_auto.py (AutoConfig.from_pretrained; CONFIG_MAPPING "
-        "lookup of model_type); transformers/modeling_gguf_pytorch_utils.py (load_gguf_checkpoint)",
+        "lookup of model_type); transformers/modeling_gguf_pytorch_utils.py (load_gguf_checkpoint); "
+        "transformers/models/auto/tokenization_auto.py (AutoTokenizer.from_pretrained: tokenizer_class of "
+        "tokenizer_config.json not found)",
     ),
     LogSignature(
         "log.transformers-version-mismatch",
@@ -394,9 +424,12 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"please ensure that world_size \((?P<world>\d+)\) is less than (?:than )?max local gpu count "
             r"\((?P<local>\d+)\)"
+            r"|Tensor parallel size \((?P<world2>\d+)\) cannot be larger than the number of available GPUs "
+            r"\((?P<local2>\d+)\)"
         ),
         _explain_world_size,
-        "vllm/executor/multiproc_executor.py / mp_distributed_executor.py (_check_cuda)",
+        "vllm/executor/multiproc_executor.py / mp_distributed_executor.py (_check_cuda); vllm/config "
+        "(ParallelConfig: the multiprocessing executor on one node, from 0.11)",
     ),
     LogSignature(
         "log.launcher-passed-unknown-argument",
@@ -404,9 +437,13 @@ MORE_SIGNATURES: tuple[LogSignature, ...] = (
         re.compile(
             r"(?:Async)?EngineArgs\.(?:__)?init(?:__)?\(\) got an unexpected keyword argument"
             r"(?: '(?P<name>\w+)')?"
+            # Python before 3.10 names no class: the traceback's last line builds the EngineArgs.
+            r"|EngineArgs\([^\n]*\n(?:[^\n]*\n){0,2}?\s*TypeError: __init__\(\) got an unexpected "
+            r"keyword argument '(?P<name2>\w+)'"
         ),
         _explain_unexpected_keyword,
-        "Python TypeError from vllm.engine.arg_utils.(Async)EngineArgs, when a wrapper builds it from kwargs",
+        "Python TypeError from vllm.engine.arg_utils.(Async)EngineArgs, when a wrapper builds it from kwargs "
+        "(Python 3.10 and later name the class; 3.9 says __init__() under the frame that builds it)",
     ),
     LogSignature(
         "log.no-c-compiler",
