@@ -42,6 +42,7 @@ from modelyard.testing.cluster_process import (
     with_group_killed,
 )
 from modelyard.testing.container_image import SKELETON_TAG, host_python_mounts, skeleton_tar
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import free_port, wait_until
 from ray_cluster import require_ray_for_tests
 
@@ -236,7 +237,13 @@ class TwoDockerHosts:
 
     def api(self) -> httpx.Client:
         password = (self.root / "data" / "admin-password").read_text().strip()
-        return httpx.Client(base_url=self.url, auth=("admin", password), timeout=30.0, trust_env=False)
+        return httpx.Client(
+            base_url=self.url,
+            auth=("admin", password),
+            timeout=30.0,
+            trust_env=False,
+            verify=shared_tls_context(),
+        )
 
 
 @pytest.fixture(scope="module")

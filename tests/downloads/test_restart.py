@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from modelyard.hub.download import part_path
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
 from modelyard.testing.ports import reserved_port
 
@@ -80,7 +81,9 @@ class ServeProcess:
     def api(self, method: str, path: str, **arguments: Any) -> httpx.Response:
         password = (self.data_dir / "admin-password").read_text().strip()
         url = f"http://127.0.0.1:{self.port}/api/v1{path}"
-        return httpx.request(method, url, auth=("admin", password), timeout=30, **arguments)
+        return httpx.request(
+            method, url, auth=("admin", password), timeout=30, verify=shared_tls_context(), **arguments
+        )
 
     def kill(self) -> None:
         assert self.process is not None

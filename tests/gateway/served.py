@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import psutil
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 from modelyard.testing.weightless_model import build_weightless_model
 
@@ -110,6 +111,7 @@ class ServedPlatform:
 
     def api(self, method: str, path: str, **arguments: Any) -> httpx.Response:
         arguments.setdefault("timeout", 30)
+        arguments.setdefault("verify", shared_tls_context())
         return httpx.request(method, self.url + path, auth=("admin", self.password), **arguments)
 
     def create_key(self, name: str) -> str:

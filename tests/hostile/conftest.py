@@ -20,6 +20,7 @@ import httpx
 import psutil
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 
 STARTUP_SECONDS = 120.0
@@ -49,6 +50,7 @@ class HostileTarget:
             base_url=self.url,
             timeout=CLIENT_TIMEOUT_SECONDS,
             auth=("admin", self.password) if admin else None,
+            verify=shared_tls_context(),
         )
 
     def rss_bytes(self) -> int:

@@ -26,6 +26,7 @@ import pytest
 
 from modelyard.doctor.verify import WEATHER_TOOL
 from modelyard.runtimes.engine_environment import ENV_DEPLOYMENT, ENV_OWNER
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import ServeProcess, wait_until
 
 pytestmark = pytest.mark.slow
@@ -127,7 +128,10 @@ def _system_answers(server: Server) -> bool:
     if headers is None:
         return False
     try:
-        return httpx.get(f"{server.url}/api/v1/system", headers=headers, timeout=5).status_code == 200
+        answer = httpx.get(
+            f"{server.url}/api/v1/system", headers=headers, timeout=5, verify=shared_tls_context()
+        )
+        return answer.status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -339,6 +343,6 @@ def test_removing_the_deployment_leaves_no_engine_process(
 
 def _server_answers(server: Server) -> bool:
     try:
-        return httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 401
+        return httpx.get(f"{server.url}/v1/models", timeout=2, verify=shared_tls_context()).status_code == 401
     except httpx.HTTPError:
         return False

@@ -29,6 +29,7 @@ from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, R
 from modelyard.runtimes.docker import DockerOptions, DockerRuntime, container_model_path
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.ports import reserved_port_window
 from modelyard.testing.runtime_double import EngineHostDouble, InMemoryRuntimeDouble
 
 ENGINE_DOUBLE = [sys.executable, "-m", "modelyard.bench.reference_server"]
@@ -132,7 +133,11 @@ class RuntimeUnderTest:
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
     owner = uuid.uuid4().hex
     if request.param == "process":
-        yield RuntimeUnderTest("process", ProcessRuntime, None, owner, tmp_path)
+        # Engine ports from this test process's own slice (testing/ports.py), not the kernel's
+        # pick of a free port, which any outgoing connection on the host may take before the
+        # engine binds it; a restarted server's runtime is given the same window.
+        window = reserved_port_window(4)
+        yield RuntimeUnderTest("process", lambda: ProcessRuntime(engine_ports=window), None, owner, tmp_path)
         return
     if request.param == "memory":
         host = EngineHostDouble()

@@ -74,7 +74,7 @@ COMMANDS: dict[str, CommandEntry] = {
         _SERVER,
     ),
     "gpus": CommandEntry(
-        ("modelyard.cli.deployments",),
+        ("modelyard.cli.gpus",),
         "The server host's GPUs, as NVML reads them now: memory, load, temperature, power, PCIe link.",
         _SERVER,
     ),

@@ -29,81 +29,42 @@ the rest counted).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from modelyard.control.placement_types import (
+    GIB,
+    LOCAL_WORKER,
+    Placement,
+    PlacementRequest,
+    RankPlacement,
+    Worker,
+    cluster_inventory,
+    gib,
+    local_worker,
+)
+from modelyard.control.request_fit import check_request_fits
 from modelyard.errors import Unschedulable
-from modelyard.hardware.gpus import GpuInfo, GpuInventory
+from modelyard.hardware.gpus import GpuInfo
 
-GIB = 1 << 30
-LOCAL_WORKER = "local"
+# The types (placement_types.py) and the hardware check (request_fit.py) are imported from here
+# too, as before they moved out.
+__all__ = [
+    "GIB",
+    "LOCAL_WORKER",
+    "SHOWN_IN_REASON",
+    "Placement",
+    "PlacementRequest",
+    "RankPlacement",
+    "Scheduler",
+    "Worker",
+    "check_request_fits",
+    "cluster_inventory",
+    "local_worker",
+]
+
 # Holders and workers named in a refusal, at most; the rest are counted.
 SHOWN_IN_REASON = 3
-
-
-def gib(value: int) -> str:
-    return f"{value / GIB:.1f} GiB"
-
-
-@dataclass(frozen=True)
-class Worker:
-    """One host that runs engines, as placement sees it."""
-
-    id: str
-    name: str
-    host: str
-    gpus: tuple[GpuInfo, ...]
-    labels: Mapping[str, str] = field(default_factory=dict)
-    ready: bool = True
-
-
-@dataclass(frozen=True)
-class PlacementRequest:
-    gpus_per_rank: int
-    ranks: int = 1
-    # None: whole GPUs; otherwise bytes on each GPU.
-    memory_bytes_per_gpu: int | None = None
-    gpu_ids: tuple[int, ...] | None = None
-    workers: tuple[str, ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    gpu_model: str | None = None
-
-    @property
-    def simple(self) -> bool:
-        return (
-            self.ranks == 1
-            and self.gpus_per_rank == 1
-            and self.gpu_ids is None
-            and not self.workers
-            and not self.labels
-            and self.gpu_model is None
-        )
-
-
-@dataclass(frozen=True)
-class RankPlacement:
-    worker_id: str
-    worker_name: str
-    host: str
-    gpu_ids: tuple[int, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "worker_id": self.worker_id,
-            "worker_name": self.worker_name,
-            "host": self.host,
-            "gpu_ids": list(self.gpu_ids),
-        }
-
-
-@dataclass(frozen=True)
-class Placement:
-    ranks: tuple[RankPlacement, ...]
-    memory_bytes_per_gpu: int | None = None
-
-    @property
-    def gpu_ids(self) -> list[int]:
-        return list(self.ranks[0].gpu_ids) if self.ranks else []
 
 
 @dataclass
@@ -515,83 +476,3 @@ def _same_workers(new: list[Worker], old: list[Worker]) -> bool:
         ]:
             return False
     return True
-
-
-def local_worker(inventory: GpuInventory, host: str) -> Worker:
-    """This host as the only worker (the single-host server)."""
-    return Worker(id=LOCAL_WORKER, name=LOCAL_WORKER, host=host, gpus=tuple(inventory.gpus))
-
-
-def cluster_inventory(workers: Iterable[Worker]) -> GpuInventory:
-    """Every ready worker's GPUs as one inventory (what the API checks a request against)."""
-    gpus = [gpu for worker in workers if worker.ready for gpu in worker.gpus]
-    return GpuInventory(gpus=gpus, unavailable_reason=None if gpus else "no ready worker has a GPU")
-
-
-_NO_GPU_HINT = (
-    "run it where there are GPUs: a server on a GPU host, or a worker with GPUs joined to a "
-    "`modelyard serve --cluster` (`modelyard worker join`); or deploy on CPU with --backend "
-    "transformers --gpus 0"
-)
-
-
-def _no_gpu_reason(inventory: GpuInventory) -> str:
-    return inventory.unavailable_reason or "no GPU found"
-
-
-def check_request_fits(
-    gpus_per_replica: int,
-    gpu_ids: list[int] | None,
-    replicas: int,
-    inventory: GpuInventory,
-    backend_supports_cpu: bool,
-    *,
-    by_memory: bool = False,
-) -> None:
-    """Refuse, before anything is stored, a GPU request this host (or cluster) can never satisfy.
-
-    Bookings by other deployments are not considered here (they may end); only the hardware.
-    ``by_memory``: the replicas are placed by memory and may share GPUs, so only one replica's
-    GPUs must exist (whether they fit beside the others is the scheduler's call, per start).
-    """
-    present = {gpu.index for gpu in inventory.gpus}
-    if gpu_ids:
-        missing = sorted(set(gpu_ids) - present)
-        if missing:
-            have = ", ".join(str(index) for index in sorted(present)) or "none"
-            raise Unschedulable(
-                f"GPU id(s) {missing} do not exist on this host (GPUs present: {have})",
-                hint="pick ids from `modelyard gpus`, or ask for a count with --gpus N",
-            )
-        if replicas > 1 and not by_memory:
-            raise Unschedulable(
-                f"explicit GPU ids {gpu_ids} cannot serve {replicas} replicas: each GPU holds one replica",
-                hint="use --gpus N (GPUs per replica) to scale, or keep --replicas 1",
-            )
-        return
-    count = len(inventory.gpus)
-    if gpus_per_replica == 0:
-        if not backend_supports_cpu:
-            if count == 0:
-                raise Unschedulable(
-                    f"this backend needs a GPU, and there is none here ({_no_gpu_reason(inventory)})",
-                    hint=_NO_GPU_HINT,
-                )
-            raise Unschedulable(
-                f"this backend needs a GPU and the deployment asks for none ({count} GPU(s) here)",
-                hint="pass --gpus 1 (or more)",
-            )
-        return
-    needed = gpus_per_replica * (1 if by_memory else replicas)
-    if count == 0:
-        raise Unschedulable(
-            f"needs {needed} GPU(s), and there is no GPU here ({_no_gpu_reason(inventory)})",
-            hint=_NO_GPU_HINT,
-        )
-    if needed > count:
-        reason = inventory.unavailable_reason or f"{count} GPU(s) on this host"
-        raise Unschedulable(
-            f"needs {needed} GPU(s) ({replicas} replica(s) x {gpus_per_replica}), "
-            f"this host has {count} ({reason})",
-            hint="lower --gpus or --replicas, or use a CPU backend (transformers) with --gpus 0",
-        )

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -59,6 +60,9 @@ logger = logging.getLogger(__name__)
 _START_TIME_TOLERANCE_SECONDS = 1.0
 _POLL_INTERVAL_SECONDS = 0.05
 _KILL_WAIT_POLLS = 100
+# How long a start waits for the kernel to finish the engine's exec (microseconds, normally).
+_EXEC_WAIT_SECONDS = 5.0
+_EXEC_POLL_INTERVAL_SECONDS = 0.001
 
 
 def _group_members(process_group_id: int) -> list[psutil.Process]:
@@ -72,6 +76,24 @@ def _group_members(process_group_id: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
             continue
     return members
+
+
+def _wait_until_exec_is_done(child: subprocess.Popen[bytes]) -> None:
+    """Return once the engine's environment can be read from ``/proc/<pid>/environ`` (or it has
+    exited). ``Popen`` returns as soon as the kernel has replaced the child's memory in
+    ``execve``, a moment before it lays out the new program's arguments and environment; a scan
+    in between (a restarted server's ``find_engines``) reads an empty environment and misses the
+    engine. Nothing signals the end of an exec, so this polls, for microseconds as a rule."""
+    deadline = time.monotonic() + _EXEC_WAIT_SECONDS
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            if ENV_OWNER in psutil.Process(child.pid).environ():
+                return
+        except (psutil.Error, OSError):
+            return  # gone already, or unreadable: the scan cannot read it either way
+        time.sleep(_EXEC_POLL_INTERVAL_SECONDS)
+    if child.poll() is None:
+        logger.warning("engine pid %s: its environment was still unreadable after its start", child.pid)
 
 
 def _parse_handle(handle: EngineHandle) -> tuple[int, float]:
@@ -183,6 +205,7 @@ class ProcessRuntime:
                 redactor.release()  # the engine holds the pipe now; its end of file ends the relay
                 self._redactors[child.pid] = redactor.relay
         self._children[child.pid] = child
+        _wait_until_exec_is_done(child)
         try:
             start_time = psutil.Process(child.pid).create_time()
         except psutil.NoSuchProcess:

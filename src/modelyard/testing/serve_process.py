@@ -26,6 +26,7 @@ import psutil
 
 from modelyard.runtimes.engine_environment import ENV_DEPLOYMENT, ENV_LAUNCH_TOKEN, ENV_OWNER
 from modelyard.runtimes.engine_ports import PortRange
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port, reserved_port_window
 
 START_SECONDS = 120.0
@@ -125,7 +126,11 @@ class ServeProcess:
 
     def api(self, timeout: float = 30.0) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, auth=("admin", self.password()), timeout=timeout, trust_env=False
+            base_url=self.url,
+            auth=("admin", self.password()),
+            timeout=timeout,
+            trust_env=False,
+            verify=shared_tls_context(),
         )
 
     def answering(self) -> bool:
