@@ -31,6 +31,7 @@ from modelyard.estimate.correction import (
     correction_for,
     start_key,
 )
+from modelyard.estimate.gpus import cuda_visible_total_bytes
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.modeldir import read_model_facts
 from modelyard.runtimes.selection import RuntimeSet
@@ -43,12 +44,14 @@ from modelyard.testing.stand_ins import build_stand_in
 GIB = 1 << 30
 WAIT_SECONDS = 30.0
 GPU_TOTAL_BYTES = 80 * GIB
+# What CUDA, and so the engine, sees of that NVML total (less the driver's reservation).
+ENGINE_TOTAL_BYTES = cuda_visible_total_bytes(GPU_TOTAL_BYTES)
 GPU_NAME = "NVML double"
 VERSION = "0.25.0"
 
 
 def engine_double_spec(overhead_gib: float, kv_bytes_per_token: int) -> dict[str, Any]:
-    """The vLLM double with its memory model: KV = 80 GiB x knob - ``overhead_gib``."""
+    """The vLLM double with its memory model: KV = CUDA's total x knob - ``overhead_gib``."""
     return {
         "name": "vllm-double",
         "family": "vllm",
@@ -59,7 +62,8 @@ def engine_double_spec(overhead_gib: float, kv_bytes_per_token: int) -> dict[str
                 "executable": "python3",
                 "run_command": (
                     "-m modelyard.bench.reference_server vllm serve {{model_path}} --host {{worker_ip}} "
-                    "--port {{port}} --served-model-name {{model_name}} --double-gpu-memory-gib 80 "
+                    "--port {{port}} --served-model-name {{model_name}} "
+                    f"--double-gpu-memory-gib {ENGINE_TOTAL_BYTES / GIB!r} "
                     f"--double-overhead-gib {overhead_gib!r} "
                     f"--double-kv-bytes-per-position {kv_bytes_per_token}"
                 ),
@@ -197,7 +201,7 @@ def estimate_for(model_dir: Path, parameters: list[str]) -> MemoryEstimate:
     return estimate_memory(
         read_model_facts(model_dir),
         "vllm",
-        [GpuSpec(name=GPU_NAME, memory_total_bytes=GPU_TOTAL_BYTES)],
+        [GpuSpec(name=GPU_NAME, memory_total_bytes=ENGINE_TOTAL_BYTES)],
         parameters,
         engine_version=VERSION,
     )
@@ -206,7 +210,7 @@ def estimate_for(model_dir: Path, parameters: list[str]) -> MemoryEstimate:
 def overhead_gib_for_kv_share(model_dir: Path, parameters: list[str], kv_share: float) -> float:
     """The double's overhead that leaves ``kv_share`` of the predicted KV cache at this knob."""
     estimate = estimate_for(model_dir, parameters)
-    budget = math.ceil(GPU_TOTAL_BYTES * estimate.memory_fraction)
+    budget = math.ceil(ENGINE_TOTAL_BYTES * estimate.memory_fraction)
     return float(budget - kv_share * estimate.plan_on_total.kv_cache_bytes) / GIB
 
 
