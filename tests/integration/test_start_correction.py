@@ -44,14 +44,12 @@ from modelyard.testing.stand_ins import build_stand_in
 GIB = 1 << 30
 WAIT_SECONDS = 30.0
 GPU_TOTAL_BYTES = 80 * GIB
-# What CUDA, and so the engine, sees of that NVML total (less the driver's reservation).
-ENGINE_TOTAL_BYTES = cuda_visible_total_bytes(GPU_TOTAL_BYTES)
 GPU_NAME = "NVML double"
 VERSION = "0.25.0"
 
 
 def engine_double_spec(overhead_gib: float, kv_bytes_per_token: int) -> dict[str, Any]:
-    """The vLLM double with its memory model: KV = CUDA's total x knob - ``overhead_gib``."""
+    """The vLLM double with its memory model: KV = 80 GiB x knob - ``overhead_gib``."""
     return {
         "name": "vllm-double",
         "family": "vllm",
@@ -62,8 +60,7 @@ def engine_double_spec(overhead_gib: float, kv_bytes_per_token: int) -> dict[str
                 "executable": "python3",
                 "run_command": (
                     "-m modelyard.bench.reference_server vllm serve {{model_path}} --host {{worker_ip}} "
-                    "--port {{port}} --served-model-name {{model_name}} "
-                    f"--double-gpu-memory-gib {ENGINE_TOTAL_BYTES / GIB!r} "
+                    "--port {{port}} --served-model-name {{model_name}} --double-gpu-memory-gib 80 "
                     f"--double-overhead-gib {overhead_gib!r} "
                     f"--double-kv-bytes-per-position {kv_bytes_per_token}"
                 ),
@@ -201,7 +198,7 @@ def estimate_for(model_dir: Path, parameters: list[str]) -> MemoryEstimate:
     return estimate_memory(
         read_model_facts(model_dir),
         "vllm",
-        [GpuSpec(name=GPU_NAME, memory_total_bytes=ENGINE_TOTAL_BYTES)],
+        [GpuSpec(name=GPU_NAME, memory_total_bytes=GPU_TOTAL_BYTES)],
         parameters,
         engine_version=VERSION,
     )
@@ -210,7 +207,7 @@ def estimate_for(model_dir: Path, parameters: list[str]) -> MemoryEstimate:
 def overhead_gib_for_kv_share(model_dir: Path, parameters: list[str], kv_share: float) -> float:
     """The double's overhead that leaves ``kv_share`` of the predicted KV cache at this knob."""
     estimate = estimate_for(model_dir, parameters)
-    budget = math.ceil(ENGINE_TOTAL_BYTES * estimate.memory_fraction)
+    budget = math.ceil(GPU_TOTAL_BYTES * estimate.memory_fraction)
     return float(budget - kv_share * estimate.plan_on_total.kv_cache_bytes) / GIB
 
 
@@ -332,7 +329,12 @@ def graphs_spec(setup: Setup, parameters: list[str], extra_graph_gib: float) -> 
     predicted_overhead = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes
     spec = engine_double_spec(predicted_overhead / GIB, estimate.cache.kv_bytes_per_token)
     graphs = estimate.cuda_graph_bytes / GIB + extra_graph_gib
-    spec["versions"][VERSION]["run_command"] += f" --double-cuda-graph-gib {graphs!r}"
+    # As a real vLLM, whose knob is a share of what CUDA sees of the GPU (NVML's 80 GiB less the
+    # driver's reservation): the knob placement sets is taken against that.
+    engine_total_gib = cuda_visible_total_bytes(GPU_TOTAL_BYTES) / GIB
+    command = spec["versions"][VERSION]["run_command"]
+    command = command.replace("--double-gpu-memory-gib 80 ", f"--double-gpu-memory-gib {engine_total_gib!r} ")
+    spec["versions"][VERSION]["run_command"] = command + f" --double-cuda-graph-gib {graphs!r}"
     setup.set_backend(spec)
     return estimate
 

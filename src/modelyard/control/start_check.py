@@ -32,7 +32,6 @@ from modelyard.control.transitions import StartChecked
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.estimate.correction import apply_correction, correction_for, start_key
-from modelyard.estimate.gpus import engine_view
 from modelyard.estimate.startup_logs import LoggedKvCache, parse_log
 from modelyard.modeldir import read_model_facts
 from modelyard.store.database import Database
@@ -172,12 +171,11 @@ def start_facts(
         model_path=deployment.model_path,
         parameters=parameters,
         env=context.secrets.reveal_env(deployment.env),
-        # As the engine sees the GPU through CUDA (NVML's figures less the driver's reservation);
-        # SGLang's knob is a fraction of the memory free when it starts: on a shared GPU, less.
-        gpu=engine_view(
-            info.name,
-            info.memory_total_bytes,
-            int(free_before) if family == "sglang" and free_before else None,
+        gpu=GpuSpec(
+            name=info.name,
+            memory_total_bytes=info.memory_total_bytes,
+            # SGLang's knob is a fraction of the memory free when it starts: on a shared GPU, less.
+            memory_free_bytes=int(free_before) if family == "sglang" and free_before else None,
         ),
         gpu_count=len(gpu_ids),
         booked_kv_tokens=int(booked) if isinstance(booked, int) else None,
