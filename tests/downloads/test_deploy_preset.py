@@ -31,9 +31,10 @@ def test_presets_are_listed_for_a_model(start_server: StartServer, tmp_path: Pat
 def test_deploy_with_a_preset_fills_backend_version_gpus_and_flags(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    # Qwen3-8B: the server's host checks want RAM for the weights (15 GiB), so the smallest model.
+    # Qwen3-8B's architecture with four of its layers: the server's host check (host.ram-low)
+    # wants RAM for the weights, 3.9 GiB here rather than the whole model's 15.3 GiB.
     server = start_server(gpus=h100s(1))
-    model_dir = build_stand_in("qwen3-8b", tmp_path / "Qwen3-8B")
+    model_dir = build_stand_in("qwen3-8b", tmp_path / "Qwen3-8B", config_changes={"num_hidden_layers": 4})
     assert server.cli("models", "add", str(model_dir), "--name", "qwen3-8b").exit_code == 0
     result = server.cli(
         "deploy", "qwen3-8b", "--preset", "qwen3-8b-vllm", "--args", "--max-model-len 16384", "--no-wait"

@@ -6,6 +6,12 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, expect
 
+from modelyard.estimate import parse_gpu_specs
+from modelyard.tune.session import TuneRequest, run_tune
+from modelyard.tune.slo import parse_slos
+from modelyard.tune.space import EngineChoice, SearchSpace
+from modelyard.tune.workloads import BUILTIN_WORKLOADS
+
 from .conftest import NARROW, WIDE, ConsoleServer, new_console
 from .pages import (
     horizontal_overflow_px,
@@ -29,18 +35,50 @@ PAGES = [
     ("benchmarks", "/benchmarks", "Benchmarks"),
     ("keys", "/keys", "API keys"),
     ("usage", "/usage", "Usage"),
+    ("tunes", "/tunes", "Tunes"),
+    ("tune", "/tunes/{tune_id}", "Tune"),
     ("account", "/account", "Account"),
 ]
 
 
+@pytest.fixture(scope="module")
+def walked_tune(console_server: ConsoleServer) -> str:
+    """A finished tune in the server's data directory, for its page: the real tune session with a
+    DOUBLE deployer and measurer (no engine runs here)."""
+    from .test_tune_pages import DeployerDouble, MeasurerDouble
+
+    request = TuneRequest(
+        model="tiny-shared",
+        model_facts=None,
+        gpus_text="1xH100",
+        gpus=parse_gpu_specs("1xH100"),
+        workload=BUILTIN_WORKLOADS["rag"],
+        slos=parse_slos("ttft_p95<=800ms"),
+        space=SearchSpace(
+            engines=(EngineChoice("vllm", "vllm", "0.25.0"),),
+            max_sequences=(None, 64),
+            batched_tokens=(None,),
+        ),
+    )
+    result = run_tune(
+        request, console_server.data_dir, deployer_for=lambda _id: DeployerDouble(), measurer=MeasurerDouble()
+    )
+    return result.tune_id
+
+
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
 def test_every_page_fits_is_labelled_and_keyboard_reachable(
-    browser: Browser, console_server: ConsoleServer, double_deployment: str, viewport: dict[str, int]
+    browser: Browser,
+    console_server: ConsoleServer,
+    double_deployment: str,
+    walked_tune: str,
+    viewport: dict[str, int],
 ) -> None:
     console = new_console(browser, console_server, viewport, signed_in=True)
     page = console.page
     problems: list[str] = []
     for name, path, heading in PAGES:
+        path = path.format(tune_id=walked_tune)
         page.goto(console_server.url + path)
         expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
         wait_loaded(page)

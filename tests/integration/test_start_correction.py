@@ -31,6 +31,7 @@ from modelyard.estimate.correction import (
     correction_for,
     start_key,
 )
+from modelyard.estimate.gpus import cuda_visible_total_bytes
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.modeldir import read_model_facts
 from modelyard.runtimes.selection import RuntimeSet
@@ -328,7 +329,12 @@ def graphs_spec(setup: Setup, parameters: list[str], extra_graph_gib: float) -> 
     predicted_overhead = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes
     spec = engine_double_spec(predicted_overhead / GIB, estimate.cache.kv_bytes_per_token)
     graphs = estimate.cuda_graph_bytes / GIB + extra_graph_gib
-    spec["versions"][VERSION]["run_command"] += f" --double-cuda-graph-gib {graphs!r}"
+    # As a real vLLM, whose knob is a share of what CUDA sees of the GPU (NVML's 80 GiB less the
+    # driver's reservation): the knob placement sets is taken against that.
+    engine_total_gib = cuda_visible_total_bytes(GPU_TOTAL_BYTES) / GIB
+    command = spec["versions"][VERSION]["run_command"]
+    command = command.replace("--double-gpu-memory-gib 80 ", f"--double-gpu-memory-gib {engine_total_gib!r} ")
+    spec["versions"][VERSION]["run_command"] = command + f" --double-cuda-graph-gib {graphs!r}"
     setup.set_backend(spec)
     return estimate
 

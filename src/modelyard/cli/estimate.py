@@ -135,6 +135,7 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
         highlight=False,
     )
     state = f", state {_mib(cache.state_bytes_per_sequence)} per sequence ({cache.state_dtype})"
+    speculative = estimate.speculative
     print_fields(
         [
             ("weights per GPU", f"{_gib(estimate.weights_bytes)} (from {estimate.weights_source})"),
@@ -142,6 +143,11 @@ def _print_estimate(architecture: str | None, dtype: str | None, estimate: Memor
                 "KV cache per token",
                 f"{cache.kv_bytes_per_token / 1024:.1f} KiB per GPU ({cache.kv_dtype})"
                 + (state if cache.state_bytes_per_sequence else ""),
+            ),
+            *(
+                [("speculative decoding", f"{speculative.describe()} (in the figures above)")]
+                if speculative is not None
+                else []
             ),
             ("activations", _gib(estimate.activation_bytes)),
             ("CUDA graphs", _gib(estimate.cuda_graph_bytes)),

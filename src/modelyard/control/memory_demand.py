@@ -12,6 +12,10 @@ each GPU; once the GPU is chosen the knob is set so that the engine takes exactl
 - SGLang ``--mem-fraction-static`` is a fraction of the memory FREE when it starts, for weights
   and the KV pool only: it depends on what the GPU's other engines already hold.
 
+Both totals are CUDA's (``torch.cuda.mem_get_info``), smaller than NVML's, which the scheduler
+books against, by the driver's reservation (0.6 GiB on an H200): the knob is set against CUDA's,
+the booking stays in NVML's bytes (``estimate/gpus.py: cuda_visible_total_bytes``).
+
 The booking carries headroom for the estimate's measured error, so that the engine gets at least
 the KV cache it was booked for: the correction from this installation's recorded starts where
 there is one (the KV bytes the engine lacked, plus their spread), else the estimator's median
@@ -40,7 +44,13 @@ from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
 from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.correction import StartObservation, booking_headroom_bytes, correction_for, start_key
-from modelyard.estimate.overheads import CUDA_CONTEXT_BYTES
+from modelyard.estimate.gpus import driver_reserved_bytes
+from modelyard.estimate.overheads import (
+    CUDA_CONTEXT_BYTES,
+    NON_TORCH_PARALLEL_EXTRA_BYTES,
+    SGLANG_HELD_AT_MEASURE_BYTES,
+    SGLANG_MULTIMODAL_PRELOAD_BYTES,
+)
 from modelyard.modeldir import read_model_facts
 
 GIB = 1 << 30
@@ -71,6 +81,9 @@ class MemoryDemand:
     headroom_source: str = ""
     # The placement headroom booked outside the knob (``serve --placement-headroom``).
     reserve_bytes: int = 0
+    # SGLang: what it holds when it measures the free memory its knob is a share of, beyond the
+    # CUDA context (a multimodal front end, parallel buffers), as the estimator models them.
+    held_at_measure_bytes: int = 0
 
     @property
     def kv_tokens_booked(self) -> int:
@@ -97,16 +110,22 @@ class MemoryDemand:
             )
         )
 
-    def fraction_for(self, gpu_total_bytes: int, free_before_start_bytes: int) -> float:
-        """The knob's value on the chosen GPU (``free_before_start_bytes``: free once the GPU's
-        other engines hold their shares, which SGLang's fraction is taken of)."""
+    def fraction_for(self, nvml_total_bytes: int, free_before_start_bytes: int) -> float:
+        """The knob's value on the chosen GPU, whose figures are NVML's as the scheduler books
+        them (``free_before_start_bytes``: free once the GPU's other engines hold their shares,
+        which SGLang's fraction is taken of). Each engine takes its share of what CUDA sees, the
+        NVML figures less the driver's reservation (``estimate.gpus.cuda_visible_total_bytes``),
+        so the knob is set against that: a share of NVML's larger total would give the engine
+        less than its budget (0.92 x 0.6 GiB less KV cache on an H200)."""
         if self.fixed_fraction is not None:
             return self.fixed_fraction
         budget = self.bytes_per_gpu - self.outside_budget_bytes
+        reserved = driver_reserved_bytes(nvml_total_bytes)
         if self.engine == "vllm":
-            base = gpu_total_bytes
+            base = nvml_total_bytes - reserved
         else:
-            base = max(1, free_before_start_bytes - CUDA_CONTEXT_BYTES)
+            held = SGLANG_HELD_AT_MEASURE_BYTES + self.held_at_measure_bytes
+            base = max(1, free_before_start_bytes - reserved - held)
         scale = 10**KNOB_DECIMALS
         fraction: float = math.ceil(budget / base * scale) / scale
         return min(0.99, fraction)
@@ -167,8 +186,14 @@ def memory_demand(
     outside = CUDA_CONTEXT_BYTES
     if engine == "vllm" and not vllm_graphs_in_budget(engine_version, env):
         outside += estimate.cuda_graph_bytes
+    held = 0
     if engine == "sglang":
         outside += estimate.cuda_graph_bytes + estimate.activation_bytes
+        held = (NON_TORCH_PARALLEL_EXTRA_BYTES if gpu_count > 1 else 0) + (
+            SGLANG_MULTIMODAL_PRELOAD_BYTES if estimate.encoder_loaded else 0
+        )
+        # What it holds when it measures is outside its knob too (its context as measured).
+        outside += SGLANG_HELD_AT_MEASURE_BYTES - CUDA_CONTEXT_BYTES + held
     sequences = max(1, arguments.max_sequences or 1)
     context = estimate.context_tokens
     kv = estimate.cache_bytes_for(sequences)
@@ -223,4 +248,5 @@ def memory_demand(
         headroom_bytes=headroom,
         headroom_source=source,
         reserve_bytes=reserve,
+        held_at_measure_bytes=held,
     )

@@ -11,6 +11,7 @@ changes (a GPU freed, a worker joined or left, GPUs read again).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,6 +23,7 @@ from modelyard.control.scheduler import SHOWN_IN_REASON, Placement, PlacementReq
 from modelyard.errors import InvalidInput, Unschedulable
 from modelyard.estimate import GpuSpec
 from modelyard.estimate.correction import StartObservation
+from modelyard.estimate.gpus import cuda_visible_total_bytes
 from modelyard.runtimes.docker_capability import container_refusal
 from modelyard.settings import ENV_PLACEMENT_HEADROOM
 
@@ -270,7 +272,10 @@ def decide(
     fraction = demand.fraction_for(gpu.memory_total_bytes, free)
     booked = demand.bytes_per_gpu
     if demand.engine == "vllm" and demand.fixed_fraction is None:
-        booked = int(fraction * gpu.memory_total_bytes) + demand.outside_budget_bytes
+        # What vLLM takes at that knob: its share of CUDA's total (NVML's less the driver's
+        # reservation), as ``request_memory`` rounds it, plus what lives outside the knob.
+        engine_total = cuda_visible_total_bytes(gpu.memory_total_bytes)
+        booked = math.ceil(fraction * engine_total) + demand.outside_budget_bytes
     return Decision(
         placement=Placement(ranks=placement.ranks, memory_bytes_per_gpu=max(booked, demand.bytes_per_gpu)),
         demand=demand,

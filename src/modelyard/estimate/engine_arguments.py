@@ -51,6 +51,7 @@ _SGLANG_FLAGS: dict[str, tuple[str, ...]] = {
     "max_total_tokens": ("--max-total-tokens",),
     "cuda_graph_max_batch": ("--cuda-graph-max-bs",),
     "speculative_algorithm": ("--speculative-algorithm", "--speculative-algo"),
+    "draft_model_path": ("--speculative-draft-model-path", "--speculative-draft-model"),
     "quantization": ("--quantization",),
 }
 _VLLM_SWITCHES = {
@@ -89,6 +90,9 @@ class EngineArguments:
     # ``num_speculative_tokens`` of --speculative-config: vLLM's hybrid models keep that many more
     # state blocks per sequence and conv-state columns per layer.
     speculative_tokens: int = 0
+    # The draft model's directory (vLLM: the ``model`` of --speculative-config for a draft or EAGLE
+    # method; SGLang: --speculative-draft-model-path): its weights and KV are added.
+    draft_model_path: str | None = None
     # Prefix caching as given (None: the engine's default: on, except vLLM's hybrid models); with it
     # on, vLLM's hybrid models keep two state blocks per sequence.
     prefix_caching: bool | None = None
@@ -178,12 +182,18 @@ def parse_engine_arguments(
         elif field_name == "speculative_config":
             result["speculative_mtp"] = "mtp" in (value or "").lower()
             result["speculative_tokens"] = _speculative_tokens(value)
+            result["draft_model_path"] = _vllm_draft_model(value)
         elif field_name == "encoder_tensor_parallel_mode":
             result["encoder_data_parallel"] = (value or "").strip().lower() == "data"
         elif field_name == "speculative_algorithm":
             result["speculative_mtp"] = (value or "").upper() in {"EAGLE", "NEXTN", "EAGLE3", "MTP"}
+        elif field_name == "draft_model_path":
+            result["draft_model_path"] = (value or "").strip() or None
         else:
             result[field_name] = value
+    if result.get("draft_model_path"):
+        # A draft of its own: the model's MTP layers are not what speculates.
+        result["speculative_mtp"] = False
     for field_name, names in switches.items():
         if parsed.switch(*names):
             result[field_name] = True
@@ -204,6 +214,30 @@ def _speculative_tokens(value: str | None) -> int:
         return 0
     tokens = config.get("num_speculative_tokens") if isinstance(config, dict) else None
     return tokens if isinstance(tokens, int) and tokens > 0 else 0
+
+
+# vLLM methods that name no draft model of their own (``model`` then means the target's MTP).
+_VLLM_METHODS_WITHOUT_DRAFT = {"ngram", "suffix", "mtp", "deepseek_mtp", "qwen3_next_mtp", "medusa"}
+
+
+def _vllm_draft_model(value: str | None) -> str | None:
+    """The draft's directory in --speculative-config (None: no draft model, e.g. ngram or MTP)."""
+    try:
+        config = json.loads(value or "")
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    method = str(config.get("method") or "").lower()
+    model = config.get("model")
+    if (
+        method in _VLLM_METHODS_WITHOUT_DRAFT
+        or "mtp" in method
+        or not isinstance(model, str)
+        or not model.strip()
+    ):
+        return None
+    return model.strip()
 
 
 def _all_zero(value: str | None) -> bool:

@@ -14,6 +14,7 @@ from modelyard.estimate.stages import StageEstimate
 
 if TYPE_CHECKING:
     from modelyard.estimate.kv_correction import KvCorrection
+    from modelyard.estimate.speculative import SpeculativeMemory
 
 Basis = Literal["total", "free"]
 
@@ -71,6 +72,9 @@ class MemoryEstimate:
     correction: KvCorrection | None = None
     uncorrected_plan_on_total: MemoryPlan | None = None
     uncorrected_plan_on_free: MemoryPlan | None = None
+    # Speculative decoding's draft model (or the model's MTP layers): counted in ``weights_bytes``
+    # and ``cache`` above, shown apart.
+    speculative: SpeculativeMemory | None = None
 
     def cache_bytes_for(self, sequences: int) -> int:
         """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as

@@ -56,6 +56,7 @@ from modelyard.estimate.overheads import (
     sglang_default_memory_fraction,
     vllm_v0_batched_tokens,
 )
+from modelyard.estimate.speculative import SpeculativeMemory, speculative_memory, with_speculative_cache
 from modelyard.estimate.stages import StageEstimate
 from modelyard.estimate.weights import (
     WeightParts,
@@ -97,6 +98,8 @@ class _Inputs:
     graphs_in_budget: bool = False
     # The pipeline stage these inputs describe (None: the largest share of every stage).
     stage: int | None = None
+    # A draft model's (or MTP layers') weights and KV, counted in ``weights_bytes`` and ``cache``.
+    speculative: SpeculativeMemory | None = None
     stage_layers: range | None = None
 
 
@@ -185,6 +188,16 @@ def _prepare(
         attention_tensor_parallel=layout.attention_tensor_parallel,
         stages=pipeline_stages(shape.layer_count, layout.pipeline_parallel, layout.stage_layers, engine),
     )
+    speculative = speculative_memory(
+        arguments,
+        shape,
+        cache,
+        tensor_parallel=layout.tensor_parallel,
+        attention_tensor_parallel=layout.attention_tensor_parallel,
+    )
+    cache = with_speculative_cache(cache, speculative)
+    if speculative is not None:
+        weights += speculative.weights_bytes
     serving_bytes = dtype_bytes(serving_dtype(model.dtype, arguments.dtype))
     derived = context_length_of(overridden_text_config(model.text_config, engine, parsed))
     context = arguments.context_tokens or (derived[0] if derived else None) or 4096
@@ -264,6 +277,7 @@ def _prepare(
         encoder_loaded=encoder_loaded,
         multimodal=multimodal,
         graphs_in_budget=engine == "vllm" and vllm_graphs_in_budget(version, env),
+        speculative=speculative,
     )
 
 
@@ -306,9 +320,14 @@ def _stage_inputs(model: ModelFacts, gpus: Sequence[GpuSpec], inputs: _Inputs) -
             attention_tensor_parallel=layout.attention_tensor_parallel,
             stages=[layers],
         )
+        stage_weights = weights[index]
+        if index == len(ranges) - 1 and inputs.speculative is not None:
+            # The draft (or the MTP layers) runs beside the last stage, whose output it continues.
+            cache = with_speculative_cache(cache, inputs.speculative)
+            stage_weights += inputs.speculative.weights_bytes
         stages.append(
             replace(
-                inputs, gpu=gpu, weights_bytes=weights[index], cache=cache, stage=index, stage_layers=layers
+                inputs, gpu=gpu, weights_bytes=stage_weights, cache=cache, stage=index, stage_layers=layers
             )
         )
     return stages
@@ -528,6 +547,8 @@ def estimate_memory(
             + f" layers; stage {stage.index + 1} (layers {stage.first_layer}-{stage.last_layer}, "
             f"{stage.gpu.name}) has the fewest KV tokens, and the engine gives every stage as many"
         )
+    if inputs.speculative is not None:
+        notes.append(f"speculative decoding: {inputs.speculative.describe()}, counted in weights and KV")
     if inputs.encoder_loaded:
         notes.append("multimodal encoder loaded (turn it off with language-only flags to save memory)")
     return MemoryEstimate(
@@ -556,4 +577,5 @@ def estimate_memory(
         stages=stage_summaries,
         limiting_stage=inputs.stage,
         prefix_caching=inputs.arguments.prefix_caching,
+        speculative=inputs.speculative,
     )

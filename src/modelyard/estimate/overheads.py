@@ -20,6 +20,11 @@ NON_TORCH_LEGACY_SINGLE_GPU_BYTES = int(0.35 * GIB)
 NON_TORCH_PARALLEL_EXTRA_BYTES = int(0.4 * GIB)
 # The CUDA context torch creates before an engine measures free memory.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
+# What SGLang 0.5.17 holds when it reads the free memory its --mem-fraction-static is a share of
+# ("Load weight begin. avail mem"), as the sweeps logged it: 139.11-139.13 GiB of the H200's 139.8
+# GiB CUDA total for every text model of docs/field-tests/memory-sweep-sglang-2026-12-07, 0.69 GiB
+# at most (its CUDA context and torch's distributed set-up). The knob is set against it.
+SGLANG_HELD_AT_MEASURE_BYTES = int(0.69 * GIB)
 # CUDA graphs vLLM captures after sizing the KV cache: 1.0 GiB for Qwen3-8B (hidden 4096) on an
 # H200 with vLLM 0.25.0 (its default capture sizes); scaled with the hidden size, at least 1/4.
 # They live outside the KV budget, in the memory that --gpu-memory-utilization leaves out, so

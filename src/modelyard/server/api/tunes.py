@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, status
 from starlette.concurrency import run_in_threadpool
 
 from modelyard.server.context import ServerContext, server_context
+from modelyard.services.tune_starts import TuneStart, start_tune
 from modelyard.tune.listing import list_tunes, read_tune
 
 router = APIRouter(tags=["tunes"])
@@ -31,3 +32,19 @@ async def tune(tune_id: str, context: ServerContext = Depends(server_context)) -
     its ``tune.json``), and ``report`` (``report.json`` as docs/tune.md describes it; null until a
     session has written it)."""
     return await run_in_threadpool(read_tune, context.settings.data_dir, tune_id)
+
+
+@router.post("/tunes", status_code=status.HTTP_202_ACCEPTED)
+async def start(body: TuneStart, context: ServerContext = Depends(server_context)) -> dict[str, Any]:
+    """Start ``modelyard tune`` on this server's host with the form's fields: ``model``, ``gpus``
+    (as the estimator takes them), ``backends``, ``workload`` (a built-in's name) or
+    ``workload_file`` (a workload file's text), ``slo``, ``budget``. A bad field is 400
+    ``tune_field_invalid`` with ``details.field``; 202 ``{tune_id, log_path, command, pid}`` once
+    the tune has named itself (it is then listed by ``GET /tunes``)."""
+    started = await start_tune(context.settings, context.database, body)
+    return {
+        "tune_id": started.tune_id,
+        "log_path": str(started.log_path),
+        "command": started.command,
+        "pid": started.pid,
+    }

@@ -1,9 +1,12 @@
-// Tunes: the `modelyard tune` runs of this server's data directory (GET /api/v1/tunes), and the
-// command that starts one, built from the form (a tune runs in the CLI, not in the server).
-import { api, badge, copyText, formatSeconds, formatTime, h, poll, replace, table } from "../console.js";
+// Tunes: the `modelyard tune` runs of this server's data directory (GET /api/v1/tunes); the form
+// starts one on this server's host (POST /api/v1/tunes, each bad field's error shown beside it),
+// or gives the command that does.
+import { ApiError, api, badge, copyText, errorBox, formatSeconds, formatTime, h, okBox, poll, replace, table } from "../console.js";
 
 const POLL_MS = 3000;
 const FIELDS = ["model", "gpus", "backends", "workload", "slo", "max_num_seqs", "speculative", "budget"];
+// The fields the server checks, each with its error line beside it.
+const CHECKED = ["model", "gpus", "backends", "workload", "workload_file", "slo", "budget"];
 
 /** One shell word: quoted when it holds anything a shell would read. */
 function shellWord(word) {
@@ -58,11 +61,69 @@ async function refresh() {
         ["updated", (t) => formatTime(new Date(t.updated_at * 1000).toISOString())],
       ],
       tunes,
-      { empty: "No tune yet: run the command above on this server's host.", caption: "Tunes" },
+      { empty: "No tune yet: start one above.", caption: "Tunes" },
     ),
   );
 }
 
+function clearErrors() {
+  for (const field of CHECKED) {
+    const line = document.getElementById(`${field}-error`);
+    line.hidden = true;
+    line.textContent = "";
+    document.getElementById(field).removeAttribute("aria-invalid");
+  }
+}
+
+function showFieldError(field, error) {
+  const line = document.getElementById(`${field}-error`);
+  line.textContent = error.hint ? `${error.message}. Fix: ${error.hint}` : error.message;
+  line.hidden = false;
+  const input = document.getElementById(field);
+  input.setAttribute("aria-invalid", "true");
+  input.focus();
+}
+
+async function startTune(event) {
+  event.preventDefault();
+  clearErrors();
+  const result = document.getElementById("start-result");
+  replace(result);
+  const button = document.getElementById("start-tune");
+  const file = document.getElementById("workload_file").files[0];
+  const body = {
+    model: value("model"),
+    gpus: value("gpus"),
+    backends: value("backends"),
+    workload: value("workload"),
+    slo: value("slo"),
+    budget: value("budget") || null,
+    workload_file: file ? await file.text() : null,
+  };
+  button.disabled = true;
+  try {
+    const started = await api("/tunes", { method: "POST", json: body });
+    replace(
+      result,
+      okBox(
+        "Tune ",
+        h("a", { href: `/tunes/${encodeURIComponent(started.tune_id)}`, class: "mono" }, started.tune_id),
+        " started on this server's host (its output: ",
+        h("code", {}, started.log_path),
+        ").",
+      ),
+    );
+    await refresh();
+  } catch (error) {
+    const field = error instanceof ApiError ? error.details?.field : null;
+    if (field && CHECKED.includes(field)) showFieldError(field, error);
+    else replace(result, errorBox(error));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+document.getElementById("tune-form").addEventListener("submit", startTune);
 for (const id of FIELDS) document.getElementById(id).addEventListener("input", showCommand);
 const copy = document.getElementById("copy-command");
 copy.addEventListener("click", () => copyText(command(), copy));
