@@ -92,6 +92,7 @@ ROUTE_ACCESS: dict[str, Access] = {
     "GET /api/v1/benchmarks/{run_id}/output": O,
     "DELETE /api/v1/benchmarks/{run_id}": O,
     "GET /api/v1/tunes": O,
+    "POST /api/v1/tunes": O,
     "GET /api/v1/tunes/{tune_id}": O,
     "GET /api/v1/workers": O,
     "GET /api/v1/start-observations": O,
