@@ -275,7 +275,7 @@ except OSError: sys.exit(1)" 2>/dev/null; then
 # Issue 29: replicas of at most 8 sequences each, so a load of 48 streams queues on one replica.
 AUTO_ARGS="--max-model-len 2048 --max-num-seqs 8"
 # Issue 28: both engines, each one's defaults and chunked prefill of 2,048 tokens, a chat load.
-TUNE_ARGS="--workload chat --slo ttft_p95<=300ms,tpot_p50<=12ms --backends vllm,sglang --version vllm=0.25.0 --version sglang=0.5.17 --max-num-seqs default --batched-tokens default,2048 --rungs 2 --requests 64 --budget 10m --gpu-ids 0"
+TUNE_ARGS="--workload chat --slo ttft_p95<=300ms,tpot_p50<=12ms --backends vllm,sglang --version vllm=0.25.0 --version sglang=0.5.17 --max-num-seqs default --batched-tokens default,2048 --rungs 2 --requests 64 --budget 9m --gpu-ids 0"
 
 wait_tune() {  # up to FIELD_TUNE_WAIT_S for the tune's session; its exit status once it ended
   local waited=0 limit=${FIELD_TUNE_WAIT_S:-540}
