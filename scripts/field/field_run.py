@@ -64,6 +64,7 @@ from field_common import (
 )
 from field_saturation import add_steps as add_saturation_steps
 from field_share import add_steps
+from field_tune import add_steps as add_tune_steps
 
 # -- steps ------------------------------------------------------------------------------------------
 
@@ -462,6 +463,7 @@ def main() -> None:
     remove.set_defaults(run=step_remove)
     add_steps(steps)
     add_saturation_steps(steps)
+    add_tune_steps(steps)
     arguments = parser.parse_args()
     try:
         passed = arguments.run(arguments)

@@ -40,6 +40,13 @@
 #                  one run, at FIELD_SAT_STREAMS streams (256 512), FIELD_SAT_S measured seconds (120)
 #   gateway-scaling vLLM removed and the server stopped (the CPUs quiet), then
 #                  benchmarks/gateway_overhead.py with 1, 2 and 4 gateway workers (FIELD_SCALING_ARGS)
+#   autoscale      (issue 29) software and server as setup (the server able to start SGLang too),
+#                  then vLLM autoscaled on its waiting requests (1..2 replicas placed on GPU 0 by
+#                  memory) under `modelyard bench run` through the gateway, then idle; the replicas
+#                  sampled every second; kv-shared on it (the estimate for this card); removed
+#   tune           (issue 28) `modelyard tune` on the field model over vLLM and SGLang
+#                  (FIELD_TUNE_ARGS) in a session of its own; this call waits FIELD_TUNE_WAIT_S (540)
+#   tune-wait      the next call: waits for it again (FIELD_TUNE_WAIT_S) and packs what it wrote
 #   collect PHASE  pack what PHASE wrote (after a window that closed before PHASE could)
 # Each phase leaves its new results in $OUT (or ./field-out) as results-PHASE.tar.gz, and exits 0
 # when every step it ran passed (field_run.py's exit status), 1 otherwise, naming the failed steps.
@@ -213,7 +220,97 @@ EOF
   echo "model built in $(python3 -c "import time; print(round(time.time() - $started, 1))") s"; du -sh "$MODEL"
 }
 
+# The server starts SGLang as `python3 -m sglang.launch_server`, python3 taken next to the server's
+# own Python first, then from PATH. So the server runs from a venv of its own whose bin/ holds only
+# `python` (the image's packages through a .pth), and $FIELD/sgl-bin/python3 comes first on its
+# PATH: the image's Python with the SGLang bundle on PYTHONPATH and the backends the bundle has (no
+# FA3, no FlashInfer sampling module), as a user's SGLang install would be; other python3 calls go
+# through unchanged. (The `vllm` program of setup_software does the same for vLLM.)
+sglang_wrapper() {
+  local real
+  real=$(command -v python3)
+  mkdir -p "$FIELD/sgl-bin"
+  {
+    echo '#!/bin/sh'
+    echo 'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then'
+    echo "  export PYTHONPATH=$SGLANG_PYTHONPATH"
+    echo "  exec $real \"\$@\" --attention-backend triton --sampling-backend pytorch"
+    echo 'fi'
+    echo "exec $real \"\$@\""
+  } > "$FIELD/sgl-bin/python3"
+  chmod +x "$FIELD/sgl-bin/python3"
+}
+
+server_venv() {
+  local real image_site venv_site
+  real=$(command -v python3)
+  [ -x "$FIELD/server-py/bin/python" ] && return 0
+  "$real" -m venv --without-pip "$FIELD/server-py" || return 3
+  local interpreter  # bin/python is a link to bin/python3: link it to the interpreter itself
+  interpreter=$(readlink -f "$FIELD/server-py/bin/python")
+  rm -f "$FIELD/server-py/bin/python" "$FIELD/server-py/bin/python3" "$FIELD"/server-py/bin/python3.*
+  ln -s "$interpreter" "$FIELD/server-py/bin/python"
+  image_site=$("$real" -c 'import site; print(site.getsitepackages()[0])') || return 3
+  venv_site=$("$FIELD/server-py/bin/python" -c 'import site; print(site.getsitepackages()[0])') || return 3
+  [ -n "$image_site" ] && [ -d "$venv_site" ] || return 3
+  echo "import site; site.addsitedir('$image_site')" > "$venv_site/image-packages.pth"
+  "$FIELD/server-py/bin/python" -c 'import sys, yaml; print("server python", sys.executable)' || return 3
+}
+
+serve_field() {  # modelyard serve (unless it answers already), able to start vLLM and SGLang
+  if python3 -c "import urllib.request, urllib.error, sys
+try: urllib.request.urlopen('http://127.0.0.1:$FIELD_PORT/api/v1/system', timeout=3)
+except urllib.error.HTTPError: sys.exit(0)
+except OSError: sys.exit(1)" 2>/dev/null; then
+    echo "modelyard serve answers on port $FIELD_PORT already"; return 0
+  fi
+  sglang_wrapper
+  # The server's own venv, unless the steps are a double (FIELD_RUN: tests).
+  [ -n "${FIELD_RUN:-}" ] || server_venv || return 3
+  PATH=$FIELD/sgl-bin:$PATH FIELD_RUN=${FIELD_RUN:-$FIELD/server-py/bin/python scripts/field/field_run.py} \
+    run serve --model-dir "$MODEL"
+  [ ${#FAILED[@]} -eq 0 ]
+}
+
+# Issue 29: replicas of at most 8 sequences each, so a load of 48 streams queues on one replica.
+AUTO_ARGS="--max-model-len 2048 --max-num-seqs 8"
+# Issue 28: both engines, each one's defaults and chunked prefill of 2,048 tokens, a chat load.
+TUNE_ARGS="--workload chat --slo ttft_p95<=300ms,tpot_p50<=12ms --backends vllm,sglang --version vllm=0.25.0 --version sglang=0.5.17 --max-num-seqs default --batched-tokens default,2048 --rungs 2 --requests 64 --budget 9m --gpu-ids 0"
+
+wait_tune() {  # up to FIELD_TUNE_WAIT_S for the tune's session; its exit status once it ended
+  local waited=0 limit=${FIELD_TUNE_WAIT_S:-540}
+  while [ ! -f "$FIELD/tune.rc" ] && [ "$waited" -lt "$limit" ]; do sleep 2; waited=$((waited + 2)); done
+  tail -30 "$FIELD/results/tune.log" 2>/dev/null
+  if [ ! -f "$FIELD/tune.rc" ]; then echo "the tune is still running after $waited s: call tune-wait next"; return 0; fi
+  STEPS=$((STEPS + 1))
+  [ "$(cat "$FIELD/tune.rc")" = 0 ] || FAILED+=("tune (exit $(cat "$FIELD/tune.rc"))")
+}
+
 case $PHASE in
+autoscale)
+  if [ "${FIELD_SOFTWARE:-1}" = 1 ]; then setup_software || exit $?; fi
+  serve_field || { FAILED+=("serve"); finish; }
+  run autoscale vllm-auto --backend vllm --version 0.25.0 --gpus 1 --gpu-memory auto --skip-verification \
+    --args="${FIELD_AUTO_ARGS:-$AUTO_ARGS}" --min 1 --max "${FIELD_AUTO_MAX:-2}" --target 2 --stabilisation-s 10 \
+    --scale-down-stabilisation-s 20 --cooldown-s 30 --concurrency "${FIELD_AUTO_STREAMS:-48}" \
+    --load-s "${FIELD_AUTO_LOAD_S:-120}" --idle-s "${FIELD_AUTO_IDLE_S:-40}"
+  run kv-shared vllm-auto
+  run remove vllm-auto
+  ;;
+tune)
+  serve_field || { FAILED+=("serve"); finish; }
+  if [ -f "$FIELD/tune.pid" ]; then echo "a tune was started already (pid $(cat "$FIELD/tune.pid"))"; else
+    # A session of its own: it outlives this call while the machine stays up (tune-wait goes on).
+    # shellcheck disable=SC2086
+    setsid bash -c '"$@" > "$0/results/tune.log" 2>&1; echo $? > "$0/tune.rc"' "$FIELD" \
+      ${FIELD_RUN:-python3 scripts/field/field_run.py} tune field -- ${FIELD_TUNE_ARGS:-$TUNE_ARGS} &
+    echo $! > "$FIELD/tune.pid"
+  fi
+  wait_tune
+  ;;
+tune-wait)
+  wait_tune
+  ;;
 stage-vllm)
   nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())'

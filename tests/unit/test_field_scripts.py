@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -417,3 +418,89 @@ def test_gateway_scaling_removes_vllm_before_it_measures(field_checkout: Path, t
     assert result.returncode == 0, result.stdout + result.stderr
     assert _steps(tmp_path) == ["remove vllm", "gateway-scaling"]
     assert (tmp_path / "out" / "results-gateway-scaling.tar.gz").exists()
+
+
+def _free_port() -> str:
+    """A loopback port nothing listens on: the phases' server check finds no server there."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+@needs_tools
+def test_autoscale_starts_the_server_then_autoscales_vllm_checks_its_estimate_and_removes_it(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "autoscale", tmp_path, FIELD_SOFTWARE="0", FIELD_PORT=_free_port())
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = _steps(tmp_path)
+    assert [line.split()[:2] for line in steps] == [
+        ["serve", "--model-dir"],
+        ["autoscale", "vllm-auto"],
+        ["kv-shared", "vllm-auto"],
+        ["remove", "vllm-auto"],
+    ]
+    # Placed by memory, one to two replicas on their waiting requests, under 48 streams.
+    assert "--gpus 1 --gpu-memory auto" in steps[1] and "--min 1 --max 2 --target 2" in steps[1]
+    assert "--args=--max-model-len 2048 --max-num-seqs 8" in steps[1] and "--concurrency 48" in steps[1]
+    assert "all 4 steps passed" in result.stdout
+
+
+@needs_tools
+def test_autoscale_stops_when_the_server_does_not_start(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(
+        field_checkout, "autoscale", tmp_path, FIELD_SOFTWARE="0", FIELD_PORT=_free_port(), FAIL_STEP="serve"
+    )
+    assert result.returncode == 1
+    assert _steps(tmp_path) == [f"serve --model-dir {tmp_path / 'field' / 'qwen3-field'}"]
+    assert "serve" in result.stdout.split("steps failed:")[1]
+
+
+@needs_tools
+def test_the_servers_python3_gives_sglang_its_bundle_and_leaves_other_calls_alone(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    # A stand-in SGLang package in the bundle's folder: it prints where it was imported from.
+    bundle = tmp_path / "sgl"
+    (bundle / "sglang").mkdir(parents=True)
+    (bundle / "sglang" / "__init__.py").write_text("")
+    (bundle / "sglang" / "launch_server.py").write_text(
+        "import os, sys\nprint(os.environ['PYTHONPATH'], *sys.argv[1:])\n"
+    )
+    _h200(field_checkout, "autoscale", tmp_path, FIELD_SOFTWARE="0", FIELD_PORT=_free_port())
+    python3 = tmp_path / "field" / "sgl-bin" / "python3"
+    environment = {**os.environ, "PYTHONPATH": "/the/servers/path"}
+    engine = subprocess.run(
+        [str(python3), "-m", "sglang.launch_server", "--model-path", "m"],
+        capture_output=True, text=True, env=environment, check=True,
+    ).stdout.split()  # fmt: skip
+    backends = ["--attention-backend", "triton", "--sampling-backend", "pytorch"]
+    assert engine == [str(bundle), "--model-path", "m", *backends]
+    other = subprocess.run(
+        [str(python3), "-c", "import os; print(os.environ['PYTHONPATH'])"],
+        capture_output=True, text=True, env=environment, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert other == "/the/servers/path"
+
+
+@needs_tools
+def test_tune_runs_modelyard_tune_in_its_own_session_and_waits_for_its_exit(
+    field_checkout: Path, tmp_path: Path
+) -> None:
+    result = _h200(field_checkout, "tune", tmp_path, FIELD_PORT=_free_port())
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = _steps(tmp_path)
+    assert steps[0].startswith("serve --model-dir")
+    assert steps[1].startswith("tune field -- --workload chat ")
+    assert "--backends vllm,sglang --version vllm=0.25.0 --version sglang=0.5.17" in steps[1]
+    assert "all 2 steps passed" in result.stdout
+    # The next call's tune-wait finds it ended: nothing is started again.
+    again = _h200(field_checkout, "tune-wait", tmp_path)
+    assert again.returncode == 0 and len(_steps(tmp_path)) == 2
+
+
+@needs_tools
+def test_a_failed_tune_makes_the_phase_exit_1(field_checkout: Path, tmp_path: Path) -> None:
+    result = _h200(field_checkout, "tune", tmp_path, FIELD_PORT=_free_port(), FAIL_STEP="tune field")
+    assert result.returncode == 1
+    assert "tune (exit 1)" in result.stdout
