@@ -53,7 +53,8 @@ class Server(ServeProcess):
     def deployment(self, name: str) -> dict[str, Any] | None:
         result = self.cli("ps", "--json", check=False)
         if result.returncode != 0:
-            assert "no modelyard server" in result.stderr, result.stderr
+            # With --json the CLI writes its error as JSON on stdout.
+            assert "no modelyard server" in result.stdout + result.stderr, result.stdout + result.stderr
             return None
         for deployment in json.loads(result.stdout):
             if deployment["name"] == name:

@@ -164,8 +164,9 @@ def _insert_deployment(
         connection.execute(
             "INSERT INTO deployments (uid, name, model_file_id, backend, backend_version, replicas, "
             "gpus_per_replica, backend_parameters, env, desired_state, skip_verification, warnings, "
-            "created_at, updated_at) "
-            "VALUES (?, ?, ?, 'vllm-double', '1.0', 1, 0, ?, ?, 'running', 1, '[]', ?, ?)",
+            "created_at, updated_at, project_id) "
+            "VALUES (?, ?, ?, 'vllm-double', '1.0', 1, 0, ?, ?, 'running', 1, '[]', ?, ?, "
+            "(SELECT id FROM projects WHERE name = 'default'))",
             (uuid.uuid4().hex, name, model_id, json.dumps(parameters), json.dumps(env), now, now),
         )
         connection.commit()
