@@ -79,10 +79,14 @@ async def hold_for_replica(
     ``ClientLeftWhileHeld`` when the client hangs up first (``receive``: the request's)."""
     table = runtime.shared.table(HELD_TABLE)
     column = hold.deployment_id % table.columns
+    # Counted first, then checked: two workers admitting at once both see both counts, so the
+    # bound is never passed (at worst one of them is refused though a place was left).
+    table.add(column, 1)
     held = table.total(column)
-    if held >= hold.max_held_requests:
+    if held > hold.max_held_requests:
+        table.add(column, -1)
         raise ScaledToZero(
-            f"{_starting(model)}; {held} request(s) are held for it already, the most it holds "
+            f"{_starting(model)}; {held - 1} request(s) are held for it already, the most it holds "
             f"(autoscale.max_held_requests {hold.max_held_requests})",
             hint=f"retry in {SCALED_TO_ZERO_RETRY_AFTER_SECONDS} s, or raise autoscale.max_held_requests",
             retry_after_seconds=SCALED_TO_ZERO_RETRY_AFTER_SECONDS,
@@ -91,7 +95,6 @@ async def hold_for_replica(
     loop = asyncio.get_running_loop()
     started_s = loop.time()
     deadline_s = started_s + hold.max_hold_s
-    table.add(column, 1)
     gone = asyncio.ensure_future(_client_gone(receive)) if receive is not None else None
     try:
         while True:
