@@ -46,6 +46,7 @@ class TestProvider:
                 sys.executable,
                 str(SERVE_SCRIPT),
                 "add-client",
+                "--",  # a generated secret may begin with "-"
                 str(self.directory),
                 client_id,
                 secret,
@@ -59,7 +60,7 @@ class TestProvider:
     def set_groups(self, username: str, *groups: str) -> None:
         """Put the provider's user ``username`` in ``groups`` only (its next ID token says so)."""
         subprocess.run(
-            [sys.executable, str(SERVE_SCRIPT), "set-groups", str(self.directory), username, *groups],
+            [sys.executable, str(SERVE_SCRIPT), "set-groups", "--", str(self.directory), username, *groups],
             check=True,
             capture_output=True,
             timeout=120,
