@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from modelyard.store.tables import UsageRecord
 
 from .conftest import GatewayHarness, ReferenceServers, unique_name
+from .slow_stream import SlowStream
 
 
 def _chat(model: str, **extra: Any) -> dict[str, Any]:
@@ -76,30 +76,12 @@ def test_concurrent_requests_are_limited(gateway: GatewayHarness, engines: Refer
     engine = engines.get("slow", served_model_names=["vllm-model"], ttft_ms=3000.0)
     gateway.publish(deployment, [engine])
     key = gateway.create_key(max_concurrent_requests=1)
-    started = threading.Event()
-    first: list[int] = []
-
-    def slow_request() -> None:
-        with (
-            httpx.Client(timeout=60) as client,
-            client.stream(
-                "POST",
-                gateway.base_url + "/v1/chat/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                json=_chat(deployment, stream=True),
-            ) as response,
-        ):
-            started.set()
-            first.append(response.status_code)
-            response.read()
-
-    thread = threading.Thread(target=slow_request)
-    thread.start()
-    assert started.wait(timeout=30)
+    slow = SlowStream(gateway.base_url, key, _chat(deployment, stream=True))
+    slow.start()
     refused = _post(gateway, key, _chat(deployment))
-    thread.join(timeout=60)
+    slow.join()
     after = _post(gateway, key, _chat(deployment))
-    assert first == [200]
+    assert slow.statuses == [200]
     assert "1 of 1 requests of this key are running" in _limit_error(refused, "requests")
     assert after.status_code == 200
 

@@ -4,7 +4,6 @@ the limit."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ import httpx
 from modelyard.store.tables import Project, UsageRecord
 
 from .conftest import GatewayHarness, ReferenceServers, unique_name
+from .slow_stream import SlowStream
 
 
 def _chat(model: str, **extra: Any) -> dict[str, Any]:
@@ -84,30 +84,12 @@ def test_a_projects_requests_at_once_hold_for_all_its_keys_together(
     name, project_id = _project(gateway, max_concurrent_requests=1)
     first_key = gateway.create_key(project_id=project_id)
     second_key = gateway.create_key(project_id=project_id)
-    started = threading.Event()
-    first: list[int] = []
-
-    def slow_request() -> None:
-        with (
-            httpx.Client(timeout=60) as client,
-            client.stream(
-                "POST",
-                gateway.base_url + "/v1/chat/completions",
-                headers={"Authorization": f"Bearer {first_key}"},
-                json=_chat(deployment, stream=True),
-            ) as response,
-        ):
-            started.set()
-            first.append(response.status_code)
-            response.read()
-
-    thread = threading.Thread(target=slow_request)
-    thread.start()
-    assert started.wait(timeout=30)
+    slow = SlowStream(gateway.base_url, first_key, _chat(deployment, stream=True))
+    slow.start()
     refused = _post(gateway, second_key, _chat(deployment))
-    thread.join(timeout=60)
+    slow.join()
     after = _post(gateway, second_key, _chat(deployment))
-    assert first == [200]
+    assert slow.statuses == [200]
     message = _refusal(refused, "requests")
     assert (
         f"project {name!r} reached its limit of 1 requests at once: 1 of its keys' requests are running"
