@@ -61,7 +61,9 @@ names = ["fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn", "httpto
          "alembic", "mako", "orjson", "openai", "typer", "rich", "httpx", "zxcvbn",
          # the image lacks these too (or has huggingface_hub 1.x; modelyard needs 2.x)
          "cryptography", "cffi", "pycparser", "python_multipart", "swagger_ui_bundle_v2", "huggingface_hub",
-         "plotly", "narwhals"]
+         "plotly", "narwhals",
+         # schedules (croniter), sign-in (authlib, joserfc), the gateway workers' loop (uvloop)
+         "croniter", "python_dateutil", "six", "authlib", "joserfc", "uvloop"]
 pins = []
 for name in names:
     try:
