@@ -17,7 +17,8 @@ import pytest
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from gateway.served import ServedPlatform
-from modelyard.server.oidc.provider import OidcProvider, PendingSignIn, ProviderUnreachable
+from modelyard.errors import ProviderUnreachable
+from modelyard.server.oidc.provider import OidcProvider, PendingSignIn
 from modelyard.server.oidc.settings import OidcSettings
 from modelyard.store.secret_box import SecretBox
 from modelyard.testing.ports import reserved_port
