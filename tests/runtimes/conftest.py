@@ -29,6 +29,7 @@ from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, R
 from modelyard.runtimes.docker import DockerOptions, DockerRuntime, container_model_path
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port_window
 from modelyard.testing.runtime_double import EngineHostDouble, InMemoryRuntimeDouble
 
@@ -175,7 +176,7 @@ async def wait_until_healthy(address: EngineAddress) -> None:
     """Poll the engine's /health until it answers 200 (an engine gives no other signal)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HEALTH_WAIT_SECONDS
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, verify=shared_tls_context()) as client:
         while True:
             try:
                 if (await client.get(address.base_url + "/health", timeout=2.0)).status_code == 200:
