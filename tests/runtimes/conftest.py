@@ -125,10 +125,11 @@ class RuntimeUnderTest:
     params=[
         "process",
         "memory",
-        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py).
+        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py);
+        # ray-docker's group builds a simulated cluster of its own, beside the ray group's.
         pytest.param("docker", marks=pytest.mark.xdist_group("docker")),
         pytest.param("ray", marks=pytest.mark.xdist_group("ray")),
-        pytest.param("ray-docker", marks=pytest.mark.xdist_group("ray")),
+        pytest.param("ray-docker", marks=pytest.mark.xdist_group("ray-docker")),
     ]
 )
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
