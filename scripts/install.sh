@@ -7,8 +7,9 @@
 #
 # --torch auto (the default) takes the CUDA build when `nvidia-smi -L` lists a GPU, else a CPU
 # build. On Linux x86_64, PyPI's own torch is the CUDA build (about 4 GB of NVIDIA libraries), so
-# a CPU build comes from PyTorch's CPU index (https://download.pytorch.org/whl/cpu), or, where
-# that cannot be reached, from a CPU wheel in pip's configured find-links folders; pip is asked
+# a CPU build comes from a CPU wheel in pip's configured find-links folders (PIP_FIND_LINKS), the
+# one they hold even where PyTorch's index has a newer one, or, where they hold none, from
+# PyTorch's CPU index (https://download.pytorch.org/whl/cpu, given 5 s to answer); pip is asked
 # first (a dry run) which build each source would give, and nothing is installed unless it is a
 # CPU build. Elsewhere (aarch64, macOS) PyPI's torch is already CPU-only. The rest of pip's
 # configuration (index, mirrors, certificates) is used as it is.
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --extras) extras=$2; shift 2 ;;
     --torch) torch_build=$2; shift 2 ;;
     --no-demo) demo=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,16 +91,17 @@ if [ "$needs_torch" = 1 ] && [ "$torch_build" = cpu ] && [ "$(uname -s)" = Linux
     say "torch $current (a CPU build) is already installed"
   else
     say "finding a CPU build of torch"
-    version=$(torch_candidate --extra-index-url "$cpu_index" --retries 1 --timeout 15)
-    sources=(--extra-index-url "$cpu_index")
+    # pip's find-links folders first: reading a folder takes a second, while an unreachable
+    # PyTorch index costs its whole timeout. The exact version (with its +cpu label) picks that
+    # wheel; its dependencies come from the index.
+    version=$(torch_candidate --no-index)
+    sources=()
     if [[ "$version" != *+cpu ]]; then
-      echo "   PyTorch's CPU index gives no CPU build here (unreachable?); trying pip's find-links folders"
-      version=$(torch_candidate --no-index)
-      # The exact version (with its +cpu label) picks that wheel; its dependencies come from the index.
-      sources=()
+      version=$(torch_candidate --extra-index-url "$cpu_index" --retries 0 --timeout 5)
+      sources=(--extra-index-url "$cpu_index")
     fi
-    [[ "$version" == *+cpu ]] || fail "no CPU build of torch is reachable: PyTorch's CPU index \
-($cpu_index) did not answer and pip's find-links folders hold none. Give pip a folder with a CPU \
+    [[ "$version" == *+cpu ]] || fail "no CPU build of torch is reachable: pip's find-links folders \
+hold none and PyTorch's CPU index ($cpu_index) did not answer. Give pip a folder with a CPU \
 wheel (PIP_FIND_LINKS=DIR), or take PyPI's CUDA build (several GB) with --torch cuda."
     say "installing torch $version (CPU)"
     pip install --quiet "${sources[@]}" "torch==$version"

@@ -1,20 +1,21 @@
 """Which tests run together on one worker under ``pytest -n N --dist loadgroup`` (pytest-xdist).
 
 Each xdist worker is its own process with its own session fixtures: a costly one (a Ray cluster,
-a ``modelyard serve`` with a browser, an engine) used by tests spread over three workers would be
-built three times. So every test that uses one is put in that fixture's group, and a group runs
+a ``modelyard serve`` with a browser, an engine) used by tests spread over four workers would be
+built four times. So every test that uses one is put in that fixture's group, and a group runs
 whole on one worker (the biggest groups are handed out first). Everything else is spread test by
 test. The rules, first match wins:
 
 1. a test's own ``@pytest.mark.xdist_group("name")`` (also on a fixture's ``pytest.param``, as
    ``tests/runtimes/conftest.py`` does for the runtimes it asks for with ``getfixturevalue``);
 2. the first fixture of ``SHARED_GROUPS`` the test uses, directly or through other fixtures
-   (``ray_cluster``: the session's simulated Ray cluster, in ``tests/cluster`` too), else the
-   group of the test's file or folder in ``PLACE_GROUPS`` (the most specific place wins): the
-   tests of ``tests/cluster`` that start real ``modelyard serve --cluster`` heads run one at a
-   time in two groups, those on this host's loopback and those of two network-namespace hosts;
-   the three Ray groups run beside each other, which is why every test process has a Ray temp
-   folder of its own (``tests/ray_cluster.py``);
+   (``ray_cluster``: the session's simulated Ray cluster, in ``tests/cluster`` too, where the
+   placement and push tests are a group with a cluster of its own, as the runtime contract's
+   ``ray-docker`` tests are), else the group of
+   the test's file or folder in ``PLACE_GROUPS`` (the most specific place wins): each file of
+   ``tests/cluster`` whose tests share real ``modelyard serve --cluster`` heads (on this host's
+   loopback, or two network-namespace hosts) is a group. The Ray groups run beside each other,
+   which is why every test process has a Ray temp folder of its own (``tests/ray_cluster.py``);
 3. a session-, package- or module-scoped fixture defined under ``tests/`` (not one of
    ``CHEAP_FIXTURES``): the group is that fixture's place and name, so the tests sharing it stay
    on one worker. Of several, the one the others are built on (``api_key`` is built on
@@ -22,7 +23,7 @@ test. The rules, first match wins:
 
 For a new test: nothing to do unless it asks for a costly fixture with ``request.getfixturevalue``
 (name the group with the marker) or adds a costly fixture that several directories share (add it
-to ``SHARED_GROUPS``). ``python -m pytest -n 3 --dist loadgroup -v`` prints each test's worker.
+to ``SHARED_GROUPS``). ``python -m pytest -n 4 --dist loadgroup -v`` prints each test's worker.
 """
 
 from __future__ import annotations
@@ -39,37 +40,58 @@ import pytest
 
 TESTS_FOLDER = Path(__file__).resolve().parent
 
-# Costly fixtures used by tests of several directories -> their group.
+# Costly fixtures used by tests of several directories -> their group (the first one a test uses).
 SHARED_GROUPS = {
-    "ray_cluster": "ray",  # one ray.init per process: every Ray test in one worker
+    # One simulated Ray cluster per test process (one ray.init per process), in groups that build
+    # one each and run beside each other: the placement and push tests of tests/cluster (the
+    # worker nodes they add), the runtimes' tests on the head, and the runtime contract's
+    # ray-docker tests (their group is named in tests/runtimes/conftest.py).
+    "two_workers": "ray-cluster",
+    "push_worker": "ray-cluster",
+    "ray_cluster": "ray",
     "skeleton_image": "docker",
+    # The console's shared server; a browser alone is cheap (a Chromium of the worker's own), so
+    # the console tests with servers of their own go by those servers' groups (rule 3).
     "console_server": "browser",
-    "browser": "browser",
     "tiny_engine": "tiny-engine",
 }
 # The groups that take longest (minutes, from --durations), handed out first under -n.
 LONGEST_FIRST = (
-    "ray-heads",
-    "ray-hosts",
-    "ray",
     "browser",
+    "ray",
+    "ray-docker",
+    "ray-cluster",
     "integration/test_serve_end_to_end.py::server",
-    "tiny-engine",
+    "tune/conftest.py::tune_platform",
+    "ray-heads",
     "gateway/conftest.py::served_platform",
     "integration/test_serve_faults.py::server",
+    "ray-heads-models",
+    "ray-hosts",
+    "ray-hosts-docker",
+    "ray-hosts-registry",
     "docker",
+    "tiny-engine",
 )
 # Files and folders (under tests/) whose every test is in a group, unless rule 1 or
 # SHARED_GROUPS put it elsewhere.
+# Each file of real heads builds its own (a module's server and joins, each host a pair of
+# network namespaces with a random name and subnet), so the files run beside each other; the
+# join's errors and the Ray port checks, each test on its own, are spread.
 PLACE_GROUPS = {
-    "cluster": "ray-heads",
+    "cluster/test_join.py": "ray-heads",
+    "cluster/test_models_on_workers.py": "ray-heads-models",
     "cluster/test_two_hosts.py": "ray-hosts",
-    "cluster/test_two_hosts_docker.py": "ray-hosts",
-    "cluster/test_two_hosts_registry.py": "ray-hosts",
+    "cluster/test_two_hosts_docker.py": "ray-hosts-docker",
+    "cluster/test_two_hosts_registry.py": "ray-hosts-registry",
 }
 # Session fixtures that cost a copy of a cached folder or a second: not worth keeping tests
-# together for (api's admin_template is one scrypt hash and a migrated SQLite file).
+# together for (api's admin_template is one scrypt hash and a migrated SQLite file; the console
+# tests' Chromium starts in about a second, their hub double is a thread serving a cached model).
 CHEAP_FIXTURES = {
+    "playwright_instance",
+    "browser",
+    "hub",
     "test_models",
     "tiny_model_dir",
     "trained_tiny_model_dir",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 
 ENGINE_START_SECONDS = 120.0
@@ -72,7 +73,12 @@ def run_tiny_engine(model_dir: Path, log_path: Path) -> Iterator[TinyEngine]:
                 tail = log_path.read_text()[-2000:]
                 raise EngineDidNotStart(f"engine exited with {process.returncode}: {tail}")
             try:
-                if httpx.get(f"{base_url}{version.health_path}", timeout=2).status_code == 200:
+                if (
+                    httpx.get(
+                        f"{base_url}{version.health_path}", timeout=2, verify=shared_tls_context()
+                    ).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass

@@ -21,6 +21,12 @@ into a JSON error body with the HTTP status given by ``http_status``.
     +-- StorageFull           (507) the data directory's disk (or the database) is full: nothing was written
     |   +-- InsufficientDiskSpace (507) a download or import would not fit on its target's filesystem
     +-- HubUnavailable        (502) a model hub (Hugging Face, ModelScope) could not be reached or failed
+    +-- OidcError             (502) single sign-on failed at one step (the message says which, what to check)
+        +-- ProviderUnreachable   (502) the provider's discovery, JWKS or token endpoint did not answer
+        +-- ProviderMisconfigured (502) the provider answered with metadata or keys that cannot be used
+        +-- TokenRefused          (502) the provider refused the code exchange
+        +-- IdTokenRefused        (502) the ID token's signature or claims do not check out
+        +-- SignInMismatch        (400) the callback does not belong to the sign-in this browser started
 """
 
 from __future__ import annotations
@@ -132,3 +138,33 @@ class InsufficientDiskSpace(StorageFull):
 class HubUnavailable(ModelyardError):
     http_status = 502
     code = "hub_unavailable"
+
+
+class OidcError(ModelyardError):
+    """Single sign-on failed; the message says at which step and what to check."""
+
+    http_status = 502
+    code = "oidc_failed"
+
+
+class ProviderUnreachable(OidcError):
+    code = "oidc_provider_unreachable"
+
+
+class ProviderMisconfigured(OidcError):
+    code = "oidc_provider_misconfigured"
+
+
+class TokenRefused(OidcError):
+    code = "oidc_token_refused"
+
+
+class SignInMismatch(OidcError):
+    """The callback does not belong to the sign-in this browser started (state or nonce)."""
+
+    http_status = 400
+    code = "oidc_sign_in_mismatch"
+
+
+class IdTokenRefused(OidcError):
+    code = "oidc_id_token_refused"

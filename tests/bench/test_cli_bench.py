@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from modelyard.bench.records import RequestRecord, RunResult
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.cli.main import app
+from modelyard.testing.http_clients import shared_tls_context
 
 MODEL = "cli-model"
 
@@ -157,7 +158,7 @@ def test_reference_server_command_serves_with_engine_flags(tmp_path: Path) -> No
         while not port_file.exists() and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
         base_url = f"http://127.0.0.1:{port_file.read_text()}"
-        models = httpx.get(base_url + "/v1/models").json()
+        models = httpx.get(base_url + "/v1/models", verify=shared_tls_context()).json()
         assert models["data"][0]["id"] == "/models/q"
     finally:
         process.terminate()

@@ -24,6 +24,7 @@ from modelyard.bench.reference import (
     parse_reference_argv,
 )
 from modelyard.errors import EngineStartFailed
+from modelyard.testing.http_clients import shared_tls_context
 
 MODEL = "double-model"
 
@@ -51,7 +52,9 @@ def _events(response_text: str) -> list[str]:
 
 def _chat(base_url: str, **body: object) -> httpx.Response:
     payload = {"model": MODEL, "messages": [{"role": "user", "content": "one two three"}], **body}
-    return httpx.post(base_url + "/v1/chat/completions", json=payload, timeout=10)
+    return httpx.post(
+        base_url + "/v1/chat/completions", json=payload, timeout=10, verify=shared_tls_context()
+    )
 
 
 def test_vllm_flavor_streams_reasoning_in_reasoning_and_ends_with_done(vllm_server: ReferenceServer) -> None:
@@ -103,7 +106,7 @@ def test_continuous_usage_counts_tokens_in_every_chunk() -> None:
 def test_transformers_flavor_ends_without_done_and_always_sends_usage() -> None:
     with ReferenceServer(_config(flavor="transformers", reasoning_tokens=1, output_tokens=3)) as server:
         events = _events(_chat(server.base_url, stream=True).text)
-        assert httpx.get(server.base_url + "/metrics").status_code == 404
+        assert httpx.get(server.base_url + "/metrics", verify=shared_tls_context()).status_code == 404
     assert "[DONE]" not in events
     last = json.loads(events[-1])
     assert last["usage"]["completion_tokens"] == 3
@@ -115,19 +118,23 @@ def test_unknown_model_is_a_404_in_the_engine_error_shape(
     vllm_server: ReferenceServer, sglang_server: ReferenceServer
 ) -> None:
     vllm_answer = httpx.post(
-        vllm_server.base_url + "/v1/chat/completions", json={"model": "other", "messages": []}
+        vllm_server.base_url + "/v1/chat/completions",
+        json={"model": "other", "messages": []},
+        verify=shared_tls_context(),
     )
     assert vllm_answer.status_code == 404
     assert vllm_answer.json()["error"]["message"] == "The model `other` does not exist."
     sglang_answer = httpx.post(
-        sglang_server.base_url + "/v1/completions", json={"model": "other", "prompt": "x"}
+        sglang_server.base_url + "/v1/completions",
+        json={"model": "other", "prompt": "x"},
+        verify=shared_tls_context(),
     )
     assert sglang_answer.status_code == 404
     assert sglang_answer.json()["object"] == "error"
 
 
 def test_models_list_names_the_served_model_with_its_root(vllm_server: ReferenceServer) -> None:
-    data = httpx.get(vllm_server.base_url + "/v1/models").json()["data"]
+    data = httpx.get(vllm_server.base_url + "/v1/models", verify=shared_tls_context()).json()["data"]
     assert [(entry["id"], entry["owned_by"], entry["root"]) for entry in data] == [
         (MODEL, "vllm", "/models/double")
     ]
@@ -136,7 +143,7 @@ def test_models_list_names_the_served_model_with_its_root(vllm_server: Reference
 def test_metrics_use_the_engines_prometheus_names(
     vllm_server: ReferenceServer, sglang_server: ReferenceServer
 ) -> None:
-    vllm_text = httpx.get(vllm_server.base_url + "/metrics").text
+    vllm_text = httpx.get(vllm_server.base_url + "/metrics", verify=shared_tls_context()).text
     for name in (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -148,7 +155,7 @@ def test_metrics_use_the_engines_prometheus_names(
         "vllm:generation_tokens_total",
     ):
         assert name in vllm_text, name
-    sglang_text = httpx.get(sglang_server.base_url + "/metrics").text
+    sglang_text = httpx.get(sglang_server.base_url + "/metrics", verify=shared_tls_context()).text
     for name in (
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",
@@ -164,11 +171,17 @@ def test_non_streamed_chat_completions_and_embeddings(vllm_server: ReferenceServ
     assert whole["choices"][0]["message"]["content"] == " and"
     assert whole["usage"]["completion_tokens"] == 3
     completion = httpx.post(
-        vllm_server.base_url + "/v1/completions", json={"model": MODEL, "prompt": "a b", "max_tokens": 2}
+        vllm_server.base_url + "/v1/completions",
+        json={"model": MODEL, "prompt": "a b", "max_tokens": 2},
+        verify=shared_tls_context(),
     ).json()
     assert completion["choices"][0]["text"] == " the of"
     first, second = (
-        httpx.post(vllm_server.base_url + "/v1/embeddings", json={"model": MODEL, "input": "same"}).json()
+        httpx.post(
+            vllm_server.base_url + "/v1/embeddings",
+            json={"model": MODEL, "input": "same"},
+            verify=shared_tls_context(),
+        ).json()
         for _ in range(2)
     )
     assert first["data"][0]["embedding"] == second["data"][0]["embedding"]
@@ -176,7 +189,11 @@ def test_non_streamed_chat_completions_and_embeddings(vllm_server: ReferenceServ
 
 
 def test_tokenize_counts_words_like_the_usage(vllm_server: ReferenceServer) -> None:
-    answer = httpx.post(vllm_server.base_url + "/tokenize", json={"model": MODEL, "prompt": "a b c d"}).json()
+    answer = httpx.post(
+        vllm_server.base_url + "/tokenize",
+        json={"model": MODEL, "prompt": "a b c d"},
+        verify=shared_tls_context(),
+    ).json()
     assert answer["count"] == 4
 
 
@@ -187,6 +204,7 @@ def test_api_key_is_enforced_when_configured() -> None:
             server.base_url + "/v1/chat/completions",
             json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
             headers={"Authorization": "Bearer secret"},
+            verify=shared_tls_context(),
         )
         assert answer.status_code == 200
 
@@ -199,7 +217,9 @@ def test_sglang_flavor_listens_early_and_answers_503_until_warm() -> None:
         statuses: list[int] = []
         while time.monotonic() < deadline and 200 not in statuses:
             with contextlib.suppress(httpx.ConnectError):
-                statuses.append(httpx.get(server.base_url + "/health").status_code)
+                statuses.append(
+                    httpx.get(server.base_url + "/health", verify=shared_tls_context()).status_code
+                )
             time.sleep(0.05)
         assert statuses[0] == 503
         assert statuses[-1] == 200
@@ -212,12 +232,12 @@ def test_vllm_flavor_refuses_connections_until_loaded() -> None:
     server.start(wait_ready=False)
     try:
         with pytest.raises(httpx.ConnectError):
-            httpx.get(server.base_url + "/health")
+            httpx.get(server.base_url + "/health", verify=shared_tls_context())
         deadline = time.monotonic() + 5
         status = None
         while time.monotonic() < deadline and status != 200:
             try:
-                status = httpx.get(server.base_url + "/health").status_code
+                status = httpx.get(server.base_url + "/health", verify=shared_tls_context()).status_code
             except httpx.ConnectError:
                 time.sleep(0.05)
         assert status == 200
@@ -260,7 +280,7 @@ def test_engine_command_lines_are_accepted_and_other_flags_ignored() -> None:
 def test_the_program_prints_vllm_startup_lines(tmp_path: Path) -> None:
     log_path = tmp_path / "engine.log"
     with ReferenceServerProcess(_config(flavor="vllm"), log_path=log_path) as server:
-        assert httpx.get(server.base_url + "/health").status_code == 200
+        assert httpx.get(server.base_url + "/health", verify=shared_tls_context()).status_code == 200
     log = log_path.read_text()
     assert "GPU KV cache size: 262,144 tokens" in log
     assert "Application startup complete." in log
@@ -291,7 +311,7 @@ def test_fail_start_prints_an_engine_failure_line_and_exits_1() -> None:
 
 def test_requests_beyond_max_concurrency_wait_in_the_queue() -> None:
     with ReferenceServer(_config(max_concurrency=1, ttft_ms=200, output_tokens=1)) as server:
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=10, verify=shared_tls_context()) as client:
             import threading
 
             threads = [threading.Thread(target=_chat, args=(server.base_url,)) for _ in range(2)]

@@ -28,6 +28,7 @@ from modelyard.bench.server_metrics import (
     ttft_gap,
 )
 from modelyard.bench.server_poller import ServerMetricsObserver, ServerMetricsPoller
+from modelyard.testing.http_clients import shared_tls_context
 
 # Names and layout as vLLM 0.10-0.25 (v1 engine) print them: the metric list captured from a
 # running vLLM v0.10.2 in ai-dynamo/dynamo's docs (docs/backends/vllm/prometheus.md) and the
@@ -230,7 +231,7 @@ async def _stream_ttft_ms(client: httpx.AsyncClient, url: str) -> float:
 async def test_polling_an_engine_double_shows_its_queue_and_its_ttft(engine_double: ReferenceServer) -> None:
     flavor = engine_double.config.flavor
     poller = ServerMetricsPoller(metrics_url_for(engine_double.base_url + "/v1"), interval_s=0.02)
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         await poller.start()
         url = engine_double.base_url + "/v1/chat/completions"
         client_ttfts_ms = await asyncio.gather(*(_stream_ttft_ms(client, url) for _ in range(4)))

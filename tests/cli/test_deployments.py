@@ -15,6 +15,7 @@ from sqlalchemy import delete, select
 
 from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.store.tables import Instance
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import FAIL_VARIABLE, LiveServer
 
@@ -117,7 +118,9 @@ def test_logs_of_every_start_are_listed_and_each_can_be_read(with_model: LiveSer
         with_model.cli("stop", "tiny")
         with_model.cli("start", "tiny")
     auth = ("admin", with_model.password)
-    listed = httpx.get(f"{with_model.url}/api/v1/deployments/tiny/logs/starts", auth=auth).json()
+    listed = httpx.get(
+        f"{with_model.url}/api/v1/deployments/tiny/logs/starts", auth=auth, verify=shared_tls_context()
+    ).json()
     assert listed["current_start"] == 3
     assert [(start["start"], start["file"], start["current"]) for start in listed["starts"]] == [
         (1, "start-1.log", False),
@@ -147,7 +150,14 @@ def test_logs_follow_streams_appended_lines_and_ends_with_the_instance(with_mode
     auth = ("admin", with_model.password)
     timeout = httpx.Timeout(10.0)
     url = f"{with_model.url}/api/v1/deployments/tiny/logs"
-    with httpx.stream("GET", url, params={"follow": True, "tail": 1}, auth=auth, timeout=timeout) as response:
+    with httpx.stream(
+        "GET",
+        url,
+        params={"follow": True, "tail": 1},
+        auth=auth,
+        timeout=timeout,
+        verify=shared_tls_context(),
+    ) as response:
         assert response.status_code == 200
         chunks = response.iter_raw()
         assert next(chunks) == b"line 3\n"

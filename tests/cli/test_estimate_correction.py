@@ -14,6 +14,7 @@ from modelyard.estimate import MemoryEstimate, estimate_memory, parse_gpu_specs
 from modelyard.estimate.correction import start_key
 from modelyard.modeldir import read_model_facts
 from modelyard.store.tables import StartObservationRow
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.stand_ins import build_stand_in
 
 from .conftest import LiveServer
@@ -118,12 +119,19 @@ def test_the_starts_are_listed_and_forgotten_over_rest(live_server: LiveServer, 
     model_dir = build_stand_in("qwen3-8b", tmp_path / "Qwen3-8B")
     record_starts(live_server, model_dir, 2, kv_share=0.95)
     auth = ("admin", live_server.password)
-    listed = httpx.get(f"{live_server.url}/api/v1/start-observations", params={"engine": "vllm"}, auth=auth)
+    listed = httpx.get(
+        f"{live_server.url}/api/v1/start-observations",
+        params={"engine": "vllm"},
+        auth=auth,
+        verify=shared_tls_context(),
+    )
     assert listed.status_code == 200, listed.text
     starts = listed.json()["starts"]
     assert [start["start_number"] for start in starts] == [1, 2]
     assert starts[0]["gpu_model"] == "H100" and starts[0]["memory_fraction"] == 0.5
     assert "corrected by 2 starts" in estimate(live_server, model_dir)
-    forgotten = httpx.delete(f"{live_server.url}/api/v1/start-observations", auth=auth)
+    forgotten = httpx.delete(
+        f"{live_server.url}/api/v1/start-observations", auth=auth, verify=shared_tls_context()
+    )
     assert forgotten.json() == {"deleted": 2}
     assert "correction" not in estimate(live_server, model_dir)

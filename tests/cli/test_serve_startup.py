@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 
 SERVE = [sys.executable, "-m", "modelyard.cli.main", "serve", "--no-demo"]
@@ -144,7 +145,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def _answers(url: str) -> bool:
     try:
-        httpx.get(f"{url}/api/v1/system", timeout=5)
+        httpx.get(f"{url}/api/v1/system", timeout=5, verify=shared_tls_context())
     except httpx.HTTPError:
         return False
     return True
@@ -155,10 +156,14 @@ def test_the_cli_token_lets_this_host_in_and_nothing_else_does(server: tuple[str
     token_file = data_dir / "cli-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text().strip()
-    system = httpx.get(f"{url}/api/v1/system", headers={"Authorization": f"Bearer {token}"})
+    system = httpx.get(
+        f"{url}/api/v1/system", headers={"Authorization": f"Bearer {token}"}, verify=shared_tls_context()
+    )
     assert system.status_code == 200
     assert system.json()["demo"]["state"] == "skipped"
-    refused = httpx.get(f"{url}/api/v1/system", headers={"Authorization": "Bearer not-the-token"})
+    refused = httpx.get(
+        f"{url}/api/v1/system", headers={"Authorization": "Bearer not-the-token"}, verify=shared_tls_context()
+    )
     assert refused.status_code == 401
     assert "cli-token" in refused.json()["error"]["hint"]
     # The CLI on this host uses the token: no password anywhere in its environment.

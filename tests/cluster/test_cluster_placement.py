@@ -17,6 +17,7 @@ from modelyard.control.scheduler import Worker
 from modelyard.runtimes.base import EngineHandle
 from modelyard.runtimes.ray_runtime import RayRuntime
 from modelyard.store.tables import Instance, InstanceEvent
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import free_port_window
 from ray_cluster import fake_gpu
 
@@ -58,7 +59,7 @@ async def test_a_tp2_replica_lands_on_one_node_and_answers_there(cluster_setup: 
     [rank] = placed(instance)["ranks"]
     assert rank["worker_name"] == "node-b" and rank["gpu_ids"] == [0, 1]
     assert instance.runtime == "ray"
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, verify=shared_tls_context()) as client:
         models = (await client.get(f"http://{instance.host}:{instance.port}/v1/models")).json()
     assert [model["id"] for model in models["data"]] == ["tp2"]
     cluster_setup.remove("tp2")
@@ -222,7 +223,7 @@ async def test_engine_ports_come_from_the_nodes_range_and_a_full_range_is_the_in
         assert refused.state == "error"
         # The deployment already there is not disturbed.
         assert [instance.engine_port for instance in cluster_setup.running("ported")] == [window.last]
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with httpx.AsyncClient(trust_env=False, verify=shared_tls_context()) as client:
             answer = await client.get(f"http://{first.host}:{first.port}/v1/models")
         assert answer.status_code == 200
     finally:

@@ -343,6 +343,7 @@ def _chat(hosts: TwoDockerHosts, key: str) -> httpx.Response:
         json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
         trust_env=False,
         timeout=60,
+        verify=shared_tls_context(),
     )
 
 

@@ -31,6 +31,7 @@ from modelyard.runtimes.image_pull import RegistryAuth
 from modelyard.runtimes.ray_container import pull_image_on_this_node
 from modelyard.testing.cluster_process import SOURCE_FOLDER, nvml_gpu, with_group_killed
 from modelyard.testing.container_image import SKELETON_TAG, host_python_mounts
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.local_registry import LocalRegistry
 from modelyard.testing.serve_process import free_port, wait_until
 from ray_cluster import ray_sessions_folder
@@ -108,6 +109,7 @@ def _chat(hosts: TwoDockerHosts, key: str, model: str) -> httpx.Response:
         json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
         trust_env=False,
         timeout=60,
+        verify=shared_tls_context(),
     )
 
 

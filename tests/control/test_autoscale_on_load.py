@@ -27,6 +27,7 @@ from sqlalchemy import select
 from modelyard.control.autoscale.loop import AutoscaleLoop, AutoscaleOptions
 from modelyard.control.endpoints import Endpoint
 from modelyard.store.tables import AutoscaleEvent
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import ControllerHarness
 
@@ -124,7 +125,7 @@ async def autoscaled(harness: ControllerHarness) -> AsyncIterator[ControllerHarn
 async def test_a_burst_adds_a_replica_and_idle_takes_it_away(autoscaled: ControllerHarness) -> None:
     harness = autoscaled
     load = LoadGenerator(harness, CLIENTS)
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=30, trust_env=False, verify=shared_tls_context()) as client:
         started_wall = datetime.now(UTC)
         started = time.monotonic()
         load.start(client)

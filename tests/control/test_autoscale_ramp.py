@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from modelyard.control.autoscale.loop import AutoscaleLoop, AutoscaleOptions
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import ControllerHarness
 from .test_autoscale_on_load import ONE_AT_A_TIME, LoadGenerator, autoscale_events, replicas
@@ -115,7 +116,7 @@ async def test_a_ramp_adds_replicas_step_by_step_as_the_rule_says(
 ) -> None:
     harness, loop = sglang_autoscaled
     load = RampGenerator(harness, 0)
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=30, trust_env=False, verify=shared_tls_context()) as client:
         try:
             load.add(client, 1)
             await _rule_says(loop, "already at min 1")

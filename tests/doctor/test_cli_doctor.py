@@ -23,6 +23,7 @@ from model_cache import ModelCache
 from modelyard.cli.main import app
 from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInventory
+from modelyard.testing.http_clients import shared_tls_context
 
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -207,7 +208,9 @@ def running_api(tmp_path: Path) -> Iterator[RunningApi]:
 
 def _deploy(api: RunningApi, model_dir: Path) -> None:
     auth = ("admin", api.password)
-    with httpx.Client(base_url=api.url + "/api/v1", auth=auth, timeout=30) as client:
+    with httpx.Client(
+        base_url=api.url + "/api/v1", auth=auth, timeout=30, verify=shared_tls_context()
+    ) as client:
         response = client.post("/models", json={"name": "tiny", "path": str(model_dir)})
         assert response.status_code == 201, response.text
         response = client.post(

@@ -13,6 +13,7 @@ import pytest
 
 from modelyard.bench.reference import ReferenceConfig, ReferenceServer
 from modelyard.doctor.verify import VerificationBudget, VerificationResult, verify_instance
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import refusing_port
 from tiny_engine import TinyEngine
 
@@ -47,7 +48,7 @@ async def _verify(base_url: str, **overrides: Any) -> dict[str, VerificationResu
         "budget": VerificationBudget(floor_seconds=10.0, ceiling_seconds=60.0),
     }
     arguments.update(overrides)
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         results = await verify_instance(client=client, **arguments)
     return {result.check_id: result for result in results}
 
@@ -288,7 +289,7 @@ async def test_tool_arguments_that_are_not_json_fail() -> None:
 @pytest.mark.slow
 async def test_transformers_serve_on_a_tiny_model(tiny_engine: TinyEngine) -> None:
     base_url, model_path = tiny_engine.base_url, tiny_engine.model_path
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_tls_context()) as client:
         results = await verify_instance(
             base_url=base_url,
             served_model_name=model_path,

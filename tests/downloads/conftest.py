@@ -44,6 +44,7 @@ from modelyard.server.errors import install_error_handlers
 from modelyard.services.users import ensure_admin
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble, ModelScopeDouble, RepositoryDouble
 
 REPO_ID = "modelyard-test/tiny-qwen3"
@@ -156,7 +157,12 @@ class PullServer:
         return self.runner.invoke(cli_app, list(args), env=environment)
 
     def api(self, method: str, path: str, **arguments: Any) -> httpx.Response:
-        with httpx.Client(base_url=f"{self.url}/api/v1", auth=("admin", self.password), timeout=30) as client:
+        with httpx.Client(
+            base_url=f"{self.url}/api/v1",
+            auth=("admin", self.password),
+            timeout=30,
+            verify=shared_tls_context(),
+        ) as client:
             return client.request(method, path, **arguments)
 
     def wait_for_task(self, task_id: int, seconds: float = 30.0) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from playwright.sync_api import (
 
 from model_cache import ModelCache
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble, RepositoryDouble
 from modelyard.testing.ports import reserved_port
 
@@ -228,14 +229,19 @@ def serve_console(
         if process.poll() is not None:
             raise AssertionError(f"modelyard serve exited: {log_path.read_text()}")
         try:
-            return password_file.is_file() and httpx.get(f"{url}/login", timeout=2).status_code == 200
+            return (
+                password_file.is_file()
+                and httpx.get(f"{url}/login", timeout=2, verify=shared_tls_context()).status_code == 200
+            )
         except httpx.HTTPError:
             return False
 
     try:
         wait_until(ready, STARTUP_SECONDS, "modelyard serve to answer")
         password = password_file.read_text().strip()
-        with httpx.Client(base_url=url, auth=("admin", password), timeout=30) as api:
+        with httpx.Client(
+            base_url=url, auth=("admin", password), timeout=30, verify=shared_tls_context()
+        ) as api:
             yield ConsoleServer(url, data_dir, password, process, log_path, api, hub, problem)
     finally:
         process.terminate()

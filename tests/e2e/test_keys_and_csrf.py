@@ -10,6 +10,8 @@ import openai
 import pytest
 from playwright.sync_api import expect
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .conftest import Console
 from .pages import screenshot
 
@@ -47,7 +49,7 @@ def test_a_write_without_the_csrf_token_is_refused(console: Console) -> None:
     token = page.locator('meta[name="csrf-token"]').get_attribute("content")
     assert token
     session = {"modelyard_session": cookies["modelyard_session"]}
-    with httpx.Client(base_url=console.server.url, cookies=session) as raw:
+    with httpx.Client(base_url=console.server.url, cookies=session, verify=shared_tls_context()) as raw:
         refused = raw.post("/api/v1/keys", json={"name": "no-token"})
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "csrf_refused"

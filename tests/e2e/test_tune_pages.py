@@ -11,6 +11,7 @@ import httpx
 from playwright.sync_api import Browser, expect
 
 from modelyard.estimate import parse_gpu_specs
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.tune.acceptance import AcceptanceFigures
 from modelyard.tune.endpoint import Endpoint
 from modelyard.tune.measurement import Measurement, PointFigures
@@ -70,7 +71,7 @@ def test_a_tune_is_listed_and_shown_with_its_winner_and_acceptance(
         request, console_server.data_dir, deployer_for=lambda _id: DeployerDouble(), measurer=MeasurerDouble()
     )
     winner = "vllm 0.25.0 tp1 spec=ngram:4"
-    assert httpx.get(f"{console_server.url}/api/v1/tunes").status_code == 401
+    assert httpx.get(f"{console_server.url}/api/v1/tunes", verify=shared_tls_context()).status_code == 401
 
     console = new_console(browser, console_server, WIDE, signed_in=True)
     page = console.page

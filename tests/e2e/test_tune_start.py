@@ -5,26 +5,20 @@ the NVML DOUBLE, its backend the vLLM engine DOUBLE with a known curve (tests/tu
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Response, expect
 
-import modelyard
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
-from modelyard.testing.nvml_double.pynvml import DOUBLE_FILE_VARIABLE
 from modelyard.testing.stand_ins import build_stand_in
-from tune.conftest import BACKEND_YAML, CURVE_ENGINE, GPU_BYTES
+from tune.conftest import MODEL_NAME, add_model_and_backend, two_gpu_environment
 
 from .conftest import WIDE, ConsoleServer, new_console, serve_console
 from .pages import wait_loaded
-
-NVML_DOUBLE_FOLDER = str(Path(modelyard.__file__).resolve().parent / "testing" / "nvml_double")
 
 
 @pytest.fixture(scope="module")
@@ -32,27 +26,10 @@ def tune_server(
     tmp_path_factory: pytest.TempPathFactory, hub: HuggingFaceHubDouble
 ) -> Iterator[ConsoleServer]:
     root = tmp_path_factory.mktemp("tune-console")
-    gpus = [
-        {
-            "name": "NVIDIA double 16GB",
-            "uuid": f"GPU-{index}2222222-0000-0000-0000-000000000000",
-            "memory_total_bytes": GPU_BYTES,
-            "memory_used_bytes": 0,
-        }
-        for index in range(2)
-    ]
-    nvml = root / "nvml.json"
-    nvml.write_text(json.dumps({"driver_version": "580.95.05", "gpus": gpus}))
-    python_path = os.pathsep.join(filter(None, [NVML_DOUBLE_FOLDER, os.environ.get("PYTHONPATH")]))
-    environment = {"PYTHONPATH": python_path, DOUBLE_FILE_VARIABLE: str(nvml)}
-    with serve_console(root, hub, environment, docker=False) as server:
+    with serve_console(root, hub, two_gpu_environment(root), docker=False) as server:
         # Four of Qwen3-8B's layers: the host check finds RAM for them on any CI host.
-        model_dir = build_stand_in("qwen3-8b", root / "Qwen3-8B", config_changes={"num_hidden_layers": 4})
-        added = server.api.post("/api/v1/models", json={"name": "qwen3-8b", "path": str(model_dir)})
-        assert added.status_code == 201, added.text
-        backend = BACKEND_YAML.format(python=sys.executable, curve=CURVE_ENGINE)
-        imported = server.api.post("/api/v1/backends/import", content=backend.encode())
-        assert imported.status_code in (200, 201), imported.text
+        model_dir = build_stand_in(MODEL_NAME, root / "Qwen3-8B", config_changes={"num_hidden_layers": 4})
+        add_model_and_backend(server.api.post, model_dir)
         yield server
 
 

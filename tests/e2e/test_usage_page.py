@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from modelyard.store.database import Database
 from modelyard.store.tables import ApiKey, UsageRecord
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import NARROW, WIDE, ConsoleServer, PageWatch
 from .pages import horizontal_overflow_px, screenshot, unlabelled_fields, unreachable_by_keyboard, wait_loaded
@@ -36,7 +37,9 @@ def metered(console_server: ConsoleServer) -> ConsoleServer:
     made = api.post("/api/v1/users", json={"username": MEMBER, "password": PASSWORD, "role": "member"})
     assert made.status_code == 201, made.text
     assert api.put(f"/api/v1/projects/{PROJECT}/members/{MEMBER}").status_code == 200
-    with httpx.Client(base_url=console_server.url, auth=(MEMBER, PASSWORD), timeout=30) as member:
+    with httpx.Client(
+        base_url=console_server.url, auth=(MEMBER, PASSWORD), timeout=30, verify=shared_tls_context()
+    ) as member:
         assert member.post("/api/v1/keys", json={"name": "lab-key"}).status_code == 201
     assert api.post("/api/v1/keys", json={"name": "ops-key"}).status_code == 201
     database = Database.open(f"sqlite:///{console_server.data_dir / 'modelyard.db'}", migrate=False)

@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from modelyard.testing.http_clients import shared_tls_context
+
 
 class SlowStream:
     """``start()`` returns once the gateway answered the stream's head; ``join()`` once it ended;
@@ -23,7 +25,7 @@ class SlowStream:
 
     def _run(self) -> None:
         with (
-            httpx.Client(timeout=60) as client,
+            httpx.Client(timeout=60, verify=shared_tls_context()) as client,
             client.stream(
                 "POST",
                 self._base_url + "/v1/chat/completions",

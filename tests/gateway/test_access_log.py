@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import wait_until
 
 from .served import ServedPlatform
@@ -56,6 +57,7 @@ def _chat(served: ServedPlatform, key: str, marker: str, *, stream: bool) -> htt
         json=body,
         timeout=30,
         trust_env=False,
+        verify=shared_tls_context(),
     )
     assert response.status_code == 200, response.text
     return response
@@ -83,7 +85,13 @@ def test_every_v1_answer_gets_an_access_line_from_the_process_that_answered(
         def every_process_logged() -> bool:
             # New connections until the kernel has given one to each worker (SO_REUSEPORT).
             headers = {"Authorization": f"Bearer {key}"}
-            httpx.get(f"{served.url}/v1/models", headers=headers, timeout=30, trust_env=False)
+            httpx.get(
+                f"{served.url}/v1/models",
+                headers=headers,
+                timeout=30,
+                trust_env=False,
+                verify=shared_tls_context(),
+            )
             return {line["process"] for line in _access_lines(_log(served))} >= answered_by
 
         wait_until(every_process_logged, 60, f"an access line from each of {sorted(answered_by)}")

@@ -19,6 +19,7 @@ import pytest
 from modelyard.server.context import ServerContext
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import GatewayHarness
 
@@ -46,6 +47,7 @@ def post(harness: GatewayHarness, key: str, model: str, request_id: str) -> http
         json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
         headers={"Authorization": f"Bearer {key}", "x-request-id": request_id},
         timeout=30,
+        verify=shared_tls_context(),
     )
 
 

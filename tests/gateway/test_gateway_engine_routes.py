@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .conftest import GatewayHarness, ReferenceServers, data_events, unique_name
 
 VLLM_PATHS = (
@@ -70,18 +72,28 @@ def test_anthropic_messages_with_an_x_api_key_are_metered_streamed_and_not(
 ) -> None:
     headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
     body = {"model": deployment, "max_tokens": 5, "messages": [{"role": "user", "content": "a b c d"}]}
-    whole = httpx.post(gateway.base_url + "/v1/messages", json=body, headers=headers, timeout=30)
+    whole = httpx.post(
+        gateway.base_url + "/v1/messages", json=body, headers=headers, timeout=30, verify=shared_tls_context()
+    )
     assert whole.status_code == 200, whole.text
     assert whole.json()["usage"] == {"input_tokens": 4, "output_tokens": 5}
     streamed = httpx.post(
-        gateway.base_url + "/v1/messages", json={**body, "stream": True}, headers=headers, timeout=30
+        gateway.base_url + "/v1/messages",
+        json={**body, "stream": True},
+        headers=headers,
+        timeout=30,
+        verify=shared_tls_context(),
     )
     assert streamed.status_code == 200
     names = re.findall(rb"^event: (\S+)", streamed.content, flags=re.M)
     assert names[0] == b"message_start" and names[-1] == b"message_stop"
     assert b"[DONE]" not in streamed.content  # not OpenAI's stream: nothing is added
     counted = httpx.post(
-        gateway.base_url + "/v1/messages/count_tokens", json=body, headers=headers, timeout=30
+        gateway.base_url + "/v1/messages/count_tokens",
+        json=body,
+        headers=headers,
+        timeout=30,
+        verify=shared_tls_context(),
     )
     assert counted.json() == {"input_tokens": 4}
     assert usage_of(gateway, deployment) == [
@@ -97,6 +109,7 @@ def test_gateway_errors_on_the_messages_route_are_in_anthropics_shape(gateway: G
         json={"model": "x", "max_tokens": 1, "messages": []},
         headers={"x-api-key": "my-not-a-key"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert refused.status_code == 401
     assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "authentication_error"
@@ -111,6 +124,7 @@ def test_rerank_and_score_are_metered_from_their_total_tokens(
         json={"model": deployment, "query": "q w", "documents": ["a", "b c"]},
         headers=headers,
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert rerank.status_code == 200 and len(rerank.json()["results"]) == 2
     score = httpx.post(
@@ -118,6 +132,7 @@ def test_rerank_and_score_are_metered_from_their_total_tokens(
         json={"model": deployment, "text_1": "a b", "text_2": "c"},
         headers=headers,
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert score.status_code == 200 and score.json()["data"][0]["object"] == "score"
     assert usage_of(gateway, deployment) == [("/v1/rerank", 7, 0, True), ("/v1/score", 3, 0, True)]
@@ -150,6 +165,7 @@ def test_a_route_the_engine_does_not_serve_is_a_404_naming_the_engine(
         json={"model": name, "query": "q", "documents": ["a"]},
         headers={"Authorization": f"Bearer {api_key}"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert response.status_code == 404
     error = response.json()["error"]
@@ -165,7 +181,13 @@ def test_the_request_id_is_forwarded_returned_and_made_when_missing(
 ) -> None:
     body = {"model": deployment, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     headers = {"Authorization": f"Bearer {api_key}", "x-request-id": "trace-42"}
-    given = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+    given = httpx.post(
+        gateway.base_url + "/v1/chat/completions",
+        json=body,
+        headers=headers,
+        timeout=30,
+        verify=shared_tls_context(),
+    )
     assert given.headers["x-request-id"] == "trace-42"
     # The vLLM double, like vLLM, names its answer after the X-Request-Id it received.
     assert given.json()["id"] == "chatcmpl-trace-42"
@@ -174,6 +196,7 @@ def test_the_request_id_is_forwarded_returned_and_made_when_missing(
         json={**body, "stream": True},
         headers={**headers, "x-request-id": "trace-43"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert streamed.headers["x-request-id"] == "trace-43"
     assert all(b'"id":"chatcmpl-trace-43"' in event for event in data_events(streamed.content)[:-1])
@@ -182,11 +205,16 @@ def test_the_request_id_is_forwarded_returned_and_made_when_missing(
         json=body,
         headers={"Authorization": f"Bearer {api_key}"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert re.fullmatch(r"[0-9a-f]{22}", made.headers["x-request-id"])
     assert made.json()["id"] == "chatcmpl-" + made.headers["x-request-id"]
     refused = httpx.post(
-        gateway.base_url + "/v1/chat/completions", json=body, headers={"x-request-id": "r-1"}, timeout=30
+        gateway.base_url + "/v1/chat/completions",
+        json=body,
+        headers={"x-request-id": "r-1"},
+        timeout=30,
+        verify=shared_tls_context(),
     )
     assert refused.status_code == 401 and refused.headers["x-request-id"] == "r-1"
 
@@ -202,7 +230,11 @@ def test_every_log_line_of_a_request_names_its_request_id(
     headers = {"Authorization": f"Bearer {api_key}", "x-request-id": "cut-7"}
     with caplog.at_level(logging.WARNING, logger="modelyard.server.gateway"):
         response = httpx.post(
-            gateway.base_url + "/v1/chat/completions", json=body, headers=headers, timeout=30
+            gateway.base_url + "/v1/chat/completions",
+            json=body,
+            headers=headers,
+            timeout=30,
+            verify=shared_tls_context(),
         )
     assert b"stream_interrupted" in data_events(response.content)[-2]
     lines = [

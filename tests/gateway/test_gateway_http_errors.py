@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from modelyard.control.endpoints import Endpoint
 from modelyard.store.tables import Deployment, Instance, ModelFile
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import GatewayHarness, ReferenceServers, refused_port, unique_name
 
@@ -22,7 +23,14 @@ def post(
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     content = body if isinstance(body, bytes) else None
     json_body = None if isinstance(body, bytes) else body
-    return httpx.post(gateway.base_url + path, headers=headers, content=content, json=json_body, timeout=30)
+    return httpx.post(
+        gateway.base_url + path,
+        headers=headers,
+        content=content,
+        json=json_body,
+        timeout=30,
+        verify=shared_tls_context(),
+    )
 
 
 def error_of(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -209,7 +217,11 @@ def test_models_names_the_engine_of_ready_deployments(gateway: GatewayHarness, a
         ],
     )
     gateway.publish_endpoints(waiting, [])
-    response = httpx.get(gateway.base_url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+    response = httpx.get(
+        gateway.base_url + "/v1/models",
+        headers={"Authorization": f"Bearer {api_key}"},
+        verify=shared_tls_context(),
+    )
     models = {model["id"]: model for model in response.json()["data"]}
     assert models[ready]["modelyard"] == {"ready_replicas": 1, "engine": "vllm", "engine_version": "0.25.0"}
     assert models[waiting]["modelyard"] == {"ready_replicas": 0}

@@ -14,6 +14,7 @@ from modelyard.control.endpoints import Endpoint
 from modelyard.control.scheduler import LOCAL_WORKER, Worker, local_worker
 from modelyard.hardware.gpus import GpuInventory
 from modelyard.server.gateway.responses import CLIENT_CLOSED_REQUEST
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import (
     DroppingListener,
@@ -151,7 +152,13 @@ def test_outstanding_counts_return_to_zero_after_answers_and_errors(
     headers = {"Authorization": f"Bearer {api_key}"}
 
     def request(body: dict[str, object]) -> None:
-        httpx.post(gateway.base_url + "/v1/chat/completions", headers=headers, json=body, timeout=30)
+        httpx.post(
+            gateway.base_url + "/v1/chat/completions",
+            headers=headers,
+            json=body,
+            timeout=30,
+            verify=shared_tls_context(),
+        )
 
     bodies: list[dict[str, object]] = [
         {"model": deployment, "messages": [{"role": "user", "content": "a"}]},
@@ -192,6 +199,7 @@ def test_a_replica_that_drops_connections_gets_one_more_try_then_is_skipped(
             headers={"Authorization": f"Bearer {api_key}"},
             json={"model": deployment, "messages": [{"role": "user", "content": "hi"}]},
             timeout=30,
+            verify=shared_tls_context(),
         )
         assert response.status_code == 502
         assert response.json()["error"]["code"] == "engine_unreachable"

@@ -11,6 +11,8 @@ import httpx
 import openai
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .conftest import (
     GatewayHarness,
     ReferenceServers,
@@ -33,6 +35,7 @@ def stream_raw(gateway: GatewayHarness, key: str, body: dict[str, Any]) -> bytes
         headers={"Authorization": f"Bearer {key}"},
         json={**body, "stream": True},
         timeout=30,
+        verify=shared_tls_context(),
     ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -234,6 +237,7 @@ def test_a_client_that_leaves_mid_stream_frees_its_replica(
         headers={"Authorization": f"Bearer {api_key}"},
         json=chat(deployment, stream=True, max_tokens=50),
         timeout=30,
+        verify=shared_tls_context(),
     ) as response:
         pieces = response.iter_raw()  # held: dropping the iterator would close the connection
         assert next(pieces).startswith(b"data: ")
@@ -301,5 +305,6 @@ def test_a_prompt_with_a_lone_surrogate_escape_is_forwarded(
         headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
         content=body,
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert response.status_code == 200, response.text

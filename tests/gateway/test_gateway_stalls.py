@@ -17,6 +17,7 @@ from modelyard.server.context import ServerContext
 from modelyard.server.gateway import GatewaySettings
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import GatewayHarness, ReferenceServers, data_events
 
@@ -47,6 +48,7 @@ def stream(gateway: GatewayHarness, key: str, deployment: str) -> tuple[list[byt
         json=body,
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert response.status_code == 200, response.text
     return data_events(response.content), time.monotonic() - started

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .served import ServedPlatform
 
 DEPLOYMENT = "double"
@@ -29,13 +31,13 @@ def platform(served_platform: ServedPlatform, tmp_path_factory: pytest.TempPathF
 
 def fresh_request(platform: ServedPlatform, key: str, path: str = "/v1/models") -> int:
     """One request on a new connection (the kernel picks the worker per connection)."""
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=shared_tls_context()) as client:
         return client.get(platform.url + path, headers={"Authorization": f"Bearer {key}"}).status_code
 
 
 def stream_once(platform: ServedPlatform, key: str) -> bytes:
     body = {"model": DEPLOYMENT, "messages": [{"role": "user", "content": "one two"}], "stream": True}
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=shared_tls_context()) as client:
         response = client.post(
             platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         )
@@ -153,7 +155,7 @@ def test_a_new_replica_reaches_every_worker(platform: ServedPlatform, tmp_path: 
     ports = [instance["port"] for instance in running]
 
     def served_by(port: int) -> float:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10, verify=shared_tls_context()).text
         lines = [line for line in text.splitlines() if line.startswith("vllm:request_success_total")]
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
@@ -167,7 +169,7 @@ def test_a_new_replica_reaches_every_worker(platform: ServedPlatform, tmp_path: 
 def fresh_chat(platform: ServedPlatform, key: str, deployment: str) -> str:
     """One answer on a new connection: its status and, for an error, the gateway's code."""
     body = {"model": deployment, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=shared_tls_context()) as client:
         response = client.post(
             platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         )
@@ -205,7 +207,7 @@ def test_a_new_and_a_deleted_deployment_reach_every_worker_within_a_second(
 
 def engine_requests(port: int) -> float:
     """Requests an engine double answered, from its own /metrics."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10, verify=shared_tls_context()).text
     lines = [line for line in text.splitlines() if line.startswith("vllm:request_success_total")]
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
@@ -222,7 +224,7 @@ def test_prefix_routing_set_through_the_api_holds_in_every_worker(
         before = [engine_requests(port) for port in ports]
         body = {"model": "prefixed", "messages": [{"role": "user", "content": content}], "max_tokens": 2}
         for _ in range(count):  # fresh connections: both workers
-            with httpx.Client(timeout=30) as client:
+            with httpx.Client(timeout=30, verify=shared_tls_context()) as client:
                 answer = client.post(
                     platform.url + "/v1/chat/completions",
                     json=body,
@@ -250,12 +252,12 @@ def test_prefix_routing_set_through_the_api_holds_in_every_worker(
 def test_a_console_session_cookie_never_rides_on_another_clients_request(platform: ServedPlatform) -> None:
     # The relay to the main process is one HTTP client for every visitor: a cookie jar there
     # would hand one visitor's session to the next.
-    with httpx.Client(base_url=platform.url, timeout=30) as visitor:
+    with httpx.Client(base_url=platform.url, timeout=30, verify=shared_tls_context()) as visitor:
         form = visitor.get("/login")
         token = form.text.split('name="login_token" value="')[1].split('"')[0]
         signed_in = visitor.post("/login", data={"password": platform.password, "login_token": token})
         assert signed_in.status_code == 303 and "modelyard_session" in visitor.cookies
         assert visitor.get("/api/v1/system").status_code == 200
     for _ in range(8):  # on fresh connections, through both workers
-        with httpx.Client(base_url=platform.url, timeout=30) as stranger:
+        with httpx.Client(base_url=platform.url, timeout=30, verify=shared_tls_context()) as stranger:
             assert stranger.get("/api/v1/system").status_code == 401

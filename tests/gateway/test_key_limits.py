@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from modelyard.store.tables import UsageRecord
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import GatewayHarness, ReferenceServers, unique_name
 from .slow_stream import SlowStream
@@ -25,6 +26,7 @@ def _post(gateway: GatewayHarness, key: str, body: dict[str, Any]) -> httpx.Resp
         headers={"Authorization": f"Bearer {key}"},
         json=body,
         timeout=60,
+        verify=shared_tls_context(),
     )
 
 

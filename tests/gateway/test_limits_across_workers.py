@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .served import ServedPlatform
 
 FAST = "limits-fast"
@@ -47,7 +49,7 @@ def chat(model: str) -> dict[str, Any]:
 
 def fresh_post(platform: ServedPlatform, key: str, model: str = FAST) -> httpx.Response:
     """One chat request on a new connection (the kernel picks the worker per connection)."""
-    with httpx.Client(timeout=60) as client:
+    with httpx.Client(timeout=60, verify=shared_tls_context()) as client:
         return client.post(
             platform.url + "/v1/chat/completions",
             json=chat(model),
@@ -135,7 +137,7 @@ def test_a_keys_concurrent_requests_hold_for_both_workers_together(platform: Ser
     def slow_stream() -> None:
         body = {**chat(SLOW), "stream": True}
         with (
-            httpx.Client(timeout=60) as client,
+            httpx.Client(timeout=60, verify=shared_tls_context()) as client,
             client.stream(
                 "POST",
                 platform.url + "/v1/chat/completions",
@@ -175,7 +177,9 @@ def test_a_spent_quota_is_refused_by_every_worker(platform: ServedPlatform) -> N
     assert {response.status_code for response in warm} == {200}
     # Spend the rest through one connection, so through one worker.
     spent = 0
-    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+    with httpx.Client(
+        timeout=60, headers={"Authorization": f"Bearer {key}"}, verify=shared_tls_context()
+    ) as client:
         while (
             answer := client.post(platform.url + "/v1/chat/completions", json=chat(FAST))
         ).status_code == 200:
@@ -231,7 +235,9 @@ def test_a_deployments_limits_hold_for_every_key_and_both_workers(platform: Serv
 
 def test_quotas_and_deployment_limits_hold_across_a_server_restart(platform: ServedPlatform) -> None:
     spent_key = limited_key(platform, "quota-restart", token_quota=100, quota_period="month")
-    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {spent_key}"}) as client:
+    with httpx.Client(
+        timeout=60, headers={"Authorization": f"Bearer {spent_key}"}, verify=shared_tls_context()
+    ) as client:
         while client.post(platform.url + "/v1/chat/completions", json=chat(FAST)).status_code == 200:
             pass
     limited = platform.api(

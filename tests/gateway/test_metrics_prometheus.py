@@ -23,6 +23,7 @@ import pytest
 
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.server.metrics.families import WorkerGpus, gpu_families
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import NVML_DOUBLE_GPUS
 from .served import ServedPlatform, free_port
@@ -49,7 +50,12 @@ class Prometheus:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log.read_text()
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).status_code == 200:
+                if (
+                    httpx.get(
+                        f"http://127.0.0.1:{self.port}/-/ready", timeout=2, verify=shared_tls_context()
+                    ).status_code
+                    == 200
+                ):
                     return
             except httpx.HTTPError:
                 pass
@@ -58,7 +64,10 @@ class Prometheus:
 
     def query(self, expression: str) -> list[dict[str, Any]]:
         response = httpx.get(
-            f"http://127.0.0.1:{self.port}/api/v1/query", params={"query": expression}, timeout=10
+            f"http://127.0.0.1:{self.port}/api/v1/query",
+            params={"query": expression},
+            timeout=10,
+            verify=shared_tls_context(),
         )
         assert response.status_code == 200, response.text
         result: list[dict[str, Any]] = response.json()["data"]["result"]
@@ -111,7 +120,7 @@ def scraped(
 
 def _chat(platform: ServedPlatform, key: str, deployment: str, stream: bool) -> None:
     body = {"model": deployment, "messages": [{"role": "user", "content": "a b c"}], "stream": stream}
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=shared_tls_context()) as client:
         response = client.post(
             platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         )
@@ -171,6 +180,7 @@ def test_latencies_tokens_errors_and_restarts_reach_prometheus(
         json={"model": "no-such-model", "messages": []},
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
+        verify=shared_tls_context(),
     )
     assert missing.status_code == 404
     selector = f'deployment="{SGLANG_DEPLOYMENT}",key="latencies"'
@@ -222,10 +232,15 @@ def test_the_hosts_gpus_are_read_through_nvml_and_reach_prometheus(
 
 def test_metrics_need_the_scrape_token(scraped: tuple[ServedPlatform, Prometheus]) -> None:
     platform, _ = scraped
-    refused = httpx.get(platform.url + "/metrics", timeout=10)
+    refused = httpx.get(platform.url + "/metrics", timeout=10, verify=shared_tls_context())
     assert refused.status_code == 401
     assert "metrics-token" in refused.json()["error"]["message"]
-    wrong = httpx.get(platform.url + "/metrics", headers={"Authorization": "Bearer wrong"}, timeout=10)
+    wrong = httpx.get(
+        platform.url + "/metrics",
+        headers={"Authorization": "Bearer wrong"},
+        timeout=10,
+        verify=shared_tls_context(),
+    )
     assert wrong.status_code == 401
 
 

@@ -16,6 +16,7 @@ from modelyard.services.console_key import (
     playground_key_file,
 )
 from modelyard.store.tables import ApiKey, Deployment, ModelFile, Project, ProjectMember, User
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import GatewayHarness, ReferenceServers, unique_name
 
@@ -26,12 +27,15 @@ def _chat(gateway: GatewayHarness, key: str, model: str) -> httpx.Response:
         headers={"Authorization": f"Bearer {key}"},
         json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
         timeout=60,
+        verify=shared_tls_context(),
     )
 
 
 def _models(gateway: GatewayHarness, key: str) -> set[str]:
     headers = {"Authorization": f"Bearer {key}"}
-    answer = httpx.get(gateway.base_url + "/v1/models", headers=headers, timeout=60)
+    answer = httpx.get(
+        gateway.base_url + "/v1/models", headers=headers, timeout=60, verify=shared_tls_context()
+    )
     assert answer.status_code == 200, answer.text
     return {model["id"] for model in answer.json()["data"]}
 

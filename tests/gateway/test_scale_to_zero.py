@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .served import ServedPlatform
 
 SCALES_TO_ZERO: dict[str, Any] = {
@@ -32,7 +34,7 @@ SCALES_TO_ZERO: dict[str, Any] = {
 
 def chat(platform: ServedPlatform, key: str, model: str) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "wake up"}], "max_tokens": 4}
-    with httpx.Client(timeout=60) as client:
+    with httpx.Client(timeout=60, verify=shared_tls_context()) as client:
         return client.post(
             platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         )
@@ -130,7 +132,10 @@ def test_a_client_that_leaves_while_held_gives_its_place_back(
     )
     key = platform.create_key("leaves-while-held")
     body = {"model": "leaver", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=1.0) as impatient:
+    with (
+        pytest.raises(httpx.ReadTimeout),
+        httpx.Client(timeout=1.0, verify=shared_tls_context()) as impatient,
+    ):
         impatient.post(
             platform.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         )

@@ -14,6 +14,8 @@ import time
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .served import ServedPlatform
 
 ALLOWANCE = 5  # FailureThrottle.free_failures
@@ -27,7 +29,9 @@ def platform(served_platform: ServedPlatform) -> ServedPlatform:
 
 def _statuses_at_once(platform: ServedPlatform, requests: list[dict[str, str]]) -> list[int]:
     async def one(headers: dict[str, str]) -> int:
-        async with httpx.AsyncClient(base_url=platform.url, timeout=120) as client:  # its own connection
+        async with httpx.AsyncClient(
+            base_url=platform.url, timeout=120, verify=shared_tls_context()
+        ) as client:  # its own connection
             return (await client.get("/v1/models", headers=headers)).status_code
 
     async def every() -> list[int]:
@@ -68,7 +72,7 @@ def test_a_good_key_is_refused_while_its_address_waits_and_served_elsewhere(plat
     # Guess until the address must wait at least 2 s more: the good key comes well within that.
     retry_after_s = 0
     for attempt in range(200):
-        with httpx.Client(base_url=platform.url, timeout=30) as client:
+        with httpx.Client(base_url=platform.url, timeout=30, verify=shared_tls_context()) as client:
             guess = client.get(
                 "/v1/models",
                 headers={"Authorization": f"Bearer my-try-{attempt}", "X-Forwarded-For": address},

@@ -89,7 +89,9 @@ def start_server(
             raise AssertionError(f"modelyard serve exited with {process.returncode}:\n{log_path.read_text()}")
         if password_file.is_file():
             try:
-                response = httpx.get(f"http://127.0.0.1:{port}/api/v1/system", timeout=5)
+                response = httpx.get(
+                    f"http://127.0.0.1:{port}/api/v1/system", timeout=5, verify=shared_tls_context()
+                )
                 if response.status_code == 401:
                     break
             except httpx.TransportError:

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import psutil
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import wait_until
 
 from .conftest import HostileTarget
@@ -184,9 +185,13 @@ def test_an_engine_that_reads_its_key_from_the_environment_never_has_it_on_its_c
         environment = Path(f"/proc/{engine.pid}/environ").read_bytes().split(b"\0")
         engine_url = f"http://127.0.0.1:{instance['port']}/v1/chat/completions"
         chat = {"model": "env-key", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-        without_key = httpx.post(engine_url, json=chat, timeout=30, trust_env=False)
+        without_key = httpx.post(
+            engine_url, json=chat, timeout=30, trust_env=False, verify=shared_tls_context()
+        )
         headers = {"Authorization": f"Bearer {key}"}
-        with_key = httpx.post(engine_url, json=chat, headers=headers, timeout=30, trust_env=False)
+        with_key = httpx.post(
+            engine_url, json=chat, headers=headers, timeout=30, trust_env=False, verify=shared_tls_context()
+        )
         client.delete("/api/v1/deployments/env-key")
     assert key.encode() not in command_line
     assert b"--api-key" not in command_line

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
+
 from .conftest import HostileTarget, start_server, stop_server
 
 HEADER_TIMEOUT_S = 5
@@ -146,7 +148,7 @@ def test_past_the_cap_new_slow_connections_are_closed_and_fast_ones_served(
         assert _read_until_closed(readable[0]).startswith(b"HTTP/1.1 408 ")
         held = [connection for connection in connections if connection is not readable[0]]
         # A client that sends its request at once is served while the cap is full.
-        with httpx.Client(base_url=slow_target.url, timeout=60) as client:
+        with httpx.Client(base_url=slow_target.url, timeout=60, verify=shared_tls_context()) as client:
             assert client.get("/api/v1/system").status_code == 401
         # The slow ones under the cap were held: they finish their heads and are answered.
         for connection in held:

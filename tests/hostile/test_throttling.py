@@ -16,6 +16,7 @@ import time
 import httpx
 
 from modelyard.server.door.limits import RequestLimits
+from modelyard.testing.http_clients import shared_tls_context
 
 from .conftest import HostileTarget
 
@@ -79,7 +80,7 @@ def test_unknown_users_are_throttled_like_wrong_passwords(target: HostileTarget)
 def test_random_api_keys_from_one_address_get_openai_shaped_429(target: HostileTarget) -> None:
     responses: list[httpx.Response] = []
     started = time.monotonic()
-    with httpx.Client(base_url=target.url, timeout=60) as client:
+    with httpx.Client(base_url=target.url, timeout=60, verify=shared_tls_context()) as client:
         for attempt in range(300):
             responses.append(
                 client.post(
@@ -111,7 +112,9 @@ def _login_checks(target: HostileTarget) -> float:
 
 def test_parallel_wrong_passwords_run_only_the_allowance_of_password_checks(target: HostileTarget) -> None:
     async def guess(attempt: int) -> int:
-        async with httpx.AsyncClient(base_url=target.url, timeout=60) as client:  # its own connection
+        async with httpx.AsyncClient(
+            base_url=target.url, timeout=60, verify=shared_tls_context()
+        ) as client:  # its own connection
             response = await client.get(
                 "/api/v1/system", auth=("admin", f"parallel-{attempt}"), headers=_from("203.0.113.11")
             )

@@ -142,14 +142,17 @@ def test_the_api_answers_at_once_while_the_demo_is_prepared(server: Server) -> N
     wait_until(lambda: _system_answers(server), STARTUP_SECONDS, "/api/v1/system")
     admin = _admin_headers(server)
     assert admin is not None
-    demo = httpx.get(f"{server.url}/api/v1/system", headers=admin).json()["demo"]
+    demo = httpx.get(f"{server.url}/api/v1/system", headers=admin, verify=shared_tls_context()).json()["demo"]
     assert demo["state"] == "preparing", demo
     assert 0 <= demo["progress_percent"] < 100
-    key = httpx.post(f"{server.url}/api/v1/keys", headers=admin, json={"name": "early"}).json()["key"]
+    key = httpx.post(
+        f"{server.url}/api/v1/keys", headers=admin, json={"name": "early"}, verify=shared_tls_context()
+    ).json()["key"]
     response = httpx.post(
         f"{server.url}/v1/chat/completions",
         headers={"Authorization": f"Bearer {key}"},
         json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]},
+        verify=shared_tls_context(),
     )
     assert response.status_code == 503
     assert response.json()["error"]["message"].startswith("demo is being prepared (")
@@ -206,6 +209,7 @@ def test_a_wrong_key_gets_an_openai_shaped_401(server: Server, api_key: str) -> 
         f"{server.url}/v1/chat/completions",
         headers={"Authorization": "Bearer my-not-a-key"},
         json={"model": "demo", "messages": [{"role": "user", "content": "hi"}]},
+        verify=shared_tls_context(),
     )
     assert response.status_code == 401
     assert response.json()["error"]["message"]
@@ -244,6 +248,7 @@ def test_failed_verification_keeps_an_instance_out_of_rotation(
         f"{server.url}/v1/chat/completions",
         headers={"Authorization": f"Bearer {api_key}"},
         json={"model": "tiny-verified", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        verify=shared_tls_context(),
     )
     assert response.status_code == 503
     shown = server.cli("ps", "tiny-verified").stdout
@@ -284,9 +289,9 @@ def test_a_model_that_thinks_and_calls_tools_passes_verification_end_to_end(
     # transformers serve puts reasoning in reasoning_content; clients get it under both names.
     body = {"model": "thinker", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}
     headers = {"Authorization": f"Bearer {api_key}"}
-    message = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=headers).json()["choices"][
-        0
-    ]["message"]
+    message = httpx.post(
+        f"{server.url}/v1/chat/completions", json=body, headers=headers, verify=shared_tls_context()
+    ).json()["choices"][0]["message"]
     assert message["reasoning_content"].strip() == message["reasoning"].strip() != ""
     assert message["content"].strip()
     server.cli("rm", "thinker", "--wait")
@@ -307,6 +312,7 @@ def test_killed_engine_comes_back_with_the_reason(server: Server, api_key: str, 
     result = httpx.get(
         f"{server.url}/api/v1/deployments/tiny/events",
         auth=("admin", (server.data_dir / "admin-password").read_text().strip()),
+        verify=shared_tls_context(),
     )
     reasons = [event["reason"] for event in result.json()]
     assert any("killed by SIGKILL" in reason for reason in reasons), (reasons, events)

@@ -25,6 +25,7 @@ import httpx
 import psutil
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import ServeProcess, wait_until
 from modelyard.testing.tiny_model import build_tiny_qwen3
 
@@ -273,6 +274,7 @@ def test_an_engine_started_with_its_own_api_key_answers_through_the_gateway(serv
         json={"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
         timeout=30,
         trust_env=False,
+        verify=shared_tls_context(),
     )
     assert answer.status_code == 200, answer.text
     remove(server, "keyed")

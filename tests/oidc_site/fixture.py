@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 
 SERVE_SCRIPT = Path(__file__).resolve().parent / "serve.py"
@@ -73,7 +74,12 @@ def wait_for_discovery(url: str, process: subprocess.Popen[bytes] | None, log: P
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the test OIDC provider exited:\n{log.read_text(errors='replace')}")
         try:
-            if httpx.get(f"{url}/.well-known/openid-configuration", timeout=5).status_code == 200:
+            if (
+                httpx.get(
+                    f"{url}/.well-known/openid-configuration", timeout=5, verify=shared_tls_context()
+                ).status_code
+                == 200
+            ):
                 return
         except httpx.TransportError:
             pass

@@ -29,6 +29,7 @@ from modelyard.runtimes.base import EngineAddress, EngineIdentity, LaunchSpec, R
 from modelyard.runtimes.docker import DockerOptions, DockerRuntime, container_model_path
 from modelyard.runtimes.process import ProcessRuntime
 from modelyard.testing.container_image import host_python_mounts, import_skeleton_image, project_source_folder
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port_window
 from modelyard.testing.runtime_double import EngineHostDouble, InMemoryRuntimeDouble
 
@@ -124,10 +125,11 @@ class RuntimeUnderTest:
     params=[
         "process",
         "memory",
-        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py).
+        # Asked for with getfixturevalue below, so named here for pytest -n (tests/parallel_groups.py);
+        # ray-docker's group builds a simulated cluster of its own, beside the ray group's.
         pytest.param("docker", marks=pytest.mark.xdist_group("docker")),
         pytest.param("ray", marks=pytest.mark.xdist_group("ray")),
-        pytest.param("ray-docker", marks=pytest.mark.xdist_group("ray")),
+        pytest.param("ray-docker", marks=pytest.mark.xdist_group("ray-docker")),
     ]
 )
 def runtime_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RuntimeUnderTest]:
@@ -175,7 +177,7 @@ async def wait_until_healthy(address: EngineAddress) -> None:
     """Poll the engine's /health until it answers 200 (an engine gives no other signal)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HEALTH_WAIT_SECONDS
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, verify=shared_tls_context()) as client:
         while True:
             try:
                 if (await client.get(address.base_url + "/health", timeout=2.0)).status_code == 200:

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from modelyard.testing.container_image import host_python_mounts, project_source_folder
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import ServeProcess, wait_until
 from modelyard.testing.tiny_model import build_tiny_qwen3
 
@@ -151,6 +152,7 @@ def chat(server: DockerServe) -> httpx.Response:
         json={"model": "boxed", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4},
         timeout=30,
         trust_env=False,
+        verify=shared_tls_context(),
     )
 
 

@@ -31,6 +31,7 @@ import pytest
 
 from modelyard.testing.container_image import host_python_mounts, project_source_folder
 from modelyard.testing.gated_proxy import GatedProxy
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.local_registry import REGISTRY_EXECUTABLE, LocalRegistry
 from modelyard.testing.serve_process import ServeProcess, wait_until
 
@@ -147,6 +148,7 @@ class RegistryServe:
             json={"model": name, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4},
             timeout=30,
             trust_env=False,
+            verify=shared_tls_context(),
         )
 
 

@@ -18,6 +18,7 @@ from modelyard.errors import EngineStartFailed
 from modelyard.runtimes.base import EngineHandle, ExitStatus, Runtime
 from modelyard.runtimes.engine_environment import ENV_OWNER
 from modelyard.runtimes.ray_runtime import RayRuntime
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.runtime_double import InMemoryRuntimeDouble
 
 from .conftest import RuntimeUnderTest, wait_until_healthy
@@ -97,7 +98,7 @@ async def test_started_engine_answers_where_the_runtime_says(runtime_under_test:
     try:
         assert started.handle.runtime == runtime_under_test.handle_kind
         await wait_until_healthy(spec.address)
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with httpx.AsyncClient(trust_env=False, verify=shared_tls_context()) as client:
             models = (await client.get(spec.address.base_url + "/v1/models")).json()
         assert [model["id"] for model in models["data"]] == ["chat"]
         assert await runtime.exit_status(started.handle) is None

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import httpx
 
+from modelyard.testing.http_clients import shared_tls_context
 from oidc_site.fixture import TestProvider
 
 from .conftest import MEMBER_GROUP, RESEARCH_GROUP, RESEARCH_PROJECT, SignInServer, sign_in_through_provider
 
 
 def _projects_after_sign_in(server: SignInServer, username: str) -> list[str]:
-    with httpx.Client(base_url=server.served.url, timeout=60) as browser:
+    with httpx.Client(base_url=server.served.url, timeout=60, verify=shared_tls_context()) as browser:
         landed = sign_in_through_provider(browser, username)
         assert landed.status_code == 200, landed.text
         me = browser.get("/api/v1/users/me")

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import httpx
 
+from modelyard.testing.http_clients import shared_tls_context
 from oidc_site.fixture import TestProvider
 
 from .conftest import MEMBER_GROUP, OPERATOR_GROUP, SignInServer, sign_in_through_provider
@@ -15,7 +16,7 @@ from .conftest import MEMBER_GROUP, OPERATOR_GROUP, SignInServer, sign_in_throug
 
 @contextmanager
 def _signed_in(server: SignInServer, username: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.served.url, timeout=60) as browser:
+    with httpx.Client(base_url=server.served.url, timeout=60, verify=shared_tls_context()) as browser:
         landed = sign_in_through_provider(browser, username)
         assert landed.status_code == 200, landed.text
         yield browser
@@ -74,7 +75,9 @@ def test_a_disabled_user_is_refused_though_the_provider_signs_it_in(signing_serv
     disabled = signing_server.served.api("PATCH", "/api/v1/users/dave", json={"disabled": True})
     assert disabled.status_code == 200, disabled.text
     try:
-        with httpx.Client(base_url=signing_server.served.url, timeout=60) as browser:
+        with httpx.Client(
+            base_url=signing_server.served.url, timeout=60, verify=shared_tls_context()
+        ) as browser:
             refused = sign_in_through_provider(browser, "dave")
             after = browser.get("/api/v1/users/me")
     finally:

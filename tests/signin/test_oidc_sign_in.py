@@ -17,9 +17,11 @@ import pytest
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 
 from gateway.served import ServedPlatform
-from modelyard.server.oidc.provider import OidcProvider, PendingSignIn, ProviderUnreachable
+from modelyard.errors import ProviderUnreachable
+from modelyard.server.oidc.provider import OidcProvider, PendingSignIn
 from modelyard.server.oidc.settings import OidcSettings
 from modelyard.store.secret_box import SecretBox
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.ports import reserved_port
 from oidc_site.fixture import TestProvider
 
@@ -29,7 +31,7 @@ from .conftest import SignInServer, sign_in_through_provider, start_signing_serv
 def test_an_admin_of_the_provider_signs_in_and_the_session_opens_the_api(
     signing_server: SignInServer,
 ) -> None:
-    with httpx.Client(base_url=signing_server.served.url, timeout=60) as browser:
+    with httpx.Client(base_url=signing_server.served.url, timeout=60, verify=shared_tls_context()) as browser:
         started = browser.get("/login/oidc")
         query = parse_qs(urlsplit(started.headers["location"]).query)
         assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
@@ -48,7 +50,9 @@ def test_an_admin_of_the_provider_signs_in_and_the_session_opens_the_api(
 
 def test_the_second_sign_in_is_the_same_user(signing_server: SignInServer) -> None:
     for _ in range(2):
-        with httpx.Client(base_url=signing_server.served.url, timeout=60) as browser:
+        with httpx.Client(
+            base_url=signing_server.served.url, timeout=60, verify=shared_tls_context()
+        ) as browser:
             assert sign_in_through_provider(browser, "alice").status_code == 200
     listed = signing_server.served.api("GET", "/api/v1/sessions").json()
     assert {session["username"] for session in listed} == {"alice"}  # never alice-2
@@ -57,7 +61,7 @@ def test_the_second_sign_in_is_the_same_user(signing_server: SignInServer) -> No
 def test_an_account_whose_groups_give_no_role_is_refused_on_the_sign_in_page(
     signing_server: SignInServer,
 ) -> None:
-    with httpx.Client(base_url=signing_server.served.url, timeout=60) as browser:
+    with httpx.Client(base_url=signing_server.served.url, timeout=60, verify=shared_tls_context()) as browser:
         refused = sign_in_through_provider(browser, "bob")
         assert browser.get("/api/v1/system").status_code == 401
     assert refused.status_code == 403
@@ -67,11 +71,13 @@ def test_an_account_whose_groups_give_no_role_is_refused_on_the_sign_in_page(
 
 
 def test_a_callback_with_another_state_is_refused(signing_server: SignInServer) -> None:
-    with httpx.Client(base_url=signing_server.served.url, timeout=60) as browser:
+    with httpx.Client(base_url=signing_server.served.url, timeout=60, verify=shared_tls_context()) as browser:
         browser.get("/login/oidc")
         forged = browser.get("/login/oidc/callback", params={"code": "stolen", "state": "not-the-one"})
         no_cookie = httpx.get(
-            f"{signing_server.served.url}/login/oidc/callback", params={"code": "x", "state": "y"}
+            f"{signing_server.served.url}/login/oidc/callback",
+            params={"code": "x", "state": "y"},
+            verify=shared_tls_context(),
         )
     assert forged.status_code == 400
     assert "does not carry the state this browser" in forged.text
@@ -105,7 +111,7 @@ def test_an_id_token_with_another_nonce_is_refused(
         }
     )
     sealed = SecretBox.for_data_dir(served.data_dir).seal(json.dumps(asdict(pending)))
-    with httpx.Client(base_url=served.url, timeout=60) as browser:
+    with httpx.Client(base_url=served.url, timeout=60, verify=shared_tls_context()) as browser:
         callback = through_the_provider(browser, authorize, "alice")
         browser.cookies.set("modelyard_oidc", sealed, path="/login/oidc")
         refused = browser.get(callback)
@@ -116,7 +122,7 @@ def test_an_id_token_with_another_nonce_is_refused(
 
 def test_the_local_admin_still_signs_in_with_a_password(signing_server: SignInServer) -> None:
     served = signing_server.served
-    with httpx.Client(base_url=served.url, timeout=60) as browser:
+    with httpx.Client(base_url=served.url, timeout=60, verify=shared_tls_context()) as browser:
         form = browser.get("/login")
         assert "Sign in with Test provider" in form.text
         token = form.text.split('name="login_token" value="', 1)[1].split('"', 1)[0]
@@ -139,7 +145,7 @@ def test_a_wrong_client_secret_is_named_on_the_page_and_in_the_log_without_the_s
         workers=0,
     )
     try:
-        with httpx.Client(base_url=server.served.url, timeout=60) as browser:
+        with httpx.Client(base_url=server.served.url, timeout=60, verify=shared_tls_context()) as browser:
             refused = sign_in_through_provider(browser, "alice")
         log = server.served.log_tail()
     finally:
@@ -163,7 +169,7 @@ def test_an_unreachable_provider_is_named_on_the_sign_in_page_and_in_the_log(tmp
     }
     served.start()
     try:
-        with httpx.Client(base_url=served.url, timeout=60) as browser:
+        with httpx.Client(base_url=served.url, timeout=60, verify=shared_tls_context()) as browser:
             page = browser.get("/login/oidc")
         log = served.log_tail()
     finally:

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from gateway.served import ServedPlatform
+from modelyard.testing.http_clients import shared_tls_context
 
 CONNECTIONS = 24
 ALLOWANCE = 5  # FailureThrottle.free_failures
@@ -40,7 +41,7 @@ def _login_token(client: httpx.Client) -> str:
 
 def _signed_in(platform: ServedPlatform) -> tuple[str, str]:
     """(session cookie, CSRF token) of a fresh password sign-in."""
-    with httpx.Client(base_url=platform.url, timeout=60) as browser:
+    with httpx.Client(base_url=platform.url, timeout=60, verify=shared_tls_context()) as browser:
         answer = browser.post(
             "/login",
             data={"login_token": _login_token(browser), "username": "admin", "password": platform.password},
@@ -53,7 +54,9 @@ def _signed_in(platform: ServedPlatform) -> tuple[str, str]:
 
 def _statuses(platform: ServedPlatform, cookie: str, count: int = CONNECTIONS) -> list[int]:
     async def one() -> int:
-        async with httpx.AsyncClient(base_url=platform.url, timeout=60) as client:  # its own connection
+        async with httpx.AsyncClient(
+            base_url=platform.url, timeout=60, verify=shared_tls_context()
+        ) as client:  # its own connection
             client.cookies.set("modelyard_session", cookie)
             return (await client.get("/api/v1/system")).status_code
 
@@ -89,7 +92,7 @@ def test_a_revoked_session_is_refused_on_every_connection_and_the_others_stay(
 
 def test_sign_out_deletes_the_session(platform: ServedPlatform) -> None:
     cookie, csrf = _signed_in(platform)
-    with httpx.Client(base_url=platform.url, timeout=60) as browser:
+    with httpx.Client(base_url=platform.url, timeout=60, verify=shared_tls_context()) as browser:
         browser.cookies.set("modelyard_session", cookie)
         assert browser.post("/logout", data={"csrf_token": csrf}).status_code == 303
     assert _statuses(platform, cookie, 4) == [401] * 4
@@ -112,11 +115,13 @@ def _login_checks(platform: ServedPlatform) -> float:
 def test_wrong_passwords_sent_at_once_through_both_workers_run_only_the_allowance(
     platform: ServedPlatform,
 ) -> None:
-    with httpx.Client(base_url=platform.url, timeout=60) as browser:
+    with httpx.Client(base_url=platform.url, timeout=60, verify=shared_tls_context()) as browser:
         token = _login_token(browser)
 
     async def guess(attempt: int) -> int:
-        async with httpx.AsyncClient(base_url=platform.url, timeout=120) as client:  # its own connection
+        async with httpx.AsyncClient(
+            base_url=platform.url, timeout=120, verify=shared_tls_context()
+        ) as client:  # its own connection
             client.cookies.set("modelyard_login", token, path="/login")
             answer = await client.post(
                 "/login",

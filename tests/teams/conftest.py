@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from modelyard.services.roles import Role
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import ServeProcess
 
 PASSWORD = "correct horse battery staple"
@@ -35,10 +36,16 @@ class TeamServer:
 
     def client(self, role: Role) -> httpx.Client:
         password = self.server.password() if role == Role.ADMIN else PASSWORD
-        return httpx.Client(base_url=self.url, auth=(USERS[role], password), timeout=30.0, trust_env=False)
+        return httpx.Client(
+            base_url=self.url,
+            auth=(USERS[role], password),
+            timeout=30.0,
+            trust_env=False,
+            verify=shared_tls_context(),
+        )
 
     def anonymous(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30.0, trust_env=False)
+        return httpx.Client(base_url=self.url, timeout=30.0, trust_env=False, verify=shared_tls_context())
 
     def console_client(self, role: Role) -> httpx.Client:
         """A client holding the console's session cookie of ``role``'s user (signed in by the form)."""

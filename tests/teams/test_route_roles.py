@@ -23,6 +23,7 @@ from modelyard.server.policy import PUBLIC_MOUNTS, ROUTE_ACCESS
 from modelyard.services.roles import Access, Role, may
 from modelyard.settings import Settings
 from modelyard.store.database import Database
+from modelyard.testing.http_clients import shared_tls_context
 from teams.conftest import TeamServer
 
 _PARAMETER = re.compile(r"\{([a-z_]+)(:path)?\}")
@@ -198,7 +199,10 @@ def test_a_disabled_user_is_refused_with_a_message_that_says_so(team_server: Tea
         assert made.status_code == 201, made.text
         assert admin.patch("/api/v1/users/dora", json={"disabled": True}).status_code == 200
     with httpx.Client(
-        base_url=team_server.url, auth=("dora", "correct horse battery staple"), trust_env=False
+        base_url=team_server.url,
+        auth=("dora", "correct horse battery staple"),
+        trust_env=False,
+        verify=shared_tls_context(),
     ) as dora:
         answer = dora.get("/api/v1/system")
     assert answer.status_code == 403

@@ -5,13 +5,16 @@ curve (``curve_engine.py``), on two 16 GiB GPUs of the NVML double, with a stand
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 import modelyard
@@ -57,31 +60,42 @@ class TunePlatform:
         return [item["name"] for item in self.served.api("GET", "/api/v1/deployments").json()]
 
 
-@pytest.fixture(scope="session")
-def tune_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TunePlatform]:
-    scratch = tmp_path_factory.mktemp("tune-served")
+def two_gpu_environment(folder: Path) -> dict[str, str]:
+    """The variables that give a ``modelyard serve`` (and the engines it starts) two 16 GiB GPUs of
+    the NVML double, whose file is written into ``folder``."""
     gpus = [
         {
             "name": "NVIDIA double 16GB",
-            "uuid": f"GPU-{index}1111111-0000-0000-0000-000000000000",
+            "uuid": f"GPU-{index}{secrets.token_hex(4)}-0000-0000-0000-000000000000",
             "memory_total_bytes": GPU_BYTES,
             "memory_used_bytes": 0,
         }
         for index in range(2)
     ]
-    nvml_file = scratch / "nvml.json"
+    nvml_file = folder / "nvml.json"
     nvml_file.write_text(json.dumps({"driver_version": "580.95.05", "gpus": gpus}))
     python_path = os.pathsep.join(filter(None, [NVML_DOUBLE_FOLDER, os.environ.get("PYTHONPATH")]))
-    environment = {"PYTHONPATH": python_path, DOUBLE_FILE_VARIABLE: str(nvml_file)}
-    served = ServedPlatform(scratch / "data", gateway_workers=1, environment=environment)
+    return {"PYTHONPATH": python_path, DOUBLE_FILE_VARIABLE: str(nvml_file)}
+
+
+def add_model_and_backend(post: Callable[..., httpx.Response], model_dir: Path) -> None:
+    """The stand-in at ``model_dir`` as the model ``MODEL_NAME`` and the curve engine as the backend
+    ``BACKEND``, added through the server's API (``post(path, **arguments)``)."""
+    added = post("/api/v1/models", json={"path": str(model_dir), "name": MODEL_NAME})
+    assert added.status_code == 201, added.text
+    yaml_text = BACKEND_YAML.format(python=sys.executable, curve=CURVE_ENGINE)
+    imported = post("/api/v1/backends/import", content=yaml_text.encode())
+    assert imported.status_code == 201, imported.text
+
+
+@pytest.fixture(scope="session")
+def tune_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TunePlatform]:
+    scratch = tmp_path_factory.mktemp("tune-served")
+    served = ServedPlatform(scratch / "data", gateway_workers=1, environment=two_gpu_environment(scratch))
     served.start()
     try:
         model_dir = build_stand_in(MODEL_NAME, scratch / "models" / MODEL_NAME)
-        response = served.api("POST", "/api/v1/models", json={"path": str(model_dir), "name": MODEL_NAME})
-        assert response.status_code in (200, 201), response.text
-        yaml_text = BACKEND_YAML.format(python=sys.executable, curve=CURVE_ENGINE)
-        response = served.api("POST", "/api/v1/backends/import", content=yaml_text.encode())
-        assert response.status_code in (200, 201), response.text
+        add_model_and_backend(functools.partial(served.api, "POST"), model_dir)
         yield TunePlatform(served, read_model_facts(model_dir), parse_gpu_specs(GPUS_TEXT))
     finally:
         served.stop()

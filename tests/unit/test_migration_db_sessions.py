@@ -9,28 +9,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from alembic import command
 from alembic.script import ScriptDirectory
 
 from modelyard.store.database import Database, alembic_config, create_database_engine
 from modelyard.store.sign_in_tables import ConsoleSessionRow, ExternalIdentity
 from modelyard.store.tables import ApiKey, User
+from modelyard.testing.migrations import migrate_to
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 BEFORE = "0013_teams_projects_audit"
 
 
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    config = alembic_config(url)
-    engine = create_database_engine(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
-    engine.dispose()
-
-
 def test_the_admin_and_keys_stay_and_sessions_can_be_stored(database_url: str) -> None:
-    _migrate(database_url, BEFORE)
+    migrate_to(database_url, BEFORE)
     database = Database.open(database_url, migrate=False)
     with database.session() as session:
         session.add(User(username="admin", password_hash="scrypt$...", is_admin=True))
@@ -63,7 +54,7 @@ def test_the_admin_and_keys_stay_and_sessions_can_be_stored(database_url: str) -
             assert session.scalars(sa.select(ExternalIdentity)).all() == []
     finally:
         database.close()
-    _migrate(database_url, BEFORE, down=True)
+    migrate_to(database_url, BEFORE, down=True)
     engine = create_database_engine(database_url)
     tables = set(sa.inspect(engine).get_table_names())
     engine.dispose()

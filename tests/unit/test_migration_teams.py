@@ -10,23 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from alembic import command
 
 from modelyard.services.keys import create_key
 from modelyard.services.usage import usage_by_key_and_deployment
-from modelyard.store.database import Database, alembic_config, create_database_engine
+from modelyard.store.database import Database, create_database_engine
 from modelyard.store.tables import DEFAULT_PROJECT, ApiKey, AuditEvent, Deployment, Project, UsageRecord, User
+from modelyard.testing.migrations import migrate_to
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
-
-
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    config = alembic_config(url)
-    engine = create_database_engine(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
-    engine.dispose()
 
 
 def _insert(engine: sa.Engine, table_name: str, rows: list[dict[str, object]]) -> None:
@@ -36,7 +27,7 @@ def _insert(engine: sa.Engine, table_name: str, rows: list[dict[str, object]]) -
 
 
 def _installation_at_0011(url: str) -> None:
-    _migrate(url, "0011_start_observations")
+    migrate_to(url, "0011_start_observations")
     engine = create_database_engine(url)
     _insert(
         engine,
@@ -191,7 +182,7 @@ def test_an_installation_at_0011_keeps_every_row_in_the_default_project(database
             assert created.record.project_id == project.id
     finally:
         database.close()
-    _migrate(database_url, "0012_autoscale", down=True)
+    migrate_to(database_url, "0012_autoscale", down=True)
     engine = create_database_engine(database_url)
     inspector = sa.inspect(engine)
     assert not {"projects", "project_members", "audit_events"} & set(inspector.get_table_names())

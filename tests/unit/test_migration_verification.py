@@ -8,24 +8,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
 
 from modelyard.services.model_files import model_to_json
-from modelyard.store.database import Database, alembic_config, create_database_engine
+from modelyard.store.database import Database, create_database_engine
 from modelyard.store.tables import ModelFile
+from modelyard.testing.migrations import migrate_to
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 SHA = "a" * 64
 BLOB = "b" * 40
-
-
-def _upgrade_to(url: str, revision: str) -> None:
-    config = alembic_config(url)
-    engine = create_database_engine(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-    engine.dispose()
 
 
 def _model(name: str, source: str, files: list[str]) -> dict[str, Any]:
@@ -68,7 +59,7 @@ def _task(name: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_model_pulled_with_a_hashless_file_becomes_unverified_and_no_row_is_lost(database_url: str) -> None:
-    _upgrade_to(database_url, "0007")
+    migrate_to(database_url, "0007")
     engine = create_database_engine(database_url)
     metadata = sa.MetaData()
     models = sa.Table("model_files", metadata, autoload_with=engine)

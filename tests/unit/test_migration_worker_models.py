@@ -7,25 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from alembic import command
 
-from modelyard.store.database import Database, alembic_config, create_database_engine
+from modelyard.store.database import Database, create_database_engine
 from modelyard.store.tables import ModelFile, WorkerModel
+from modelyard.testing.migrations import migrate_to
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    config = alembic_config(url)
-    engine = create_database_engine(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
-    engine.dispose()
-
-
 def test_models_stored_before_are_on_the_server_and_copies_on_workers_can_be_kept(database_url: str) -> None:
-    _migrate(database_url, "0008_verification")
+    migrate_to(database_url, "0008_verification")
     engine = create_database_engine(database_url)
     models = sa.Table("model_files", sa.MetaData(), autoload_with=engine)
     with engine.begin() as connection:
@@ -55,7 +46,7 @@ def test_models_stored_before_are_on_the_server_and_copies_on_workers_can_be_kep
             assert session.scalars(sa.select(WorkerModel.worker)).all() == ["gpu-2"]
     finally:
         database.close()
-    _migrate(database_url, "0008_verification", down=True)
+    migrate_to(database_url, "0008_verification", down=True)
     engine = create_database_engine(database_url)
     inspector = sa.inspect(engine)
     assert "worker_models" not in inspector.get_table_names()

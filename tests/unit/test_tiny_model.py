@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from modelyard.modeldir import inspect_model_directory
+from modelyard.testing.http_clients import shared_tls_context
 from tiny_engine import TinyEngine
 
 pytest.importorskip("torch")
@@ -75,12 +76,18 @@ def test_sharded_model_and_its_defects(tmp_path: Path) -> None:
 def test_transformers_serve_answers_chat_streamed_and_not(tiny_engine: TinyEngine) -> None:
     messages = [{"role": "user", "content": "hi"}]
     request = {"model": tiny_engine.model_path, "messages": messages, "max_tokens": 8}
-    answer = httpx.post(f"{tiny_engine.base_url}/v1/chat/completions", json=request, timeout=60).json()
+    answer = httpx.post(
+        f"{tiny_engine.base_url}/v1/chat/completions", json=request, timeout=60, verify=shared_tls_context()
+    ).json()
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["usage"]["completion_tokens"] == 8
     chunks = []
     with httpx.stream(
-        "POST", f"{tiny_engine.base_url}/v1/chat/completions", json={**request, "stream": True}, timeout=60
+        "POST",
+        f"{tiny_engine.base_url}/v1/chat/completions",
+        json={**request, "stream": True},
+        timeout=60,
+        verify=shared_tls_context(),
     ) as response:
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 import modelyard
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import ServeProcess, free_port, wait_until
 
 SOURCE_FOLDER = str(Path(modelyard.__file__).resolve().parent.parent)
@@ -247,4 +248,5 @@ def chat(base_url: str, key: str, model: str) -> httpx.Response:
         json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
         timeout=60,
         trust_env=False,
+        verify=shared_tls_context(),
     )

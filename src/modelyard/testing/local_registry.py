@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 
 from modelyard.testing.container_image import skeleton_tar
+from modelyard.testing.http_clients import shared_tls_context
 from modelyard.testing.serve_process import free_port, wait_until
 
 REGISTRY_EXECUTABLE = "/usr/bin/docker-registry"
@@ -135,7 +136,12 @@ class LocalRegistry:
 
     def answering(self) -> bool:
         try:
-            response = httpx.get(f"http://{self.probe_host}:{self.port}/v2/", timeout=2, trust_env=False)
+            response = httpx.get(
+                f"http://{self.probe_host}:{self.port}/v2/",
+                timeout=2,
+                trust_env=False,
+                verify=shared_tls_context(),
+            )
         except httpx.HTTPError:
             return False
         return response.status_code == 401  # it asks for the login: auth is on
@@ -192,7 +198,9 @@ class LocalRegistry:
         repository, _, tag = reference.removeprefix(f"{self.host}/").rpartition(":")
         accept = "application/vnd.docker.distribution.manifest.v2+json"
         auth = (self.username, self.password)
-        with httpx.Client(base_url=f"http://{self.host}", auth=auth, trust_env=False) as client:
+        with httpx.Client(
+            base_url=f"http://{self.host}", auth=auth, trust_env=False, verify=shared_tls_context()
+        ) as client:
             manifest = client.get(f"/v2/{repository}/manifests/{tag}", headers={"Accept": accept})
             manifest.raise_for_status()
             put = client.put(

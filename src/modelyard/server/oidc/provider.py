@@ -6,7 +6,8 @@ provider's JWKS and its ``iss``, ``aud``, ``exp``, ``iat`` and ``nonce``. Discov
 (``<issuer>/.well-known/openid-configuration``) and the JWKS are cached for ``CACHE_SECONDS``
 and read again when a token is signed with a key not in the cached set.
 
-Each way a provider can be misconfigured is its own error (``OidcError`` and below) whose message
+Each way a provider can be misconfigured is its own error (``OidcError`` and below, in
+``modelyard.errors``) whose message
 says what failed and what to check; none of them carries the client secret, a code or a token.
 
 Usage::
@@ -34,7 +35,14 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
-from modelyard.errors import ModelyardError
+from modelyard.errors import (
+    IdTokenRefused,
+    OidcError,
+    ProviderMisconfigured,
+    ProviderUnreachable,
+    SignInMismatch,
+    TokenRefused,
+)
 from modelyard.server.oidc.settings import OidcSettings
 
 logger = logging.getLogger(__name__)
@@ -43,36 +51,6 @@ CACHE_SECONDS = 3600.0
 HTTP_TIMEOUT_SECONDS = 10.0
 # Clock difference tolerated between the provider and this host for exp, iat.
 LEEWAY_SECONDS = 60
-
-
-class OidcError(ModelyardError):
-    """Single sign-on failed; the message says at which step and what to check."""
-
-    http_status = 502
-    code = "oidc_failed"
-
-
-class ProviderUnreachable(OidcError):
-    code = "oidc_provider_unreachable"
-
-
-class ProviderMisconfigured(OidcError):
-    code = "oidc_provider_misconfigured"
-
-
-class TokenRefused(OidcError):
-    code = "oidc_token_refused"
-
-
-class SignInMismatch(OidcError):
-    """The callback does not belong to the sign-in this browser started (state or nonce)."""
-
-    http_status = 400
-    code = "oidc_sign_in_mismatch"
-
-
-class IdTokenRefused(OidcError):
-    code = "oidc_id_token_refused"
 
 
 @dataclass(frozen=True)

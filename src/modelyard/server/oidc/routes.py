@@ -26,18 +26,12 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from modelyard.errors import ModelyardError
+from modelyard.errors import ModelyardError, SignInMismatch, TokenRefused
 from modelyard.server.console.signin import login_page, safe_next
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.oidc.accounts import SignedInAccount, account_for
 from modelyard.server.oidc.claims import projects_for_claims, role_for_claims, username_for_claims
-from modelyard.server.oidc.provider import (
-    OidcProvider,
-    PendingSignIn,
-    SignInMismatch,
-    TokenRefused,
-    oidc_provider,
-)
+from modelyard.server.oidc.provider import OidcProvider, PendingSignIn, oidc_provider
 from modelyard.server.sessions import SESSION_COOKIE, cookie_options, store_of
 from modelyard.services.roles import Role
 
