@@ -202,3 +202,33 @@ def test_a_stalled_start_with_a_handled_traceback_is_still_a_stall() -> None:
     )
     findings = diagnose_log(text, engine="vllm", stalled_seconds=3600)
     assert findings[0].check_id == "log.stalled"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ImportError: cannot import name 'serve_engine' from 'vllm.entrypoints.api' (/venv/vllm/api.py)\n",
+        "AttributeError: module 'sglang.srt.utils' has no attribute 'launch_engine'\n",
+        "ModuleNotFoundError: No module named 'vllm.engine.async_llm_engine'\n",
+    ],
+)
+def test_a_program_using_an_engine_api_its_release_lacks_is_a_launcher_mismatch(text: str) -> None:
+    assert "log.launcher-engine-mismatch" in _ids(diagnose_log(text))
+
+
+def test_a_keyword_the_engine_function_does_not_take_is_a_launcher_of_another_release() -> None:
+    text = "TypeError: build_app() got an unexpected keyword argument 'enable_reasoning'\n"
+    (finding,) = [f for f in diagnose_log(text) if f.check_id == "log.launcher-passed-unknown-argument"]
+    assert "'enable_reasoning'" in finding.message
+
+
+def test_the_engine_calling_itself_with_a_wrong_keyword_is_not_blamed_on_a_launcher() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 90, in __init__\n'
+        "    build(x, fast=True)\n"
+        '  File "/venv/lib/python3.12/site-packages/vllm/v1/worker/runner.py", line 12, in build\n'
+        "    raise TypeError(...)\n"
+        "TypeError: build() got an unexpected keyword argument 'fast'\n"
+    )
+    assert "log.launcher-passed-unknown-argument" not in _ids(diagnose_log(text, engine="vllm"))

@@ -20,7 +20,10 @@ come from the engines' own code (read in the vLLM 0.19-0.30 and SGLang 0.5.17 wh
   child's exit status (-9: "a common cause is the OS OOM killer", in SGLang's own words);
 - CUDA's error names (``cudaErrorMemoryAllocation``, ggml's ``cudaMalloc failed: out of memory``,
   ``cudaErrorNoKernelImageForDevice``, ``cudaErrorInsufficientDriver``), NCCL's ``ncclResult_t``;
-- argument parsers: argparse, llama.cpp ``common/arg.cpp``, llama-box, llamafile.
+- argument parsers: argparse, llama.cpp ``common/arg.cpp``, llama-box, llamafile;
+- Python's own ``ImportError`` / ``AttributeError`` naming a ``vllm.*`` / ``sglang.*`` module, and
+  ``TypeError``'s "got an unexpected keyword argument" from outside the engine: a launcher of
+  another release.
 
 A rule adds its finding only where no wording signature named that cause already; the two generic
 ones (a SIGKILL written in the log, an exception with no known cause) only where nothing else is
@@ -227,6 +230,65 @@ def configuration_refused(facts: LogFacts, text: str, context: LogContext) -> Fi
     return None
 
 
+_ENGINE_PACKAGES = ("vllm", "sglang")
+# Python's own words for an API that is not there, with the engine's module named.
+_IMPORT_MISSING = re.compile(
+    r"cannot import name '(?P<name>\w+)' from '(?P<module>(?:vllm|sglang)(?:\.\w+)*)'"
+    r"|No module named '(?P<submodule>(?:vllm|sglang)\.[\w.]+)'"
+    r"|module '(?P<attr_module>(?:vllm|sglang)(?:\.\w+)*)' has no attribute '(?P<attribute>\w+)'"
+)
+_UNEXPECTED_KEYWORD = re.compile(
+    r"(?P<callee>[\w.]+)\(\) got an unexpected keyword argument '(?P<keyword>\w+)'"
+)
+
+
+def _in_engine(path: str) -> bool:
+    path = path.replace("\\", "/")
+    return any(f"/{package}/" in path or path.startswith(f"{package}/") for package in _ENGINE_PACKAGES)
+
+
+def engine_api_mismatch(facts: LogFacts, text: str, context: LogContext) -> Finding | None:
+    """A program imports or calls an engine API its installed release does not have: Python's
+    ``ImportError`` / ``AttributeError`` naming a ``vllm.*`` or ``sglang.*`` module, or a
+    ``TypeError`` for a keyword the engine's function does not take, raised from outside the engine."""
+    match = _IMPORT_MISSING.search(text)
+    if match is not None:
+        module = match["module"] or match["submodule"] or match["attr_module"]
+        name = match["name"] or match["attribute"]
+        what = f"{module}.{name}" if name else module
+        return _finding(
+            "log.launcher-engine-mismatch",
+            f"the program that drives the engine uses {what}, which the installed engine release does not "
+            "have: the launcher and the engine are of releases that do not fit",
+            "install the engine release the launcher names in its requirements (or the launcher release made "
+            "for this engine); `pip show` both and compare with the launcher's changelog",
+            _line_of(text, match.start()),
+            missing=what,
+        )
+    match = _UNEXPECTED_KEYWORD.search(text)
+    if match is None:
+        return None
+    raised = next((e for e in facts.exceptions if match[0] in e.text and e.frames), None)
+    caller = raised.frames[-2] if raised is not None and len(raised.frames) > 1 else None
+    if raised is not None and caller is not None and _in_engine(caller.path):
+        return None  # the engine calling itself: its own bug, not a launcher's
+    return _finding(
+        "log.launcher-passed-unknown-argument",
+        f"{match['callee']}() does not take the keyword {match['keyword']!r}: the caller (a launcher or a "
+        "library) "
+        "was written for another release of the engine",
+        "use the engine release the launcher was written for, or a launcher release that matches this engine",
+        _line_of(text, match.start()),
+        keyword=match["keyword"],
+    )
+
+
+def _line_of(text: str, position: int) -> str:
+    start = text.rfind("\n", 0, position) + 1
+    end = text.find("\n", position)
+    return text[start : len(text) if end == -1 else end].strip()
+
+
 def arguments_refused(facts: LogFacts, text: str, context: LogContext) -> Finding | None:
     """A command line's parser refused an argument (argparse, llama.cpp, llama-box, llamafile)."""
     if not facts.refused_arguments:
@@ -349,6 +411,7 @@ RULES: tuple[FactRule, ...] = (
     free_memory_refused,
     out_of_memory,
     configuration_refused,
+    engine_api_mismatch,
     arguments_refused,
     cuda_named,
     shared_memory_short,
