@@ -218,7 +218,8 @@ def test_a_program_using_an_engine_api_its_release_lacks_is_a_launcher_mismatch(
 
 def test_a_keyword_the_engine_function_does_not_take_is_a_launcher_of_another_release() -> None:
     text = "TypeError: build_app() got an unexpected keyword argument 'enable_reasoning'\n"
-    (finding,) = [f for f in diagnose_log(text) if f.check_id == "log.launcher-passed-unknown-argument"]
+    findings = diagnose_log(text, engine="vllm")
+    (finding,) = [f for f in findings if f.check_id == "log.launcher-passed-unknown-argument"]
     assert "'enable_reasoning'" in finding.message
 
 
@@ -232,3 +233,71 @@ def test_the_engine_calling_itself_with_a_wrong_keyword_is_not_blamed_on_a_launc
         "TypeError: build() got an unexpected keyword argument 'fast'\n"
     )
     assert "log.launcher-passed-unknown-argument" not in _ids(diagnose_log(text, engine="vllm"))
+
+
+@pytest.mark.parametrize(
+    ("text", "check_id"),
+    [
+        ("huggingface_hub.errors.GatedRepoError: 401 Client Error (reworded)\n", "log.hub-gated"),
+        ("huggingface_hub.errors.RepositoryNotFoundError: 404 for org/model\n", "log.model-not-found"),
+        (
+            "safetensors_rust.SafetensorError: Error while deserializing header: something new\n",
+            "log.weights-corrupt",
+        ),
+        ("OSError: [Errno 28] No space left on device: '/root/.cache/x'\n", "log.disk-full"),
+        (
+            "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000)\n",
+            "log.address-in-use",
+        ),
+    ],
+)
+def test_exception_classes_that_are_one_cause_are_read_whatever_their_message(
+    text: str, check_id: str
+) -> None:
+    assert check_id in _ids(diagnose_log(text, engine="vllm"))
+
+
+@pytest.mark.parametrize(
+    ("path", "function", "exception", "check_id"),
+    [
+        (
+            "vllm/config/model.py",
+            "_get_and_verify_max_len",
+            "ValueError: 262144 > 40960 (new words)",
+            "log.context-beyond-model",
+        ),
+        (
+            "vllm/config/model.py",
+            "verify_with_parallel_config",
+            "ValueError: 28 heads over 8 ranks",
+            "log.tensor-parallel-heads",
+        ),
+        (
+            "vllm/model_executor/models/registry.py",
+            "_raise_for_unsupported",
+            "ValueError: Foo is new",
+            "log.unknown-architecture",
+        ),
+        (
+            "transformers/models/auto/configuration_auto.py",
+            "from_pretrained",
+            "KeyError: 'qwen9'",
+            "log.transformers-too-old",
+        ),
+    ],
+)
+def test_vllm_and_transformers_raise_sites_name_their_cause_in_any_words(
+    path: str, function: str, exception: str, check_id: str
+) -> None:
+    assert check_id in _ids(diagnose_log(_traceback(path, function, exception), engine="vllm"))
+
+
+def test_a_refused_config_field_is_not_added_where_a_wording_named_the_cause() -> None:
+    text = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, User-specified max_model_len (131072) is greater than the derived max_model_len "
+        "(max_position_embeddings=128000 or model_max_length=None in model's config.json). "
+        "[type=value_error]\n"
+    )
+    ids = _ids(diagnose_log(text, engine="vllm"))
+    assert "log.context-beyond-model" in ids and "log.engine-config-invalid" not in ids

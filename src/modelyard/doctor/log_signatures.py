@@ -32,6 +32,8 @@ from modelyard.doctor.signatures.stall import STALL_SECONDS, stalled_finding
 
 _KILLED_BY_SIGKILL_EXIT_CODES = frozenset({-9, 137})
 _MAX_EXCERPT_CHARS = 400
+# Fact findings that name what failed, not why: added only where no other finding is an error.
+_ONLY_WHEN_ALONE = frozenset({"log.engine-config-invalid"})
 # Ids that name one cause: a finding of one makes a fact rule's finding of another redundant.
 _SAME_CAUSE: tuple[frozenset[str], ...] = (
     frozenset({"log.cuda-out-of-memory", "log.cuda-graph-capture-oom"}),
@@ -164,9 +166,12 @@ def _from_facts(
         if named & group:
             named |= group
     added: list[Finding] = []
+    already_failed = any(finding.severity is Severity.ERROR for finding in findings)
     for rule in RULES:
         finding = rule(facts, text, context)
-        if finding is not None and finding.check_id not in named:
+        if finding is None or (already_failed and finding.check_id in _ONLY_WHEN_ALONE):
+            continue
+        if finding.check_id not in named:
             added.append(finding)
             named.add(finding.check_id)
     if not any(finding.severity is Severity.ERROR for finding in (*findings, *added)):

@@ -21,6 +21,10 @@ come from the engines' own code (read in the vLLM 0.19-0.30 and SGLang 0.5.17 wh
 - CUDA's error names (``cudaErrorMemoryAllocation``, ggml's ``cudaMalloc failed: out of memory``,
   ``cudaErrorNoKernelImageForDevice``, ``cudaErrorInsufficientDriver``), NCCL's ``ncclResult_t``;
 - argument parsers: argparse, llama.cpp ``common/arg.cpp``, llama-box, llamafile;
+- exception classes that are one cause anywhere (``huggingface_hub``'s ``GatedRepoError``,
+  ``RepositoryNotFoundError``, ``LocalEntryNotFoundError``; safetensors' ``SafetensorError``; the
+  OS's errno 28 and 98), and vLLM's ``config/model.py`` (``_get_and_verify_max_len``,
+  ``verify_with_parallel_config``), ``models/registry.py`` and transformers' ``configuration_auto.py``;
 - Python's own ``ImportError`` / ``AttributeError`` naming a ``vllm.*`` / ``sglang.*`` module, and
   ``TypeError``'s "got an unexpected keyword argument" from outside the engine: a launcher of
   another release.
@@ -36,8 +40,10 @@ import re
 from collections.abc import Callable
 
 from modelyard.doctor.findings import Finding, Severity
-from modelyard.doctor.log_facts import LogFacts, RaisedException
+from modelyard.doctor.log_facts import LogFacts
 from modelyard.doctor.signatures.base import LogContext, lower_utilization_text
+from modelyard.doctor.signatures.exception_causes import known_exception
+from modelyard.doctor.signatures.fact_findings import fact_finding, where
 from modelyard.doctor.signatures.stall import stage_reached
 
 # One rule: the facts, the whole text and the context in; the finding (or None) out.
@@ -56,28 +62,6 @@ _AVAILABLE_BYTES = re.compile(
     r"request is for (?P<wanted>\d+) bytes, and the amount available is (?P<free>\d+) bytes"
 )
 _SIGKILL_STATUSES = frozenset({-9, 137})
-
-
-def _finding(check_id: str, message: str, fix: str, line: str, **details: object) -> Finding:
-    return Finding(
-        check_id=check_id,
-        severity=Severity.ERROR,
-        message=message,
-        fix=fix,
-        details={"line": line[:400], "read_from": "facts", **details},
-    )
-
-
-def _where(exception: RaisedException) -> str:
-    frame = exception.raised_in
-    if frame is None:
-        return exception.name
-    path = frame.path.replace("\\", "/")
-    for package in ("vllm/", "sglang/", "torch/", "transformers/", "ray/"):
-        if package in path:
-            path = package + path.rsplit(package, 1)[1]
-            break
-    return f"{exception.name} raised in {path}:{frame.function}"
 
 
 def _oom_fix(context: LogContext, line: str, sampler: bool) -> str:
@@ -114,7 +98,7 @@ def out_of_memory(facts: LogFacts, text: str, context: LogContext) -> Finding | 
             stage = " while warming up the sampler with dummy requests" if sampler else ""
             return _oom_graph_or_plain(
                 text,
-                f"the engine ran out of GPU memory{stage} ({_where(exception)})",
+                f"the engine ran out of GPU memory{stage} ({where(exception)})",
                 _oom_fix(context, exception.line, sampler),
                 exception.line,
             )
@@ -129,14 +113,14 @@ def out_of_memory(facts: LogFacts, text: str, context: LogContext) -> Finding | 
 def _oom_graph_or_plain(text: str, message: str, fix: str, line: str) -> Finding:
     reached = stage_reached(text).stage
     if reached is not None and reached.key == "graph-capture":
-        return _finding(
+        return fact_finding(
             "log.cuda-graph-capture-oom",
             f"{message}, while capturing CUDA graphs (after the KV cache was sized)",
             "lower --max-num-seqs or the captured sizes (--cuda-graph-max-bs on SGLang), or lower the "
             "memory fraction by 0.05, or run without graphs (--enforce-eager / --disable-cuda-graph)",
             line,
         )
-    return _finding("log.cuda-out-of-memory", message, fix, line)
+    return fact_finding("log.cuda-out-of-memory", message, fix, line)
 
 
 def kv_cache_refused(facts: LogFacts, text: str, context: LogContext) -> Finding | None:
@@ -149,16 +133,16 @@ def kv_cache_refused(facts: LogFacts, text: str, context: LogContext) -> Finding
                 "no available memory" in exception.text.lower() or "0 gpu blocks" in exception.text.lower()
             )
             if no_memory:
-                return _finding(
+                return fact_finding(
                     "log.kv-cache-no-memory",
-                    f"vLLM has no memory left for the KV cache after the weights ({_where(exception)})",
+                    f"vLLM has no memory left for the KV cache after the weights ({where(exception)})",
                     "raise --gpu-memory-utilization, add GPUs (--tensor-parallel-size) or use a quantized "
                     "checkpoint; check with `modelyard estimate` that the weights fit",
                     exception.line,
                 )
-            return _finding(
+            return fact_finding(
                 "log.max-model-len-exceeds-kv-cache",
-                f"vLLM's KV cache cannot hold one request at --max-model-len ({_where(exception)}: "
+                f"vLLM's KV cache cannot hold one request at --max-model-len ({where(exception)}: "
                 f"{exception.message[:200]})",
                 f"lower --max-model-len, or {lower_utilization_text(context).replace('lower', 'raise', 1)}",
                 exception.line,
@@ -167,9 +151,9 @@ def kv_cache_refused(facts: LogFacts, text: str, context: LogContext) -> Finding
             "model_runner.py", "init_memory_pool", "profile_max_num_token"
         )
         if exception.class_name == "RuntimeError" and sglang_pool and "memory" in exception.text.lower():
-            return _finding(
+            return fact_finding(
                 "log.sglang-not-enough-memory",
-                f"SGLang has no memory left for its KV pool after the weights ({_where(exception)})",
+                f"SGLang has no memory left for its KV pool after the weights ({where(exception)})",
                 "raise --mem-fraction-static (it is the share for weights and KV pool), add GPUs "
                 "(--tp-size) or use a quantized checkpoint",
                 exception.line,
@@ -184,10 +168,10 @@ def free_memory_refused(facts: LogFacts, text: str, context: LogContext) -> Find
             "gpu_worker.py", "init_device", "determine_available_memory"
         )
         if exception.class_name == "ValueError" and at_check and "memory" in exception.text.lower():
-            return _finding(
+            return fact_finding(
                 "log.free-memory-below-utilization",
                 f"vLLM refused to start: less GPU memory is free than --gpu-memory-utilization asks "
-                f"({_where(exception)})",
+                f"({where(exception)})",
                 f"stop the other process on that GPU (nvidia-smi), or {lower_utilization_text(context)}",
                 exception.line,
             )
@@ -207,7 +191,7 @@ def configuration_refused(facts: LogFacts, text: str, context: LogContext) -> Fi
         field = exception.detail[0] if exception.detail else "?"
         reason = exception.detail[1] if len(exception.detail) > 1 else ""
         if _INPUT_NONE.search(exception.text):
-            return _finding(
+            return fact_finding(
                 "log.launcher-engine-mismatch",
                 f"{config}.{field} was given None, which this engine release refuses ({reason[:160]}): the "
                 "program that builds the engine's arguments (a launcher, a training framework) was written "
@@ -218,7 +202,7 @@ def configuration_refused(facts: LogFacts, text: str, context: LogContext) -> Fi
                 field=field,
                 config=config,
             )
-        return _finding(
+        return fact_finding(
             "log.engine-config-invalid",
             f"the engine refused its configuration: {config}.{field}: {reason[:200]}",
             f"fix the value of the option behind {config}.{field} (`vllm serve --help=all` lists it with its "
@@ -256,7 +240,7 @@ def engine_api_mismatch(facts: LogFacts, text: str, context: LogContext) -> Find
         module = match["module"] or match["submodule"] or match["attr_module"]
         name = match["name"] or match["attribute"]
         what = f"{module}.{name}" if name else module
-        return _finding(
+        return fact_finding(
             "log.launcher-engine-mismatch",
             f"the program that drives the engine uses {what}, which the installed engine release does not "
             "have: the launcher and the engine are of releases that do not fit",
@@ -266,13 +250,15 @@ def engine_api_mismatch(facts: LogFacts, text: str, context: LogContext) -> Find
             missing=what,
         )
     match = _UNEXPECTED_KEYWORD.search(text)
-    if match is None:
+    # A bare __init__ says nothing of whose class it is (EngineArgs' own wording is a signature of
+    # launchers.py); outside an engine's log the words are any library's.
+    if match is None or match["callee"].endswith("__init__") or context.engine not in _ENGINE_PACKAGES:
         return None
     raised = next((e for e in facts.exceptions if match[0] in e.text and e.frames), None)
     caller = raised.frames[-2] if raised is not None and len(raised.frames) > 1 else None
     if raised is not None and caller is not None and _in_engine(caller.path):
         return None  # the engine calling itself: its own bug, not a launcher's
-    return _finding(
+    return fact_finding(
         "log.launcher-passed-unknown-argument",
         f"{match['callee']}() does not take the keyword {match['keyword']!r}: the caller (a launcher or a "
         "library) "
@@ -294,7 +280,7 @@ def arguments_refused(facts: LogFacts, text: str, context: LogContext) -> Findin
     if not facts.refused_arguments:
         return None
     argument, line = facts.refused_arguments[0]
-    return _finding(
+    return fact_finding(
         "log.unrecognized-arguments",
         f"the engine's command line refused {argument[:120]!r}: the program does not know it (another "
         "release, another engine's flag, or a word a launcher put there)",
@@ -330,7 +316,7 @@ def cuda_named(facts: LogFacts, text: str, context: LogContext) -> Finding | Non
     for name, check_id, message, fix in named:
         line = facts.cuda_errors.get(name)
         if line is not None:
-            return _finding(check_id, f"{message}: {line[:200]}", fix, line)
+            return fact_finding(check_id, f"{message}: {line[:200]}", fix, line)
     return None
 
 
@@ -339,7 +325,7 @@ def nccl_failed(facts: LogFacts, text: str, context: LogContext) -> Finding | No
     if not facts.nccl_errors:
         return None
     name, line = next(iter(facts.nccl_errors.items()))
-    return _finding(
+    return fact_finding(
         "log.nccl-error",
         f"NCCL failed between the GPUs ({name})",
         "run with NCCL_DEBUG=INFO to see the step; in a container give it --ipc=host or a larger /dev/shm; "
@@ -363,7 +349,7 @@ def shared_memory_short(facts: LogFacts, text: str, context: LogContext) -> Find
         if amounts
         else ""
     )
-    return _finding(
+    return fact_finding(
         "host.shared-memory-small",
         f"/dev/shm is too small for this start{size}: {line[:200]}",
         "give the container more shared memory (docker --shm-size 32g or --ipc=host; Kubernetes: an emptyDir "
@@ -376,7 +362,7 @@ def killed(facts: LogFacts, text: str, context: LogContext) -> Finding | None:
     """An exit status of SIGKILL written in the log (-9, 137): the host's OOM killer, most often."""
     for status, line in facts.exit_statuses:
         if status in _SIGKILL_STATUSES:
-            return _finding(
+            return fact_finding(
                 "log.host-oom-killed",
                 f"a process of the engine was killed by SIGKILL ({line[:160]}) with no error of its own: "
                 "most "
@@ -398,7 +384,7 @@ def uncaught_exception(facts: LogFacts, text: str, context: LogContext) -> Findi
     return Finding(
         check_id="log.engine-exception",
         severity=Severity.WARNING,
-        message=f"the engine stopped on {_where(exception)}: {exception.message[:200]}",
+        message=f"the engine stopped on {where(exception)}: {exception.message[:200]}",
         fix="the frame above is where the engine gave up: search its tracker for the exception and the file, "
         "and compare the engine's release with the model's and the launcher's requirements",
         details={"line": exception.line[:400], "read_from": "facts"},
@@ -412,6 +398,7 @@ RULES: tuple[FactRule, ...] = (
     out_of_memory,
     configuration_refused,
     engine_api_mismatch,
+    known_exception,
     arguments_refused,
     cuda_named,
     shared_memory_short,
