@@ -74,3 +74,28 @@ def test_the_stall_limit_is_read_from_the_environment() -> None:
     assert ControllerOptions.from_environment({"MODELYARD_ENGINE_STALL_SECONDS": "90"}).stall_seconds == 90
     with pytest.raises(InvalidInput, match="MODELYARD_ENGINE_STALL_SECONDS='soon' is not a positive"):
         ControllerOptions.from_environment({"MODELYARD_ENGINE_STALL_SECONDS": "soon"})
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(APIServer pid=1) DEBUG 05-16 13:12:16 [core_client.py:425] Waiting for 1 core engine proc(s) to "
+        "start: {0}\n",
+        "(Worker_TP0 pid=301) WARNING 12-07 10:00:01 [shm_broadcast.py:466] No available shared memory "
+        "broadcast block found in 60 second.\n",
+        "2025-03-07 23:50:27,532 - __main__ - WARNING - Attempt 13: Please wait for sglang server to become "
+        "ready...\n",
+        "[2025-12-02 16:53:46] ⏳ Still loading… (26m 2s) - this is normal for large models\n",
+    ],
+)
+def test_what_older_and_stuck_engines_and_launchers_repeat_is_no_progress(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "start-1.log"
+    log.write_text(NCCL_LINE)
+    clock = ManualClock()
+    watch = StallWatch(log, clock, stall_seconds=60)
+    watch.stalled_for()
+    for second in (20, 40, 61):
+        clock.seconds = second
+        _append(log, line)
+        reported = watch.stalled_for()
+    assert reported == 61

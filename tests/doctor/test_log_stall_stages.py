@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +22,7 @@ from modelyard.cli.main import app
 from modelyard.doctor.log_quiet import line_time, log_ended, quiet_within_log
 from modelyard.doctor.log_signatures import STALL_SECONDS, diagnose_log
 from modelyard.doctor.signatures.stall import shows_progress, stage_reached, stalled_finding
+from modelyard.testing.stalling_engine import Flavor, StallAt, start_lines
 
 STALL_LOGS = Path(__file__).parent / "fixtures" / "stall_logs"
 
@@ -193,3 +196,41 @@ def test_a_start_waiting_for_its_ray_placement_group_names_the_placement_stage()
     assert "ray status" in finding.fix
     # Its repeats while waiting are no progress for the live watch.
     assert not shows_progress("INFO Waiting for creating a group of placement of specs for 310 seconds.\n")
+
+
+@pytest.mark.parametrize(
+    ("flavor", "stage"),
+    [("vllm", "collective-init"), ("vllm", "graph-capture"), ("sglang", "weights"), ("sglang", "compile")],
+)
+def test_cli_names_the_stage_of_the_stalling_double_s_own_log(
+    tmp_path: Path, flavor: str, stage: str
+) -> None:
+    """The engine DOUBLE (a real process) starts, stops at ``stage`` and repeats what a stuck engine
+    repeats; its log, read by ``modelyard doctor --log`` as a user would, names that stage."""
+    log = tmp_path / "engine.log"
+    command = [
+        sys.executable,
+        "-m",
+        "modelyard.testing.stalling_engine",
+        "--flavor",
+        flavor,
+        "--stall-at",
+        stage,
+    ]
+    with log.open("w", encoding="utf-8") as output:
+        engine = subprocess.Popen([*command, "--repeat-every", "0.05", "serve", "/models/m"], stdout=output)
+        try:
+            deadline = time.monotonic() + 30
+            while (
+                log.read_text(encoding="utf-8").count("\n")
+                < len(start_lines(cast(Flavor, flavor), cast(StallAt, stage), "/models/m")) + 3
+            ):
+                assert time.monotonic() < deadline, "the double printed nothing"
+                time.sleep(0.05)
+        finally:
+            engine.terminate()
+            engine.wait(timeout=10)
+    code, findings = _doctor_log(log, "--stalled-for", "900")
+    assert code == 1
+    (finding,) = findings
+    assert finding["check_id"] == "log.stalled" and finding["details"]["stage_key"] == stage

@@ -28,8 +28,8 @@ health_check_path: /health
 version_configs:
   "1.0":
     entrypoint: python3 -m modelyard.testing.stalling_engine
-    run_command: --flavor {flavor} --stall-at {stage} serve {{{{model_path}}}} --host {{{{worker_ip}}}}
-      --port {{{{port}}}}
+    run_command: --flavor {flavor} --stall-at {stage} --repeat-every {repeat} serve {{{{model_path}}}}
+      --host {{{{worker_ip}}}} --port {{{{port}}}}
     custom_framework: cpu
 modelyard:
   family: custom
@@ -53,9 +53,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, test_models: ModelCache) ->
         serve.stop()
 
 
-def _deploy_stalling(server: ServeProcess, flavor: str, stage: str) -> str:
-    name = f"stall-{flavor}-{stage}"
-    backend = STALLING_BACKEND_YAML.format(name=name, flavor=flavor, stage=stage)
+def _deploy_stalling(server: ServeProcess, flavor: str, stage: str, repeat: float = 0.0) -> str:
+    name = f"stall-{flavor}-{stage}" + ("-repeating" if repeat else "")
+    backend = STALLING_BACKEND_YAML.format(name=name, flavor=flavor, stage=stage, repeat=repeat)
     with server.api() as client:
         imported = client.post("/api/v1/backends/import", content=backend)
         assert imported.status_code in (200, 201), imported.text
@@ -95,5 +95,26 @@ def test_a_start_that_stops_mid_stage_gets_an_event_naming_the_stage_and_its_fix
         (instance,) = client.get(f"/api/v1/deployments/{name}").json()["instances"]
     assert instance["state"] == "starting"
     assert stage_name in (instance["diagnosis"] or "")
+    with server.api() as client:
+        assert client.delete(f"/api/v1/deployments/{name}").status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("flavor", "stage", "stage_name"),
+    [
+        ("vllm", "weights", "loading the weights"),
+        ("sglang", "graph-capture", "capturing CUDA graphs"),
+    ],
+)
+def test_a_stuck_start_that_keeps_repeating_its_wait_lines_still_gets_the_stall_event(
+    server: ServeProcess, flavor: str, stage: str, stage_name: str
+) -> None:
+    """The double goes on printing what a stuck engine repeats (vLLM's API server waiting for its
+    engine core, its shared-memory broadcast warning; a health check answered 503) every 0.3 s:
+    the log grows, but that is no progress, and the stall is still reported."""
+    name = _deploy_stalling(server, flavor, stage, repeat=0.3)
+    wait_until(lambda: _stall_event(server, name) is not None, EVENT_SECONDS, f"{name}'s stall event")
+    event = _stall_event(server, name)
+    assert event is not None and event["to_state"] == "starting" and stage_name in event["reason"]
     with server.api() as client:
         assert client.delete(f"/api/v1/deployments/{name}").status_code == 202

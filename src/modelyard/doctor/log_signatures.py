@@ -24,12 +24,25 @@ from collections.abc import Sequence
 
 from modelyard.backends.parameters import parse_arguments
 from modelyard.doctor.findings import Finding, Severity
+from modelyard.doctor.log_facts import read_log_facts
 from modelyard.doctor.signatures import SIGNATURES
 from modelyard.doctor.signatures.base import LogContext, engine_table
+from modelyard.doctor.signatures.raise_sites import GENERIC_RULES, RULES
 from modelyard.doctor.signatures.stall import STALL_SECONDS, stalled_finding
 
 _KILLED_BY_SIGKILL_EXIT_CODES = frozenset({-9, 137})
 _MAX_EXCERPT_CHARS = 400
+# Fact findings that name what failed, not why: added only where no other finding is an error.
+_ONLY_WHEN_ALONE = frozenset({"log.engine-config-invalid"})
+# Ids that name one cause: a finding of one makes a fact rule's finding of another redundant.
+_SAME_CAUSE: tuple[frozenset[str], ...] = (
+    frozenset({"log.cuda-out-of-memory", "log.cuda-graph-capture-oom"}),
+    frozenset({"log.nccl-error", "log.nccl-shared-memory"}),
+    frozenset(
+        {"log.kv-cache-no-memory", "log.max-model-len-exceeds-kv-cache", "log.sglang-not-enough-memory"}
+    ),
+    frozenset({"log.unrecognized-arguments", "log.launcher-passed-unknown-argument"}),
+)
 
 __all__ = ["SIGNATURES", "STALL_SECONDS", "LogContext", "diagnose_log"]
 
@@ -114,6 +127,7 @@ def diagnose_log(
         )
         superseded.update(signature.supersedes)
     findings = [finding for finding in findings if finding.check_id not in superseded]
+    findings.extend(_from_facts(text, context, findings, superseded))
     if exit_code in _KILLED_BY_SIGKILL_EXIT_CODES and not any(
         finding.check_id == "log.host-oom-killed" for finding in findings
     ):
@@ -132,6 +146,38 @@ def diagnose_log(
                 details={"exit_code": exit_code},
             )
         )
-    if not findings and stalled_seconds is not None and stalled_seconds >= stall_after_seconds:
-        findings.append(stalled_finding(text, stalled_seconds, family))
+    if (
+        not [finding for finding in findings if finding.check_id != "log.engine-exception"]
+        and stalled_seconds is not None
+        and stalled_seconds >= stall_after_seconds
+    ):
+        findings.insert(0, stalled_finding(text, stalled_seconds, family))
     return findings
+
+
+def _from_facts(
+    text: str, context: LogContext, findings: list[Finding], superseded: set[str]
+) -> list[Finding]:
+    """The causes the log's facts show (``signatures/raise_sites.py``) that no wording named: the
+    generic ones only where nothing else is an error."""
+    facts = read_log_facts(text)
+    named = {finding.check_id for finding in findings} | superseded
+    for group in _SAME_CAUSE:
+        if named & group:
+            named |= group
+    added: list[Finding] = []
+    already_failed = any(finding.severity is Severity.ERROR for finding in findings)
+    for rule in RULES:
+        finding = rule(facts, text, context)
+        if finding is None or (already_failed and finding.check_id in _ONLY_WHEN_ALONE):
+            continue
+        if finding.check_id not in named:
+            added.append(finding)
+            named.add(finding.check_id)
+    if not any(finding.severity is Severity.ERROR for finding in (*findings, *added)):
+        for rule in GENERIC_RULES:
+            finding = rule(facts, text, context)
+            if finding is not None and finding.check_id not in named:
+                added.append(finding)
+                break
+    return added

@@ -3,8 +3,10 @@
 It prints the engine's own start lines up to the stage asked (vLLM 0.2x V1 engine, SGLang 0.5.x
 forms, as ``doctor/signatures/stall.py`` reads them) and then waits, alive, silent and never
 answering, until it is stopped: a start hung in NCCL initialisation, weight loading, torch.compile
-or CUDA graph capture, as the controller's stall watch and the doctor see one. The engine's own
-arguments that follow are ignored.
+or CUDA graph capture, as the controller's stall watch and the doctor see one. With
+``--repeat-every SECONDS`` it goes on printing, while stuck, the line a stuck vLLM repeats (its API
+server waiting for the engine core, its shared-memory broadcast warning), which is no progress.
+The engine's own arguments that follow are ignored.
 
 Usage (a custom backend's command line)::
 
@@ -67,6 +69,18 @@ _SGLANG: dict[str, list[str]] = {
     ],
 }
 _STAGE_ORDER: tuple[StallAt, ...] = get_args(StallAt)
+# What a stuck start repeats (vLLM 0.8's API server polling its engine core; vLLM's shm_broadcast.py
+# warning while a rank does not read its queue; SGLang launchers polling the health path).
+_REPEATED: dict[Flavor, tuple[str, ...]] = {
+    "vllm": (
+        "(APIServer pid=1) DEBUG {stamp} [core_client.py:425] Waiting for 1 core engine proc(s) to start: "
+        "{{0}}",
+        "(Worker_TP0 pid=301) WARNING {stamp} [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 second. This typically happens when some processes are hanging or doing some "
+        "time-consuming work (e.g. compilation)",
+    ),
+    "sglang": ('[{date}] INFO:     127.0.0.1:50000 - "GET /health HTTP/1.1" 503 Service Unavailable',),
+}
 
 
 def start_lines(flavor: Flavor, stall_at: StallAt, model: str) -> list[str]:
@@ -90,13 +104,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="An engine double that stops mid-start (a test double).")
     parser.add_argument("--flavor", choices=get_args(Flavor), default="vllm")
     parser.add_argument("--stall-at", choices=_STAGE_ORDER, default="collective-init")
+    parser.add_argument("--repeat-every", type=float, default=0.0, metavar="SECONDS")
     known, rest = parser.parse_known_args(argv)
     model = next((word for word in rest if word.startswith("/")), "model")
     for line in start_lines(known.flavor, known.stall_at, model):
         print(line, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if known.repeat_every <= 0:
+        while True:
+            signal.pause()
+    repeated = _REPEATED[known.flavor]
+    count = 0
     while True:
-        signal.pause()
+        time.sleep(known.repeat_every)
+        stamp, date = time.strftime("%m-%d %H:%M:%S"), time.strftime("%Y-%m-%d %H:%M:%S")
+        print(repeated[count % len(repeated)].format(stamp=stamp, date=date), flush=True)
+        count += 1
 
 
 if __name__ == "__main__":

@@ -299,13 +299,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} minutes"
 
 
-# Lines a stuck start goes on printing: vLLM's API server polling its engine core (DEBUG level),
-# a health check answered "not yet" (uvicorn's access line, launchers that poll), NCCL's
-# warnings of a retried connect. New lines of only these kinds are no progress.
+# Lines a stuck start goes on printing: vLLM's API server polling its engine core (DEBUG level;
+# 0.8's "Waiting for 1 core engine proc(s) to start: {0}", 0.9+'s "N local, M remote"), vLLM's
+# shared-memory broadcast queue warning every 60 s that a rank does not read it
+# (``distributed/device_communicators/shm_broadcast.py``), a health check answered "not yet"
+# (uvicorn's access line, launchers that poll: "Attempt 13: Please wait for sglang server to become
+# ready", "Server is not up yet", "Still loading... (26m 2s)"), NCCL's warnings of a retried
+# connect. New lines of only these kinds are no progress.
 _NOT_PROGRESS = re.compile(
-    r"Waiting for \d+ local, \d+ remote core engine proc\(s\) to (?:start|connect)|"
-    + _PLACEMENT_WAIT
-    + r"|\"GET /(?:health|v1/models)[^\"]*\" 50[23]|GET /health[^\n]* 50[23]|NCCL WARN"
+    r"Waiting for \d+ (?:local, \d+ remote )?core engine proc\(s\) to (?:start|connect)"
+    r"|No available shared memory broadcast block found"
+    r"|" + _PLACEMENT_WAIT + r"|\"GET /(?:health|v1/models)[^\"]*\" 50[23]|GET /health[^\n]* 50[23]|NCCL WARN"
+    r"|[Pp]lease wait for [\w ]*server to (?:become ready|start)|[Ss]erver is not up yet"
+    r"|[Ss]till loading\W|Loading model\W+\[\d+m \d+s elapsed\]"
 )
 
 
