@@ -1,8 +1,9 @@
 """The autoscaler's reads and writes of the store, each one short transaction (run in a thread).
 
-A decision is one transaction: the deployment's ``replicas`` and the ``autoscale_events`` row
-with the reason, written only if the replicas are still those the decision was made from (a
-user's change in between wins, and the decision is dropped).
+A decision is one transaction: the deployment's ``replicas``, the ``autoscale_events`` row with
+the reason and the audit log's row (actor ``autoscaler``, action ``scale``, as a user's
+``modelyard scale`` is recorded), written only if the replicas are still those the decision was
+made from (a user's change in between wins, and the decision is dropped).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from sqlalchemy.orm import Session, selectinload
 
 from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.store.database import Database
-from modelyard.store.tables import AutoscaleEvent, Deployment
+from modelyard.store.tables import AuditEvent, AutoscaleEvent, Deployment, Project
+
+# The audit log's actor for the replicas the autoscaler sets (a user's changes carry their name).
+AUTOSCALER_ACTOR = "autoscaler"
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,22 @@ def apply_decision(
         ):
             return False
         row.replicas = desired_replicas
+        project = session.get(Project, row.project_id)
+        session.add(
+            AuditEvent(
+                actor=AUTOSCALER_ACTOR,
+                action="scale",
+                object_type="deployment",
+                object_name=view.name,
+                project=project.name if project is not None else None,
+                details={
+                    "replicas": desired_replicas,
+                    "from_replicas": view.replicas,
+                    "direction": direction,
+                    "reason": reason,
+                },
+            )
+        )
         session.add(
             AutoscaleEvent(
                 deployment_name=view.name,

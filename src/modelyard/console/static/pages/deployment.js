@@ -51,6 +51,14 @@ function showSummary(deployment) {
     warnings?.length ? h("section", { class: "warn" }, h("strong", {}, "Doctor's warnings at deploy time"), h("ul", {}, warnings.map((w) => h("li", {}, w.message, w.fix ? ` Fix: ${w.fix}` : "")))) : null);
 }
 
+// An event is an instance's transition, or an autoscale decision (replicas from → to, or unplaced).
+const eventSource = (e) => (e.kind === "autoscale" ? "autoscaler" : String(e.replica_index));
+const eventFrom = (e) => (e.kind === "autoscale" ? `${e.from_replicas} replica(s)` : e.from_state);
+function eventTo(e) {
+  if (e.kind !== "autoscale") return badge(e.to_state);
+  return e.direction === "unplaced" ? badge("unplaced") : `${e.to_replicas} replica(s) (${e.direction})`;
+}
+
 // The sections that say "Loading…" until the first answer, and say why when it fails.
 const LOADING = ["instances", "summary", "events"];
 
@@ -86,7 +94,7 @@ async function refresh() {
   await log?.show(deployment.instances);
   const events = await api(`${path}/events?limit=100`);
   replace(document.getElementById("events"), table(
-    [["at", (e) => formatTime(e.at)], ["replica", (e) => String(e.replica_index)], ["from", (e) => e.from_state], ["to", (e) => badge(e.to_state)], ["reason", (e) => show(e.reason)]],
+    [["at", (e) => formatTime(e.at)], ["replica", eventSource], ["from", eventFrom], ["to", eventTo], ["reason", (e) => show(e.reason)]],
     events.slice().reverse(),
     { empty: "No events yet." },
   ));
