@@ -1,7 +1,9 @@
 // One deployment: its instances (instance_card.js), its events, the controls (scale, stop, start,
 // delete, re-run verification, its result shown as it comes back) and the engine log of any start
-// (engine_log.js), its limits for every key together (deployment_limits.js).
+// (engine_log.js), its limits for every key together (deployment_limits.js), its autoscale
+// (deployment_autoscale.js, for the roles that may change it).
 import { ApiError, api, badge, errorBox, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+import { DeploymentAutoscale } from "./deployment_autoscale.js";
 import { DeploymentLimits } from "./deployment_limits.js";
 import { settingsList } from "./deployment_settings.js";
 import { EngineLog } from "./engine_log.js";
@@ -13,6 +15,8 @@ const controlResult = document.getElementById("control-result");
 // The engine log is for operators and admins: a member's page has no log section.
 const log = document.getElementById("log") ? new EngineLog(path) : null;
 const limits = new DeploymentLimits(path, () => refresh());
+// Only for a role that may change deployments: the page has no autoscale form otherwise.
+const autoscale = document.getElementById("autoscale-form") ? new DeploymentAutoscale(path, () => refresh()) : null;
 let replicasTouched = false;
 // A verification asked for: each instance's verified_at when it was asked; done when all changed.
 let verifying = null;
@@ -86,6 +90,7 @@ async function refresh() {
   state.className = `badge ${deployment.state}`;
   showSummary(deployment);
   limits.show(deployment);
+  await autoscale?.show();
   if (!replicasTouched) document.getElementById("replicas").value = deployment.replicas;
   replace(document.getElementById("instances"), deployment.instances.length
     ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
