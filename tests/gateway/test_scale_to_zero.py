@@ -98,8 +98,12 @@ def test_each_decision_is_an_event_of_the_deployment_and_an_audit_row_of_the_aut
 ) -> None:
     platform = served_platform
     deploy_scaling_to_zero(platform, "noted", tmp_path)
+    # Woken, it stays up for the checks below (idle_s 1 would scale it to zero again at once).
+    staying = {**SCALES_TO_ZERO, "idle_s": 3600}
+    assert platform.api("PATCH", "/api/v1/deployments/noted", json={"autoscale": staying}).status_code == 200
     key = platform.create_key("wakes-noted")
     assert chat(platform, key, "noted").status_code == 200
+    platform.wait_running("noted", 1)  # its transition to running is written
     events = platform.api("GET", "/api/v1/deployments/noted/events").json()
     decisions = [event for event in events if event["kind"] == "autoscale"]
     assert [(e["direction"], e["from_replicas"], e["to_replicas"]) for e in decisions] == [
@@ -113,7 +117,7 @@ def test_each_decision_is_an_event_of_the_deployment_and_an_audit_row_of_the_aut
     kinds = [(e["kind"], e["to_state"]) for e in events]
     woken = kinds.index(("autoscale", None), kinds.index(("autoscale", None)) + 1)
     assert ("instance", "stopped") in kinds[kinds.index(("autoscale", None)) : woken]
-    assert kinds[-1] == ("instance", "running") and ("instance", "starting") in kinds[woken:]
+    assert ("instance", "starting") in kinds[woken:] and ("instance", "running") in kinds[woken:]
 
     shown = subprocess.run(
         [sys.executable, "-m", "modelyard.cli.main", "ps", "noted"],
@@ -130,7 +134,7 @@ def test_each_decision_is_an_event_of_the_deployment_and_an_audit_row_of_the_aut
         if e["actor"] == "autoscaler"
     ]
     assert by_autoscaler == [("scale", 0, 1), ("scale", 1, 0)]  # newest first
-    [patched] = [e for e in audit if e["actor"] == "admin" and e["action"] == "update"]
+    patched, _staying = [e for e in audit if e["actor"] == "admin" and e["action"] == "update"][::-1]
     assert patched["details"]["autoscale"]["min"] == 0 and patched["details"]["autoscale"]["idle_s"] == 1
     assert patched["project"] == "default"
 
