@@ -125,3 +125,20 @@ def test_the_autoscale_view_lists_the_decisions_with_their_reasons(with_model: A
     assert [(e["direction"], e["reason"]) for e in view["events"]] == [
         ("up", "3.0 waiting per replica for 30 s > 2: 2 → 3")
     ]
+
+
+def test_setting_and_removing_autoscale_are_audited_with_what_was_stored(with_model: ApiHarness) -> None:
+    api = with_model
+    api.client.post("/api/v1/deployments", json={"model": "tiny"})
+    assert api.client.patch("/api/v1/deployments/tiny", json={"autoscale": AUTOSCALE}).status_code == 200
+    assert api.client.patch("/api/v1/deployments/tiny", json={"autoscale": None}).status_code == 200
+    refused = api.client.patch("/api/v1/deployments/tiny", json={"autoscale": {**AUTOSCALE, "min": 9}})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"] == {"field": "autoscale"}
+    rows = api.client.get("/api/v1/audit", params={"object_name": "tiny", "action": "update"}).json()[
+        "events"
+    ]
+    removed, set_ = rows  # newest first; the refused change has no row
+    assert (set_["actor"], set_["project"]) == ("admin", "default")
+    assert set_["details"]["autoscale"]["min"] == 2 and set_["details"]["autoscale"]["idle_s"] == 300
+    assert removed["details"] == {"autoscale": None}

@@ -1,10 +1,11 @@
-"""Usage totals by key and deployment, and instance events."""
+"""Usage totals by key and deployment, and a deployment's events (its instances' and the
+autoscaler's)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from modelyard.store.tables import ApiKey, InstanceEvent, UsageRecord
+from modelyard.store.tables import ApiKey, AutoscaleEvent, InstanceEvent, UsageRecord
 
 from .conftest import ApiHarness, assert_error
 
@@ -106,3 +107,44 @@ def test_events_are_listed_oldest_first_and_kept_after_removal(api: ApiHarness) 
 
 def test_events_of_an_unknown_deployment_are_404(api: ApiHarness) -> None:
     assert api.client.get("/api/v1/deployments/ghost/events").status_code == 404
+
+
+def test_the_autoscalers_decisions_are_events_in_time_order_with_the_instances(api: ApiHarness) -> None:
+    start = datetime.now(UTC)
+    with api.database.session() as session:
+        session.add(
+            InstanceEvent(
+                deployment_name="gone", deployment_uid="u1", instance_id=1, replica_index=0,
+                from_state="starting", to_state="running", reason="ready", at=start,
+            )
+        )  # fmt: skip
+        for seconds, direction, replicas, reason in [
+            (1, "up", (1, 2), "3.0 waiting per replica for 31 s > 2: 1 → 2"),
+            (3, "unplaced", (2, 2), "replica 1 cannot be placed yet; ..."),
+        ]:
+            session.add(
+                AutoscaleEvent(
+                    deployment_name="gone", deployment_uid="u1", direction=direction,
+                    from_replicas=replicas[0], to_replicas=replicas[1], reason=reason,
+                    at=start + timedelta(seconds=seconds),
+                )
+            )  # fmt: skip
+        session.add(
+            InstanceEvent(
+                deployment_name="gone", deployment_uid="u1", instance_id=2, replica_index=1,
+                from_state="stopped", to_state="pending", reason="waiting for placement: ...",
+                at=start + timedelta(seconds=2),
+            )
+        )  # fmt: skip
+        session.commit()
+    events = api.client.get("/api/v1/deployments/gone/events").json()
+    assert [(e["kind"], e["to_state"] or e["direction"]) for e in events] == [
+        ("instance", "running"),
+        ("autoscale", "up"),
+        ("instance", "pending"),
+        ("autoscale", "unplaced"),
+    ]
+    assert events[1]["reason"] == "3.0 waiting per replica for 31 s > 2: 1 → 2"
+    assert (events[1]["from_replicas"], events[1]["to_replicas"], events[1]["instance_id"]) == (1, 2, None)
+    newest = api.client.get("/api/v1/deployments/gone/events", params={"limit": 2}).json()
+    assert [(e["kind"], e["direction"]) for e in newest] == [("instance", None), ("autoscale", "unplaced")]

@@ -11,6 +11,9 @@ hold released by the endpoint snapshot. The server is another process, so the te
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,52 @@ def test_idle_scales_to_zero_and_a_held_request_is_answered_once_a_replica_runs(
     assert up["reason"].endswith("request(s) held at the gateway while scaled to zero: 0 → 1"), up["reason"]
 
 
+def test_each_decision_is_an_event_of_the_deployment_and_an_audit_row_of_the_autoscaler(
+    served_platform: ServedPlatform, tmp_path: Path
+) -> None:
+    platform = served_platform
+    deploy_scaling_to_zero(platform, "noted", tmp_path)
+    # Woken, it stays up for the checks below (idle_s 1 would scale it to zero again at once).
+    staying = {**SCALES_TO_ZERO, "idle_s": 3600}
+    assert platform.api("PATCH", "/api/v1/deployments/noted", json={"autoscale": staying}).status_code == 200
+    key = platform.create_key("wakes-noted")
+    assert chat(platform, key, "noted").status_code == 200
+    platform.wait_running("noted", 1)  # its transition to running is written
+    events = platform.api("GET", "/api/v1/deployments/noted/events").json()
+    decisions = [event for event in events if event["kind"] == "autoscale"]
+    assert [(e["direction"], e["from_replicas"], e["to_replicas"]) for e in decisions] == [
+        ("down", 1, 0),
+        ("up", 0, 1),
+    ]
+    assert decisions[0]["reason"].endswith("(idle_s 1): 1 → 0, scaled to zero")
+    assert decisions[1]["reason"] == "1 request(s) held at the gateway while scaled to zero: 0 → 1"
+    # In time order with the instances' transitions: the first replica stops after the decision
+    # to scale to zero, the new one starts after the wake.
+    kinds = [(e["kind"], e["to_state"]) for e in events]
+    woken = kinds.index(("autoscale", None), kinds.index(("autoscale", None)) + 1)
+    assert ("instance", "stopped") in kinds[kinds.index(("autoscale", None)) : woken]
+    assert ("instance", "starting") in kinds[woken:] and ("instance", "running") in kinds[woken:]
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "modelyard.cli.main", "ps", "noted"],
+        env={**os.environ, "MODELYARD_URL": platform.url, "MODELYARD_PASSWORD": platform.password,
+             "COLUMNS": "200", "NO_COLOR": "1"},
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "autoscaler" in shown and "0 → 1" in shown and "scaled to zero" in shown, shown
+
+    audit = platform.api("GET", "/api/v1/audit", params={"object_name": "noted"}).json()["events"]
+    by_autoscaler = [
+        (e["action"], e["details"]["from_replicas"], e["details"]["replicas"])
+        for e in audit
+        if e["actor"] == "autoscaler"
+    ]
+    assert by_autoscaler == [("scale", 0, 1), ("scale", 1, 0)]  # newest first
+    patched, _staying = [e for e in audit if e["actor"] == "admin" and e["action"] == "update"][::-1]
+    assert patched["details"]["autoscale"]["min"] == 0 and patched["details"]["autoscale"]["idle_s"] == 1
+    assert patched["project"] == "default"
+
+
 def test_past_the_hold_bounds_requests_get_503_with_retry_after(
     served_platform: ServedPlatform, tmp_path: Path
 ) -> None:
@@ -163,5 +212,5 @@ def test_a_removed_deployment_is_not_woken(served_platform: ServedPlatform, tmp_
 @pytest.fixture(autouse=True)
 def _deployments_removed_after(served_platform: ServedPlatform) -> Any:
     yield
-    for name in ("sleepy", "slow-waker", "leaver"):
+    for name in ("sleepy", "noted", "slow-waker", "leaver"):
         served_platform.api("DELETE", f"/api/v1/deployments/{name}")

@@ -334,6 +334,15 @@ def _print_verification(deployment: dict[str, Any]) -> None:
         print_table(["INSTANCE", "CHECK", "STATUS", "MESSAGE"], rows, title="verification")
 
 
+def _event_row(event: dict[str, Any]) -> list[Any]:
+    """An instance's transition, or an autoscale decision (``autoscaler``, replicas from → to)."""
+    at = event["at"][:19].replace("T", " ")
+    if event.get("kind") == "autoscale":
+        to = "unplaced" if event["direction"] == "unplaced" else f"{event['to_replicas']} replica(s)"
+        return [at, "autoscaler", f"{event['from_replicas']} replica(s)", to, event["reason"]]
+    return [at, event["instance_id"], event["from_state"], event["to_state"], event["reason"]]
+
+
 def ps(
     ctx: typer.Context,
     name: str | None = typer.Argument(None, help="One deployment (default: all)."),
@@ -381,16 +390,7 @@ def ps(
         stdout.print()
         print_table(
             ["AT", "INSTANCE", "FROM", "TO", "REASON"],
-            [
-                [
-                    event["at"][:19].replace("T", " "),
-                    event["instance_id"],
-                    event["from_state"],
-                    event["to_state"],
-                    event["reason"],
-                ]
-                for event in events
-            ],
+            [_event_row(event) for event in events],
             title="recent events",
         )
 

@@ -53,6 +53,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Set the number of replicas and wait until they run (unless --no-wait).",
         _SERVER,
     ),
+    "autoscale": CommandEntry(
+        ("modelyard.cli.autoscale",),
+        "Show a deployment's autoscale and the autoscaler's last decision, set it, or turn it off.",
+        _SERVER,
+    ),
     "stop": CommandEntry(
         ("modelyard.cli.deployments",),
         "Stop every instance and wait until they are stopped (unless --no-wait); the deployment stays.",

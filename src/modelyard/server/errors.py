@@ -113,11 +113,22 @@ async def _modelyard_error(_request: Request, error: Exception) -> JSONResponse:
     )
 
 
+def invalid_field(error: RequestValidationError) -> str | None:
+    """The dotted path of the first bad field (``autoscale.target.metric``), for a form that shows
+    the error beside it; None when the body is not JSON or no field is named."""
+    problems = list(error.errors())
+    if not problems or problems[0].get("type") == "json_invalid":
+        return None
+    location = tuple(problems[0].get("loc", ()))
+    return ".".join(str(part) for part in location[1:]) or None
+
+
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     message, code = describe_validation_error(error)
     hint = "send a JSON object with Content-Type: application/json" if code == "body_not_json" else None
-    return error_response(400, message, code, hint)
+    field = invalid_field(error)
+    return error_response(400, message, code, hint, {"field": field} if field is not None else None)
 
 
 async def _http_error(_request: Request, error: Exception) -> JSONResponse:

@@ -14,9 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from modelyard.errors import InvalidInput, NotFound
 from modelyard.store.tables import Deployment, Instance, InstanceEvent
 
@@ -96,27 +93,6 @@ def event_to_json(event: InstanceEvent) -> dict[str, Any]:
         "reason": event.reason,
         "at": event.at.isoformat(),
     }
-
-
-def list_events(session: Session, deployment_name: str, limit: int = 200) -> list[InstanceEvent]:
-    """The newest ``limit`` transitions of a deployment's instances, oldest first.
-
-    For a deployment that exists, its own events only (not those of an earlier deployment of the
-    same name); for a name no deployment has now, the events recorded under it (the history of
-    removed deployments).
-    """
-    if limit < 1:
-        raise InvalidInput(f"limit must be 1 or more, got {limit}")
-    current_uid = session.scalar(select(Deployment.uid).where(Deployment.name == deployment_name))
-    query = select(InstanceEvent).where(InstanceEvent.deployment_name == deployment_name)
-    if current_uid is not None:
-        query = query.where(InstanceEvent.deployment_uid == current_uid)
-    events = list(
-        session.scalars(query.order_by(InstanceEvent.at.desc(), InstanceEvent.id.desc()).limit(limit))
-    )
-    if not events and current_uid is None:
-        raise NotFound(f"no deployment named {deployment_name!r} and no events recorded for that name")
-    return list(reversed(events))
 
 
 def choose_instance(deployment: Deployment, instance_id: int | None) -> Instance:

@@ -13,7 +13,10 @@ Scale to zero: the loop tells the registry which deployments have ``min: 0`` (``
 reaches every gateway worker with the endpoint snapshot); a worker holding a request for one
 with no ready replica sends ``ReplicaWanted``, which the main process turns into ``wake(name)``:
 the next pass runs at once and a deployment at zero replicas gets one. Idleness is read from
-the gateway's counts of the deployment (``activity_source``: requests answered, in flight).
+the gateway's counts of the deployment (``activity_source``: requests answered, in flight),
+counted from the last use the store knows of when the loop first follows a deployment
+(``last_activity_at``: its newest request, decision or change), so that a server restart does not
+start the idle time again; the replicas the restart itself starts again are not activity.
 
 Usage::
 
@@ -47,7 +50,13 @@ from modelyard.control.autoscale.signals import (
     read_engines,
     signal_value,
 )
-from modelyard.control.autoscale.store import AutoscaledView, apply_decision, load_autoscaled, record_unplaced
+from modelyard.control.autoscale.store import (
+    AutoscaledView,
+    apply_decision,
+    last_activity_at,
+    load_autoscaled,
+    record_unplaced,
+)
 from modelyard.control.endpoints import EndpointRegistry, HoldPolicy
 from modelyard.control.launch import PLACEMENT_REFUSED_PREFIX
 from modelyard.store.database import Database
@@ -90,6 +99,9 @@ class _Followed:
     # Scale to zero: when a request last came (or was in flight), and the gateway's counts then.
     last_activity_at_s: float = 0.0
     activity_mark: tuple[int, int] | None = None
+    # Followed since the loop's first pass (the server's start): replicas starting then are the
+    # restart's, not a wake's, and do not hold the idle time; until the replicas change or are ready.
+    resumed: bool = False
 
 
 class AutoscaleLoop:
@@ -119,6 +131,7 @@ class AutoscaleLoop:
         # Deployments whose requests the gateway holds at zero replicas (set on the registry).
         self._holding: set[str] = set()
         self._followed: dict[int, _Followed] = {}
+        self._passes = 0
         self._task: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(timeout=self._options.scrape_timeout_seconds, trust_env=False)
 
@@ -174,6 +187,7 @@ class AutoscaleLoop:
                 continue
             if decision is not None:
                 applied.append(decision)
+        self._passes += 1
         return applied
 
     def _publish_holds(self, views: list[AutoscaledView]) -> None:
@@ -197,7 +211,10 @@ class AutoscaleLoop:
             return None
         mark = self._activity_source(followed.name)
         in_flight = mark[1] if mark is not None else 0
-        if mark != followed.activity_mark or in_flight > 0 or held_requests > 0 or starting:
+        if not starting:
+            followed.resumed = False
+        waking = starting and not followed.resumed
+        if mark != followed.activity_mark or in_flight > 0 or held_requests > 0 or waking:
             followed.last_activity_at_s = now
         followed.activity_mark = mark
         return now - followed.last_activity_at_s
@@ -206,12 +223,11 @@ class AutoscaleLoop:
         followed = self._followed.get(view.id)
         now = self._now_s()
         if followed is None:
-            window = TtftWindow(self._options.ttft_window_seconds)
-            followed = _Followed(name=view.name, ttft=window, last_activity_at_s=now)
-            self._followed[view.id] = followed
+            followed = await self._start_following(view, now)
         minimum, schedule_name = schedule_minimum(view.config.schedule, self._wall_clock())
         if followed.known_replicas is not None and followed.known_replicas != view.replicas:
             followed.last_change_at_s = now  # set from outside (the API): a change like the rule's own
+            followed.resumed = False
         endpoints = list(self._endpoints.endpoints_for(view.name))
         idle_for_s = self._idle_for_s(followed, now, held_requests, len(endpoints) < view.replicas)
         readings = await read_engines(self._client, endpoints)
@@ -252,6 +268,7 @@ class AutoscaleLoop:
                 logger.info("autoscale %s: %s", view.name, decision.reason)
                 followed.last_change_at_s = now
                 followed.known_replicas = decision.desired_replicas
+                followed.resumed = False
                 written = decision
                 self._poke()
         followed.status = AutoscaleStatus(
@@ -263,6 +280,22 @@ class AutoscaleLoop:
         )
         await self._report_unplaced(view, followed)
         return written
+
+    async def _start_following(self, view: AutoscaledView, now: float) -> _Followed:
+        """The loop's memory of a deployment it sees for the first time: idle since the last use
+        the store knows of (a request, a decision, a change), not since now."""
+        last_used = await asyncio.to_thread(last_activity_at, self._database, view.id)
+        idle_s = 0.0 if last_used is None else max(0.0, (self._wall_clock() - last_used).total_seconds())
+        followed = _Followed(
+            name=view.name,
+            ttft=TtftWindow(self._options.ttft_window_seconds),
+            last_activity_at_s=now - idle_s,
+            # The gateway's counts as they are now: only a change from them is a new request.
+            activity_mark=self._activity_source(view.name) if self._activity_source is not None else None,
+            resumed=self._passes == 0,
+        )
+        self._followed[view.id] = followed
+        return followed
 
     async def _report_unplaced(self, view: AutoscaledView, followed: _Followed) -> None:
         """Say once, per replica and reason, why a replica asked for cannot be placed."""

@@ -1,21 +1,26 @@
 """The autoscaler's reads and writes of the store, each one short transaction (run in a thread).
 
-A decision is one transaction: the deployment's ``replicas`` and the ``autoscale_events`` row
-with the reason, written only if the replicas are still those the decision was made from (a
-user's change in between wins, and the decision is dropped).
+A decision is one transaction: the deployment's ``replicas``, the ``autoscale_events`` row with
+the reason and the audit log's row (actor ``autoscaler``, action ``scale``, as a user's
+``modelyard scale`` is recorded), written only if the replicas are still those the decision was
+made from (a user's change in between wins, and the decision is dropped).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from modelyard.control.autoscale.config import AutoscaleConfig
 from modelyard.store.database import Database
-from modelyard.store.tables import AutoscaleEvent, Deployment
+from modelyard.store.tables import AuditEvent, AutoscaleEvent, Deployment, Project, UsageRecord
+
+# The audit log's actor for the replicas the autoscaler sets (a user's changes carry their name).
+AUTOSCALER_ACTOR = "autoscaler"
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,22 @@ def apply_decision(
         ):
             return False
         row.replicas = desired_replicas
+        project = session.get(Project, row.project_id)
+        session.add(
+            AuditEvent(
+                actor=AUTOSCALER_ACTOR,
+                action="scale",
+                object_type="deployment",
+                object_name=view.name,
+                project=project.name if project is not None else None,
+                details={
+                    "replicas": desired_replicas,
+                    "from_replicas": view.replicas,
+                    "direction": direction,
+                    "reason": reason,
+                },
+            )
+        )
         session.add(
             AutoscaleEvent(
                 deployment_name=view.name,
@@ -116,6 +137,29 @@ def record_unplaced(database: Database, view: AutoscaledView, reason: str) -> No
             )
         )
         session.commit()
+
+
+def last_activity_at(database: Database, deployment_id: int) -> datetime | None:
+    """When the deployment was last used or changed, as the store knows it: its newest request
+    (``usage_records``, every answered request's row, the gateway's journal replayed at start), its
+    autoscaler's newest decision, or the last change to its row (deployed, started, autoscale or
+    replicas set), whichever is latest. Scale to zero's idle time starts there when the loop first
+    follows the deployment, so a server restart does not start it again. None: no such deployment."""
+    with database.session() as session:
+        row = session.get(Deployment, deployment_id)
+        if row is None:
+            return None
+        last_request = session.scalar(
+            select(func.max(UsageRecord.at)).where(
+                UsageRecord.deployment_name == row.name, UsageRecord.at >= row.created_at
+            )
+        )
+        last_decision = session.scalar(
+            select(func.max(AutoscaleEvent.at)).where(AutoscaleEvent.deployment_uid == row.uid)
+        )
+        return max(
+            moment for moment in (row.updated_at, row.created_at, last_request, last_decision) if moment
+        )
 
 
 def list_autoscale_events(session: Session, deployment_uid: str, limit: int = 200) -> list[AutoscaleEvent]:

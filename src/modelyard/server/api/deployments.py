@@ -28,8 +28,9 @@ from modelyard.server.api.common import in_session
 from modelyard.server.auth import SignedIn
 from modelyard.server.context import ServerContext, server_context
 from modelyard.server.policy import authorize
-from modelyard.services import deployments, instances, projects
+from modelyard.services import deployments, projects
 from modelyard.services.deployment_checks import WorkerModelCheck
+from modelyard.services.deployment_events import deployment_events
 from modelyard.services.deployment_limits import registry_limits
 from modelyard.services.deployment_request import MAXIMUM_REPLICAS, DeploymentLimitsBody, DeploymentRequest
 from modelyard.services.roles import sees_every_project
@@ -143,7 +144,8 @@ def _change(
     result: dict[str, Any] = {}
     limits: DeploymentLimits | None = None
     if autoscale_given:
-        result = autoscale_api.set_deployment_autoscale(session, name, change.autoscale)
+        autoscale_api.set_deployment_autoscale(session, name, change.autoscale)
+        result = _shown(session, deployments.get_deployment(session, name))
     if change.limits is not None:
         result, limits = _limit(session, name, change.limits)
     if change.routing is not None:
@@ -162,7 +164,7 @@ def _events(session: Session, name: str, limit: int, user: SignedIn) -> list[dic
     # Events outlive their deployment: only a member is asked for it to be in one of their projects.
     if not sees_every_project(user.role):
         _visible(session, name, user)
-    return [instances.event_to_json(event) for event in instances.list_events(session, name, limit)]
+    return deployment_events(session, name, limit)
 
 
 @router.get("/deployments")
@@ -283,7 +285,15 @@ async def change_deployment(
             'or {"autoscale": {...}}',
         )
     action = "scale" if change.replicas is not None else "update"
-    details = change.model_dump(exclude_none=True)
+    # What was sent; autoscale as stored (its defaults filled in), null when it was removed.
+    details = change.model_dump(exclude_none=True, mode="json")
+
+    def audited(changed: tuple[dict[str, Any], DeploymentLimits | None]) -> list[AuditEntry]:
+        shown = changed[0]
+        if autoscale_given:
+            details["autoscale"] = shown.get("autoscale")
+        return [AuditEntry(action, "deployment", name, shown.get("project"), details)]
+
     result, limits = await in_audited_session(
         context,
         user,
@@ -292,9 +302,7 @@ async def change_deployment(
         change,
         autoscale_given,
         context.controller.gpu_inventory(),
-        audit_entries=lambda changed: [
-            AuditEntry(action, "deployment", name, changed[0].get("project"), details)
-        ],
+        audit_entries=audited,
     )
     if limits is not None:
         context.endpoints.set_limits(name, limits)

@@ -1,7 +1,9 @@
 // One deployment: its instances (instance_card.js), its events, the controls (scale, stop, start,
 // delete, re-run verification, its result shown as it comes back) and the engine log of any start
-// (engine_log.js), its limits for every key together (deployment_limits.js).
+// (engine_log.js), its limits for every key together (deployment_limits.js), its autoscale
+// (deployment_autoscale.js, for the roles that may change it).
 import { ApiError, api, badge, errorBox, formatTime, h, main, okBox, pathName, poll, replace, show, table } from "../console.js";
+import { DeploymentAutoscale } from "./deployment_autoscale.js";
 import { DeploymentLimits } from "./deployment_limits.js";
 import { settingsList } from "./deployment_settings.js";
 import { EngineLog } from "./engine_log.js";
@@ -13,6 +15,8 @@ const controlResult = document.getElementById("control-result");
 // The engine log is for operators and admins: a member's page has no log section.
 const log = document.getElementById("log") ? new EngineLog(path) : null;
 const limits = new DeploymentLimits(path, () => refresh());
+// Only for a role that may change deployments: the page has no autoscale form otherwise.
+const autoscale = document.getElementById("autoscale-form") ? new DeploymentAutoscale(path, () => refresh()) : null;
 let replicasTouched = false;
 // A verification asked for: each instance's verified_at when it was asked; done when all changed.
 let verifying = null;
@@ -51,6 +55,14 @@ function showSummary(deployment) {
     warnings?.length ? h("section", { class: "warn" }, h("strong", {}, "Doctor's warnings at deploy time"), h("ul", {}, warnings.map((w) => h("li", {}, w.message, w.fix ? ` Fix: ${w.fix}` : "")))) : null);
 }
 
+// An event is an instance's transition, or an autoscale decision (replicas from → to, or unplaced).
+const eventSource = (e) => (e.kind === "autoscale" ? "autoscaler" : String(e.replica_index));
+const eventFrom = (e) => (e.kind === "autoscale" ? `${e.from_replicas} replica(s)` : e.from_state);
+function eventTo(e) {
+  if (e.kind !== "autoscale") return badge(e.to_state);
+  return e.direction === "unplaced" ? badge("unplaced") : `${e.to_replicas} replica(s) (${e.direction})`;
+}
+
 // The sections that say "Loading…" until the first answer, and say why when it fails.
 const LOADING = ["instances", "summary", "events"];
 
@@ -78,6 +90,7 @@ async function refresh() {
   state.className = `badge ${deployment.state}`;
   showSummary(deployment);
   limits.show(deployment);
+  await autoscale?.show();
   if (!replicasTouched) document.getElementById("replicas").value = deployment.replicas;
   replace(document.getElementById("instances"), deployment.instances.length
     ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
@@ -86,7 +99,7 @@ async function refresh() {
   await log?.show(deployment.instances);
   const events = await api(`${path}/events?limit=100`);
   replace(document.getElementById("events"), table(
-    [["at", (e) => formatTime(e.at)], ["replica", (e) => String(e.replica_index)], ["from", (e) => e.from_state], ["to", (e) => badge(e.to_state)], ["reason", (e) => show(e.reason)]],
+    [["at", (e) => formatTime(e.at)], ["replica", eventSource], ["from", eventFrom], ["to", eventTo], ["reason", (e) => show(e.reason)]],
     events.slice().reverse(),
     { empty: "No events yet." },
   ));
