@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from modelyard.errors import AlreadyExists, InvalidInput, NotFound
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import ApiKey, Deployment, UsageRecord, utc_now
+from modelyard.store.tables import ApiKey, Deployment, Project, UsageRecord, utc_now
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,30 @@ def key_to_json(record: ApiKey) -> dict[str, Any]:
     }
 
 
-def _check_allowed(session: Session, allowed: list[str]) -> list[str]:
+def _check_allowed(session: Session, allowed: list[str], project: Project | None) -> list[str]:
+    """``allowed`` without repeats, when every name is a deployment (of ``project``, when given:
+    a key reaches only its own project's deployments, so naming another's is refused here rather
+    than at each call)."""
     names = list(dict.fromkeys(name.strip() for name in allowed))
     if not names or "" in names:
         raise InvalidInput(
             "allowed_deployments contains an empty name",
             hint="leave it out to allow every deployment, or list deployment names",
         )
+    if project is not None:
+        owned = sorted(session.scalars(select(Deployment.name).where(Deployment.project_id == project.id)))
+        outside = [name for name in names if name not in owned]
+        if outside:
+            # One answer whether the deployment is another project's or none at all: a member
+            # learns nothing of the projects they cannot see.
+            raise InvalidInput(
+                f"allowed_deployments names {', '.join(repr(name) for name in outside)}, not "
+                f"{'a deployment' if len(outside) == 1 else 'deployments'} of project {project.name!r} "
+                "(the key's project): a key may use only its own project's deployments",
+                hint=f"project {project.name!r} has: {', '.join(owned) or 'no deployments yet'}; "
+                "to use another project's deployment, make the key in that project ('project')",
+            )
+        return names
     known = set(session.scalars(select(Deployment.name).where(Deployment.name.in_(names))))
     missing = [name for name in names if name not in known]
     if missing:
@@ -84,7 +101,10 @@ def create_key(
     name: str,
     allowed_deployments: list[str] | None = None,
     limits: KeyLimitRequest | None = None,
+    project: Project | None = None,
 ) -> CreatedKey:
+    """A new key in ``project`` (None: the default project), its allowed deployments checked
+    against that project's; nothing is stored when any check fails."""
     check_name(name, "key")
     limits = limits or KeyLimitRequest()
     if limits.quota_period is not None and limits.quota_period not in ("day", "month"):
@@ -99,7 +119,7 @@ def create_key(
                 "(POST /api/v1/keys/NAME/rotate; the old secret stops working)"
             ),
         )
-    allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments)
+    allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments, project)
     key = generate_key()
     record = ApiKey(
         name=name,
@@ -112,6 +132,8 @@ def create_key(
         token_quota=limits.token_quota,
         quota_period=(limits.quota_period or "month") if limits.token_quota is not None else None,
     )
+    if project is not None:
+        record.project_id = project.id
     session.add(record)
     commit_new(session, "key", name)
     return CreatedKey(key=key, record=record)
