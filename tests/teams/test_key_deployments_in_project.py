@@ -77,7 +77,9 @@ def test_a_member_cannot_make_a_key_for_another_projects_deployment(deployments:
     assert _audited_creates(deployments, "mia-ops") == []
 
 
-def test_a_deployment_of_no_project_gets_the_same_answer_as_another_projects(deployments: TeamServer) -> None:
+def test_a_member_gets_the_same_answer_for_no_deployment_and_another_projects(
+    deployments: TeamServer,
+) -> None:
     """A member cannot tell another project's deployment from none at all."""
     with deployments.client(Role.MEMBER) as member:
         unknown = member.post("/api/v1/keys", json={"name": "mia-typo", "allowed_deployments": ["nowhere"]})
@@ -102,10 +104,23 @@ def test_an_admin_is_refused_too_and_told_the_keys_project(deployments: TeamServ
         )
         in_default = admin.post("/api/v1/keys", json={"name": "ops-only", "allowed_deployments": [FOREIGN]})
     assert mixed.status_code == 400, mixed.text
-    assert (
-        f"names '{FOREIGN}', not a deployment of project '{MEMBER_PROJECT}'"
-        in mixed.json()["error"]["message"]
+    # An admin sees every project, so is told where the deployment is.
+    assert mixed.json()["error"]["message"] == (
+        f"allowed_deployments names '{FOREIGN}', not a deployment of project '{MEMBER_PROJECT}' "
+        f"(the key's project): a key may use only its own project's deployments ('{FOREIGN}' is in "
+        "project 'default')"
     )
     assert "lab-both" not in _key_names(deployments)
     assert in_default.status_code == 201, in_default.text
     assert in_default.json()["project"] == "default"
+
+
+def test_an_admin_naming_no_deployment_at_all_gets_a_404(deployments: TeamServer) -> None:
+    with deployments.client(Role.ADMIN) as admin:
+        unknown = admin.post(
+            "/api/v1/keys",
+            json={"name": "lab-typo", "project": MEMBER_PROJECT, "allowed_deployments": ["ghost"]},
+        )
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["error"]["message"] == "no deployment named 'ghost'"
+    assert "lab-typo" not in _key_names(deployments)

@@ -84,7 +84,14 @@ def _create(
 ) -> tuple[str, dict[str, Any]]:
     visible = projects.visible_project_ids(session, user.id, user.role)
     project = projects.project_for_new_object(session, request.project, visible)
-    created = keys.create_key(session, request.name, request.allowed_deployments, limits, project)
+    created = keys.create_key(
+        session,
+        request.name,
+        request.allowed_deployments,
+        limits,
+        project,
+        sees_every_project=visible is None,
+    )
     created.record.owner_id = user.id
     session.commit()
     session.refresh(created.record)
