@@ -135,3 +135,18 @@ def test_a_segment_journaled_before_ttft_was_recorded_replays_beside_newer_rows(
         )
         assert [tuple(row) for row in stored] == [(1, None), (2, 123.5)]
     database.close()
+
+
+def test_a_rows_ttft_crosses_from_a_worker_to_the_main_process() -> None:
+    """``UsageBatch`` carries rows as flat lists: the time to first token is the ninth item, and a
+    list without one (a worker of the version before) reads as none."""
+    row = UsageRow(
+        api_key_id=3,
+        deployment_name="demo",
+        endpoint="/v1/chat/completions",
+        usage=TokenUsage(prompt_tokens=5, completion_tokens=7),
+        ttft_ms=41.25,
+    )
+    carried = UsageRow.from_json(row.to_json())
+    assert (carried.request_id, carried.usage, carried.ttft_ms) == (row.request_id, row.usage, 41.25)
+    assert UsageRow.from_json(row.to_json()[:8]).ttft_ms is None
