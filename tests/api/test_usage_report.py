@@ -40,7 +40,8 @@ def _request(key: ApiKey | None, at: datetime, prompt: int, completion: int, **f
 def seeded(api: ApiHarness) -> ApiHarness:
     """Projects ``research`` (member ``mia``, her key ``mia-key``) and ``default`` (key ``ops``,
     no owner); an operator ``olga``; requests on 2 and 3 November, one outside the range, one
-    without a key. Every user has the admin's password (its hash is copied: scrypt is slow)."""
+    without a key; four with a time to first token (the error and the keyless one without).
+    Every user has the admin's password (its hash is copied: scrypt is slow)."""
     with api.database.session() as session:
         password_hash = session.scalars(select(User.password_hash).where(User.username == "admin")).one()
         mia = User(username="mia", password_hash=password_hash, role="member")
@@ -57,11 +58,11 @@ def seeded(api: ApiHarness) -> ApiHarness:
         session.flush()
         session.add_all(
             [
-                _request(mia_key, _at(2, 9, 10), 10, 5),
-                _request(mia_key, _at(2, 9, 50), 20, 7),
+                _request(mia_key, _at(2, 9, 10), 10, 5, ttft_ms=100.0),
+                _request(mia_key, _at(2, 9, 50), 20, 7, ttft_ms=300.0),
                 _request(mia_key, _at(3, 14), 0, 0, usage_reported=False, status_code=502),
-                _request(ops_key, _at(2, 23, 59), 100, 50, deployment="embed"),
-                _request(ops_key, _at(3, 0, 0), 1, 1),
+                _request(ops_key, _at(2, 23, 59), 100, 50, deployment="embed", ttft_ms=40.0),
+                _request(ops_key, _at(3, 0, 0), 1, 1, ttft_ms=60.0),
                 _request(None, _at(3, 8), 4, 0, deployment="embed"),
                 _request(mia_key, _at(1, 12), 1000, 1000),  # before since: left out
             ]
@@ -125,6 +126,26 @@ def test_usage_by_project_per_day_sums_each_projects_keys_in_utc_days(seeded: Ap
         "total_tokens": 198,
         "errors": 1,
         "requests_without_usage": 1,
+        # 40, 60, 100, 300 ms: the median between 60 and 100, the 90th 70 % of the way to 300.
+        "ttft_p50_ms": 80.0,
+        "ttft_p90_ms": 240.0,
+    }
+
+
+def test_time_to_first_token_per_project_and_day_is_the_median_and_90th_percentile(
+    seeded: ApiHarness,
+) -> None:
+    body = _report(seeded.client, group_by="project", bucket="day")
+    rows = body["rows"]
+    assert isinstance(rows, list)
+    assert {
+        (row["group"], row["bucket_start"]): (row["ttft_p50_ms"], row["ttft_p90_ms"]) for row in rows
+    } == {
+        ("research", "2026-11-02T00:00:00Z"): (200.0, 280.0),
+        ("research", "2026-11-03T00:00:00Z"): (None, None),  # the 502 has none
+        ("default", "2026-11-02T00:00:00Z"): (40.0, 40.0),
+        ("default", "2026-11-03T00:00:00Z"): (60.0, 60.0),
+        ("(no key)", "2026-11-03T00:00:00Z"): (None, None),
     }
 
 
@@ -170,11 +191,13 @@ def test_usage_by_key_is_exported_as_a_csv_attachment(seeded: ApiHarness) -> Non
         "total_tokens",
         "errors",
         "requests_without_usage",
+        "ttft_p50_ms",
+        "ttft_p90_ms",
     ]
     assert lines[1:] == [
-        ["(no key)", "2026-11-02T00:00:00Z", "1", "4", "0", "4", "0", "0"],
-        ["mia-key", "2026-11-02T00:00:00Z", "3", "30", "12", "42", "1", "1"],
-        ["ops", "2026-11-02T00:00:00Z", "2", "101", "51", "152", "0", "0"],
+        ["(no key)", "2026-11-02T00:00:00Z", "1", "4", "0", "4", "0", "0", "", ""],
+        ["mia-key", "2026-11-02T00:00:00Z", "3", "30", "12", "42", "1", "1", "200.0", "280.0"],
+        ["ops", "2026-11-02T00:00:00Z", "2", "101", "51", "152", "0", "0", "50.0", "58.0"],
     ]
 
 
@@ -188,6 +211,8 @@ def test_a_member_sees_only_their_projects_rows(member: TestClient) -> None:
         "total_tokens": 42,
         "errors": 1,
         "requests_without_usage": 1,
+        "ttft_p50_ms": 200.0,  # hers alone, not every request's (80 ms)
+        "ttft_p90_ms": 280.0,
     }
     by_deployment = _report(member, group_by="deployment")
     assert _figures(by_deployment) == {("chat", None): (3, 30, 12, 1, 1)}  # not the other keys' chat rows

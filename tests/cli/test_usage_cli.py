@@ -18,7 +18,8 @@ from .conftest import LiveServer
 @pytest.fixture
 def metered(live_server: LiveServer) -> LiveServer:
     """Two days ago and today: key ``ci`` (project ``research``) on ``chat``; ``batch`` (project
-    ``default``) on ``embed``, one of its requests an error without usage."""
+    ``default``) on ``embed``, one of its requests an error without usage (and without a time to
+    first token)."""
     now = datetime.now(UTC)
     with live_server.database.session() as session:
         research = Project(name="research")
@@ -28,11 +29,11 @@ def metered(live_server: LiveServer) -> LiveServer:
         batch = ApiKey(name="batch", prefix="my-batch", key_hash="2" * 64)
         session.add_all([ci, batch])
         session.flush()
-        for key, deployment, prompt, completion, status, at in (
-            (ci, "chat", 12, 30, 200, now - timedelta(days=2)),
-            (ci, "chat", 8, 10, 200, now),
-            (batch, "embed", 500, 0, 200, now),
-            (batch, "embed", 0, 0, 502, now),
+        for key, deployment, prompt, completion, status, at, ttft_ms in (
+            (ci, "chat", 12, 30, 200, now - timedelta(days=2), 90.0),
+            (ci, "chat", 8, 10, 200, now, 110.0),
+            (batch, "embed", 500, 0, 200, now, 50.0),
+            (batch, "embed", 0, 0, 502, now, None),
         ):
             session.add(
                 UsageRecord(
@@ -43,6 +44,7 @@ def metered(live_server: LiveServer) -> LiveServer:
                     completion_tokens=completion,
                     usage_reported=status < 400,
                     status_code=status,
+                    ttft_ms=ttft_ms,
                     at=at,
                 )
             )
@@ -54,10 +56,11 @@ def test_usage_by_project_prints_each_projects_totals_and_the_sum(metered: LiveS
     result = metered.cli("usage", "--by", "project", "--since", "7d")
     assert result.exit_code == 0, result.output
     lines = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[2:]}
-    # PROJECT REQUESTS PROMPT COMPLETION ERRORS NO-USAGE
-    assert lines["research"] == ["2", "20", "40", "0", "0"]
-    assert lines["default"] == ["2", "500", "0", "1", "1"]
-    assert lines["total"] == ["4", "520", "40", "1", "1"]
+    # PROJECT REQUESTS PROMPT COMPLETION ERRORS NO-USAGE TTFT-P50 TTFT-P90
+    assert lines["research"] == ["2", "20", "40", "0", "0", "100", "ms", "108", "ms"]
+    assert lines["default"] == ["2", "500", "0", "1", "1", "50", "ms", "50", "ms"]
+    # 50, 90, 110 ms: the median 90, the 90th percentile 80 % of the way from 90 to 110.
+    assert lines["total"] == ["4", "520", "40", "1", "1", "90", "ms", "106", "ms"]
 
 
 def test_usage_since_leaves_out_older_requests(metered: LiveServer) -> None:

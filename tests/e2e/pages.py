@@ -1,5 +1,6 @@
 """What every console page must do in the browser, whatever its content: fit the width, label its
-inputs, be reachable by keyboard. Also the screenshots kept in ``docs/console/``.
+inputs, be reachable by keyboard, offer no control its user's role may not use. Also the
+screenshots kept in ``docs/console/``.
 
 ``MODELYARD_CONSOLE_SCREENSHOTS=docs/console`` makes the tests write one PNG per page and width
 (``<name>-1280.png``, ``<name>-390.png``); without it nothing is written.
@@ -11,6 +12,10 @@ import os
 from pathlib import Path
 
 from playwright.sync_api import Locator, Page
+from starlette.routing import compile_path
+
+from modelyard.server.policy import ROUTE_ACCESS
+from modelyard.services.roles import Role, may
 
 SCREENSHOTS_VARIABLE = "MODELYARD_CONSOLE_SCREENSHOTS"
 CONTROLS = ", ".join(
@@ -79,3 +84,56 @@ def screenshot(page: Page, name: str, top: Locator | None = None) -> None:
     target = Path(folder) / f"{name}-{width}.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(target), full_page=False)
+
+
+# Every GET route of the role table as a pattern, to find what a link leads to.
+_GET_ROUTES = [
+    (compile_path(route.partition(" ")[2])[0], route) for route in ROUTE_ACCESS if route.startswith("GET ")
+]
+
+
+def refused_routes(role: Role, path: str) -> list[str]:
+    """The GET routes that ``path`` (no query) matches and ``role`` may not open; [] when it may."""
+    return [
+        route for pattern, route in _GET_ROUTES if pattern.match(path) and not may(role, ROUTE_ACCESS[route])
+    ]
+
+
+def controls_out_of_role(page: Page, role: Role) -> list[str]:
+    """The page's controls that a user of ``role`` may not use, or that do not say what they call.
+
+    Every button of <main> (shown or not) must name the route it calls in ``data-route``, as
+    ``modelyard.server.policy.ROUTE_ACCESS`` spells it, or ``local`` (it calls none), and the
+    role must be allowed that route; every link of <main> must lead to a page or route the role
+    may open (the strictest route its path matches, as /deployments/new matches two).
+    """
+    found: dict[str, list[list[str]]] = page.evaluate(
+        """() => ({
+            // A chart's own tool bar (plotly.js: zoom, pan, save as PNG) acts on the chart only.
+            buttons: [...document.querySelectorAll('main button, main input[type=submit]')]
+              .filter((element) => !element.closest('.js-plotly-plot'))
+              .map((element) => [element.dataset.route ?? '', element.outerHTML.slice(0, 120)]),
+            links: [...document.querySelectorAll('main a[href]')]
+              .filter((link) => new URL(link.href).origin === location.origin)
+              .map((link) => [new URL(link.href).pathname, link.outerHTML.slice(0, 120)]),
+        })"""
+    )
+    problems: list[str] = []
+    for route, html in found["buttons"]:
+        if route == "local":
+            continue
+        if not route:
+            problems.append(f"a control names no route (data-route): {html}")
+        elif route not in ROUTE_ACCESS:
+            problems.append(f"a control names {route!r}, which is not in ROUTE_ACCESS: {html}")
+        elif not may(role, ROUTE_ACCESS[route]):
+            problems.append(
+                f"role {role.value} is offered {route} ({ROUTE_ACCESS[route].value} only): {html}"
+            )
+    for path, html in found["links"]:
+        refused = refused_routes(role, path)
+        if refused:
+            problems.append(
+                f"role {role.value} is offered a link to {path} ({refused[0]} is refused): {html}"
+            )
+    return problems

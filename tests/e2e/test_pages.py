@@ -1,5 +1,7 @@
 """Every console page at 1280 and 390 px: it loads with no browser error, fits the width, labels
-its inputs and can be walked with the keyboard. Screenshots for docs/console/ (see pages.py)."""
+its inputs and can be walked with the keyboard. Every page each role may open, as that role:
+no control or link the role may not use (the server would refuse it). Screenshots for
+docs/console/ (see pages.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,17 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from modelyard.estimate import parse_gpu_specs
+from modelyard.services.roles import Role
 from modelyard.tune.session import TuneRequest, run_tune
 from modelyard.tune.slo import parse_slos
 from modelyard.tune.space import EngineChoice, SearchSpace
 from modelyard.tune.workloads import BUILTIN_WORKLOADS
 
-from .conftest import NARROW, WIDE, ConsoleServer, new_console
+from .conftest import NARROW, WIDE, ConsoleServer, PageWatch, new_console
 from .pages import (
+    controls_out_of_role,
     horizontal_overflow_px,
+    refused_routes,
     screenshot,
     unlabelled_fields,
     unreachable_by_keyboard,
@@ -91,6 +96,7 @@ def test_every_page_fits_is_labelled_and_keyboard_reachable(
         screenshot(page, name)
         if viewport is WIDE:
             problems += [f"{path}: not reachable by Tab: {item}" for item in unreachable_by_keyboard(page)]
+            problems += [f"{path}: {problem}" for problem in controls_out_of_role(page, Role.ADMIN)]
     console.context.close()
     assert not problems, "\n".join(problems)
     assert not console.watch.problems, "\n".join(console.watch.problems)
@@ -114,3 +120,69 @@ def test_sign_in_page_and_api_docs_work_offline(
     screenshot(page, "api-docs")
     console.context.close()
     assert not console.watch.problems, "\n".join(console.watch.problems)
+
+
+WALK_PASSWORD = "correct horse battery staple"
+
+
+@pytest.mark.parametrize("role", [Role.OPERATOR, Role.MEMBER], ids=["operator", "member"])
+def test_every_page_a_role_opens_offers_only_what_the_role_may_use(
+    browser: Browser,
+    console_server: ConsoleServer,
+    double_deployment: str,
+    walked_tune: str,
+    role: Role,
+) -> None:
+    """A member sees the deployment but no Scale, Stop, Start, Delete, limits form or "New
+    deployment"; an operator sees those but not the registry credentials (admins only)."""
+    username = f"walk-{role.value}"
+    made = console_server.api.post(
+        "/api/v1/users", json={"username": username, "password": WALK_PASSWORD, "role": role.value}
+    )
+    assert made.status_code in (201, 409), made.text
+    joined = console_server.api.put(f"/api/v1/projects/default/members/{username}")
+    assert joined.status_code == 200, joined.text
+    context = browser.new_context(viewport=WIDE, base_url=console_server.url)  # type: ignore[arg-type]
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    watch = PageWatch(origin=console_server.url)
+    watch.attach(page)
+    page.goto(f"{console_server.url}/login")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(WALK_PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{console_server.url}/")
+    walked: list[str] = []
+    problems: list[str] = []
+    for _name, path, heading in PAGES:
+        path = path.format(tune_id=walked_tune)
+        if refused_routes(role, path.partition("?")[0]):
+            continue
+        walked.append(path)
+        page.goto(console_server.url + path)
+        expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
+        wait_loaded(page)
+        problems += [f"{path}: {problem}" for problem in controls_out_of_role(page, role)]
+    if role is Role.MEMBER:
+        assert walked == [
+            "/",
+            "/deployments",
+            "/deployments/chat",
+            "/playground?deployment=chat",
+            "/keys",
+            "/usage",
+            "/account",
+        ]
+        page.goto(f"{console_server.url}/deployments/chat")
+        expect(page.locator("#state")).to_have_text("running")
+        expect(page.get_by_role("button", name="Scale")).to_have_count(0)
+        expect(page.get_by_role("link", name="Try in the playground")).to_be_visible()
+        expect(page.locator("#limits-now")).to_contain_text("No limits")
+    else:
+        assert len(walked) == len(PAGES)
+        page.goto(f"{console_server.url}/backends")
+        wait_loaded(page)
+        expect(page.get_by_role("heading", name="Registry credentials")).to_have_count(0)
+    context.close()
+    assert not problems, "\n".join(problems)
+    assert not watch.problems, "\n".join(watch.problems)

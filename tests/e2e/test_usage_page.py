@@ -49,11 +49,11 @@ def metered(console_server: ConsoleServer) -> ConsoleServer:
                 key.name: key.id
                 for key in session.query(ApiKey).filter(ApiKey.name.in_(["lab-key", "ops-key"]))
             }
-            for key, day, prompt, completion, status in (
-                ("lab-key", 5, 10, 5, 200),
-                ("lab-key", 5, 20, 7, 200),
-                ("lab-key", 6, 0, 0, 502),
-                ("ops-key", 6, 100, 50, 200),
+            for key, day, prompt, completion, status, ttft_ms in (
+                ("lab-key", 5, 10, 5, 200, 100.0),
+                ("lab-key", 5, 20, 7, 200, 300.0),
+                ("lab-key", 6, 0, 0, 502, None),
+                ("ops-key", 6, 100, 50, 200, 40.0),
             ):
                 session.add(
                     UsageRecord(
@@ -64,6 +64,7 @@ def metered(console_server: ConsoleServer) -> ConsoleServer:
                         completion_tokens=completion,
                         usage_reported=status < 400,
                         status_code=status,
+                        ttft_ms=ttft_ms,
                         at=datetime(2026, 10, day, 12, tzinfo=UTC),
                     )
                 )
@@ -126,11 +127,13 @@ def _open(page: Page, query: str) -> None:
 def test_an_admin_sees_every_projects_usage_charted_and_tabled(admin_page: Page) -> None:
     page = admin_page
     _open(page, f"group_by=project&bucket=day&{RANGE}")
-    # requests, tokens in, tokens out, tokens, errors, without usage
+    # requests, tokens in, tokens out, tokens, errors, without usage, TTFT p50, TTFT p90
     assert _table(page) == {
-        PROJECT: ["3", "30", "12", "42", "1", "1"],
-        "default": ["1", "100", "50", "150", "0", "0"],
+        PROJECT: ["3", "30", "12", "42", "1", "1", "200 ms", "280 ms"],
+        "default": ["1", "100", "50", "150", "0", "0", "40 ms", "40 ms"],
     }
+    # 40, 100, 300 ms: the median is 100, the 90th 80 % of the way from 100 to 300.
+    expect(page.locator("#totals")).to_contain_text("100 ms / 260 ms")
     expect(page.locator("#totals")).to_contain_text("4requests")
     expect(page.locator("#chart-title")).to_have_text("Tokens per day, by project")
     # plotly drew one stacked trace per project, one bar per day.
@@ -142,16 +145,28 @@ def test_an_admin_sees_every_projects_usage_charted_and_tabled(admin_page: Page)
     expect(page.locator("#groups tbody tr")).to_have_count(2)
     # The title changes at once, the rows once the report is fetched.
     expect(page.locator("#groups tbody")).to_contain_text("lab-key")
-    assert _table(page)["lab-key"] == ["3", "30", "12", "42", "1", "1"]
+    assert _table(page)["lab-key"] == ["3", "30", "12", "42", "1", "1", "200 ms", "280 ms"]
     assert "group_by=key" in page.url
+
+
+def test_time_to_first_token_is_charted_as_one_line_per_group(admin_page: Page) -> None:
+    page = admin_page
+    _open(page, f"group_by=project&bucket=day&{RANGE}")
+    page.get_by_label("Chart", exact=True).select_option("ttft_p90_ms")
+    expect(page.locator("#chart-title")).to_have_text("TTFT p90 (ms) per day, by project")
+    # A line per project, not stacked bars; a day without a TTFT (the 502's) has no point.
+    expect(page.locator("#chart g.trace.scatter")).to_have_count(2)
+    expect(page.locator("#chart g.trace.bars")).to_have_count(0)
+    expect(page.locator("#chart-caption")).to_contain_text("260 ms over every request")
+    assert "metric=ttft_p90_ms" in page.url
 
 
 def test_the_csv_link_downloads_the_rows_shown(admin_page: Page) -> None:
     page = admin_page
     _open(page, f"group_by=user&bucket=day&{RANGE}")
     assert _table(page) == {
-        MEMBER: ["3", "30", "12", "42", "1", "1"],
-        "admin": ["1", "100", "50", "150", "0", "0"],
+        MEMBER: ["3", "30", "12", "42", "1", "1", "200 ms", "280 ms"],
+        "admin": ["1", "100", "50", "150", "0", "0", "40 ms", "40 ms"],
     }
     with page.expect_download() as download_info:
         page.get_by_role("link", name="Download CSV").click()
@@ -168,13 +183,14 @@ def test_the_csv_link_downloads_the_rows_shown(admin_page: Page) -> None:
 def test_a_member_sees_only_their_projects_usage(member_page: Page) -> None:
     page = member_page
     _open(page, f"group_by=project&bucket=day&{RANGE}")
-    assert _table(page) == {PROJECT: ["3", "30", "12", "42", "1", "1"]}
+    assert _table(page) == {PROJECT: ["3", "30", "12", "42", "1", "1", "200 ms", "280 ms"]}
     expect(page.locator("#chart g.trace.bars")).to_have_count(1)
     page.get_by_label("Group by").select_option("deployment")
     expect(page.locator("#groups-title")).to_have_text("By deployment")
     expect(page.locator("#groups tbody tr")).to_have_count(1)
     expect(page.locator("#groups tbody")).to_contain_text("chat")  # the rows once fetched
-    assert _table(page) == {"chat": ["3", "30", "12", "42", "1", "1"]}  # not ops-key's chat request
+    # not ops-key's chat request (its 40 ms would make the median 100 ms)
+    assert _table(page) == {"chat": ["3", "30", "12", "42", "1", "1", "200 ms", "280 ms"]}
 
 
 def test_a_range_too_long_for_hours_says_to_use_days(admin_page: Page) -> None:

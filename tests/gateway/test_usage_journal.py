@@ -108,3 +108,45 @@ def test_a_journal_that_cannot_be_written_is_reported_and_the_row_still_reaches_
     assert recorder.failure is not None and "usage journal in /dev/full/usage-journal" in recorder.failure
     assert _count(database) == 1
     database.close()
+
+
+def test_a_segment_journaled_before_ttft_was_recorded_replays_beside_newer_rows(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A line written by a server before revision 0015 has no ``ttft_ms``: replayed in one INSERT
+    with rows that have one, it is stored with none (every row of a multi-row INSERT must name the
+    same columns: without the default the whole segment would be refused)."""
+    database = Database.open(database_url)
+    directory = tmp_path / "usage-journal"
+    older, newer = _row(1).to_values(), {**_row(2).to_values(), "ttft_ms": 123.5}
+    del older["ttft_ms"]
+    _journal_written_by_another_process(directory, [])
+    journal = UsageJournal.open(directory)
+    journal.append(older)
+    journal.append(newer)
+    journal.close()
+    for segment in journal_segments(directory):
+        segment.rename(segment.with_name(f"{os.getpid() + 1}-{segment.name.split('-', 1)[1]}"))
+
+    assert replay_journal(database, directory) == 2
+    with database.session() as session:
+        stored = session.execute(
+            select(UsageRecord.prompt_tokens, UsageRecord.ttft_ms).order_by(UsageRecord.id)
+        )
+        assert [tuple(row) for row in stored] == [(1, None), (2, 123.5)]
+    database.close()
+
+
+def test_a_rows_ttft_crosses_from_a_worker_to_the_main_process() -> None:
+    """``UsageBatch`` carries rows as flat lists: the time to first token is the ninth item, and a
+    list without one (a worker of the version before) reads as none."""
+    row = UsageRow(
+        api_key_id=3,
+        deployment_name="demo",
+        endpoint="/v1/chat/completions",
+        usage=TokenUsage(prompt_tokens=5, completion_tokens=7),
+        ttft_ms=41.25,
+    )
+    carried = UsageRow.from_json(row.to_json())
+    assert (carried.request_id, carried.usage, carried.ttft_ms) == (row.request_id, row.usage, 41.25)
+    assert UsageRow.from_json(row.to_json()[:8]).ttft_ms is None

@@ -1,5 +1,6 @@
 """``modelyard usage --by project|user|key|deployment --since 7d [--until ...] [--bucket day] [--csv]``:
-requests, tokens and errors as the gateway metered them (``GET /api/v1/usage/report``)."""
+requests, tokens, errors and time to first token (median and 90th percentile) as the gateway
+metered them (``GET /api/v1/usage/report``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def _when(bucket_start: str | None, bucket: str | None) -> str:
     return bucket_start[:10] if bucket == "day" else bucket_start[:16].replace("T", " ")
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
 def usage(
     ctx: typer.Context,
     by: str = typer.Option(
@@ -37,7 +42,8 @@ def usage(
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (one line per row) instead of a table."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Requests, tokens and errors by project, user, key or deployment, as the gateway metered them."""
+    """Requests, tokens, errors and time to first token (p50, p90) by project, user, key or
+    deployment, as the gateway metered them."""
     params: dict[str, Any] = {"group_by": by, "since": since}
     if until:
         params["until"] = until
@@ -65,7 +71,7 @@ def usage(
         [
             report["group_by"].upper(),
             *when,
-            *("REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "ERRORS", "NO USAGE"),
+            *("REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "ERRORS", "NO USAGE", "TTFT P50", "TTFT P90"),
         ],
         [
             *(
@@ -77,6 +83,8 @@ def usage(
                     row["completion_tokens"],
                     row["errors"],
                     row["requests_without_usage"],
+                    _ms(row["ttft_p50_ms"]),
+                    _ms(row["ttft_p90_ms"]),
                 ]
                 for row in report["rows"]
             ),
@@ -88,6 +96,8 @@ def usage(
                 totals["completion_tokens"],
                 totals["errors"],
                 totals["requests_without_usage"],
+                _ms(totals["ttft_p50_ms"]),
+                _ms(totals["ttft_p90_ms"]),
             ],
         ],
     )

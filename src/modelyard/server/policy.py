@@ -2,7 +2,9 @@
 one check (``authorize``).
 
 The REST router runs ``authorize`` before every route (``server/api/router.py``); console pages
-run ``check_page`` (``server/console/pages.py``). A route missing from the table is refused to
+run ``check_page`` (``server/console/pages.py``), and show only the controls whose route the
+user's role may call (``role_may_call`` in templates, ``routes_for`` for their scripts), so a
+page never offers what the server would refuse. A route missing from the table is refused to
 everyone, with a message naming it, and ``tests/api/test_route_roles.py`` walks every route of
 the app with every role, so a new route without a line here fails that test. What a member sees
 through the routes open to members is narrowed to the member's projects by the routes
@@ -20,7 +22,7 @@ from fastapi import Depends, Request
 
 from modelyard.errors import Forbidden
 from modelyard.server.auth import SignedIn, require_user
-from modelyard.services.roles import Access, may, roles_with
+from modelyard.services.roles import Access, Role, may, roles_with
 
 API_PREFIX = "/api/v1"
 
@@ -153,6 +155,22 @@ PUBLIC_MOUNTS = ("/console/static", "/api/docs/assets")
 def access_for(method: str, path: str) -> Access | None:
     """What the route ``method path`` asks for; None: the route has no line in the table."""
     return ROUTE_ACCESS.get(f"{method} {path}")
+
+
+def role_may_call(role: Role, route: str) -> bool:
+    """Whether ``role`` may call ``route`` ("POST /api/v1/deployments/{name:path}/stop", as in
+    the table): what a console page asks before it shows a control. A route with no line in the
+    table is a mistake in the page (a typo, a renamed route): ``KeyError`` naming it."""
+    access = ROUTE_ACCESS.get(route)
+    if access is None:
+        raise KeyError(f"console control names route {route!r}, which has no line in ROUTE_ACCESS")
+    return may(role, access)
+
+
+def routes_for(role: Role) -> dict[str, bool]:
+    """Every route of the table and whether ``role`` may call it: what a console page's scripts
+    read (``mayCall`` in ``console.js``) to leave out the controls that would only be refused."""
+    return {route: may(role, access) for route, access in ROUTE_ACCESS.items()}
 
 
 def check(user: SignedIn, method: str, path: str) -> None:

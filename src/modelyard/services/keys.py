@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from modelyard.errors import AlreadyExists, InvalidInput, NotFound
 from modelyard.services.key_hashing import display_prefix, generate_key, hash_key
 from modelyard.services.names import check_name, commit_new
-from modelyard.store.tables import ApiKey, Deployment, UsageRecord, utc_now
+from modelyard.store.tables import ApiKey, Deployment, Project, UsageRecord, utc_now
 
 
 @dataclass(frozen=True)
@@ -49,20 +49,51 @@ def key_to_json(record: ApiKey) -> dict[str, Any]:
     }
 
 
-def _check_allowed(session: Session, allowed: list[str]) -> list[str]:
+def _check_allowed(
+    session: Session, allowed: list[str], project: Project | None, sees_every_project: bool
+) -> list[str]:
+    """``allowed`` without repeats, when every name is a deployment (of ``project``, when given:
+    a key reaches only its own project's deployments, so naming another's is refused here rather
+    than at each call). ``sees_every_project``: the caller may be told a name is another
+    project's or no deployment at all (a member gets one answer for both)."""
     names = list(dict.fromkeys(name.strip() for name in allowed))
     if not names or "" in names:
         raise InvalidInput(
             "allowed_deployments contains an empty name",
             hint="leave it out to allow every deployment, or list deployment names",
         )
-    known = set(session.scalars(select(Deployment.name).where(Deployment.name.in_(names))))
-    missing = [name for name in names if name not in known]
-    if missing:
+    found: dict[str, int] = {
+        name: project_id
+        for name, project_id in session.execute(
+            select(Deployment.name, Deployment.project_id).where(Deployment.name.in_(names))
+        )
+    }
+    missing = [name for name in names if name not in found]
+    if missing and (project is None or sees_every_project):
         existing = sorted(session.scalars(select(Deployment.name)))
         raise NotFound(
             f"no deployment named {', '.join(repr(name) for name in missing)}",
             hint=f"deployments: {', '.join(existing) or 'none yet'}",
+        )
+    if project is None:
+        return names
+    outside = [name for name in names if found.get(name) != project.id]
+    if outside:
+        owned = sorted(session.scalars(select(Deployment.name).where(Deployment.project_id == project.id)))
+        where = ""
+        if sees_every_project:
+            owners = {
+                project_id: name for project_id, name in session.execute(select(Project.id, Project.name))
+            }
+            where = (
+                " (" + ", ".join(f"{name!r} is in project {owners[found[name]]!r}" for name in outside) + ")"
+            )
+        raise InvalidInput(
+            f"allowed_deployments names {', '.join(repr(name) for name in outside)}, not "
+            f"{'a deployment' if len(outside) == 1 else 'deployments'} of project {project.name!r} "
+            f"(the key's project): a key may use only its own project's deployments{where}",
+            hint=f"project {project.name!r} has: {', '.join(owned) or 'no deployments yet'}; "
+            "to use another project's deployment, make the key in that project ('project')",
         )
     return names
 
@@ -84,7 +115,13 @@ def create_key(
     name: str,
     allowed_deployments: list[str] | None = None,
     limits: KeyLimitRequest | None = None,
+    project: Project | None = None,
+    *,
+    sees_every_project: bool = True,
 ) -> CreatedKey:
+    """A new key in ``project`` (None: the default project), its allowed deployments checked
+    against that project's (``sees_every_project``: the caller is an admin or an operator, told
+    which project a named deployment is in); nothing is stored when any check fails."""
     check_name(name, "key")
     limits = limits or KeyLimitRequest()
     if limits.quota_period is not None and limits.quota_period not in ("day", "month"):
@@ -99,7 +136,11 @@ def create_key(
                 "(POST /api/v1/keys/NAME/rotate; the old secret stops working)"
             ),
         )
-    allowed = None if allowed_deployments is None else _check_allowed(session, allowed_deployments)
+    allowed = (
+        None
+        if allowed_deployments is None
+        else _check_allowed(session, allowed_deployments, project, sees_every_project)
+    )
     key = generate_key()
     record = ApiKey(
         name=name,
@@ -112,6 +153,8 @@ def create_key(
         token_quota=limits.token_quota,
         quota_period=(limits.quota_period or "month") if limits.token_quota is not None else None,
     )
+    if project is not None:
+        record.project_id = project.id
     session.add(record)
     commit_new(session, "key", name)
     return CreatedKey(key=key, record=record)

@@ -4,8 +4,10 @@ deployment, per hour or day (or over the whole range), within ``[since, until)``
 The rows come from ``usage_records`` (one per gateway request, ``server/gateway/usage.py``):
 a request's project and user are its key's (``api_keys.project_id``, ``api_keys.owner_id``).
 The time buckets are made in SQL, in UTC, by ``strftime`` on SQLite and ``to_char`` on
-PostgreSQL. Time to first token is not stored per request (only the gateway's Prometheus
-histogram, ``modelyard_gateway_time_to_first_token_seconds``, has it), so it is not reported.
+PostgreSQL. Time to first token (``usage_records.ttft_ms``, recorded by the gateway since
+revision 0015) is reported as the median and 90th percentile of the requests that have one,
+per group and bucket (linear interpolation between the two nearest values, as PostgreSQL's
+``percentile_cont``), computed here from the values, the same on both databases.
 
 Usage::
 
@@ -19,11 +21,13 @@ from __future__ import annotations
 import csv
 import io
 import re
+import statistics
+from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, Select, func, literal_column, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from modelyard.errors import InvalidInput
@@ -62,6 +66,8 @@ CSV_FIELDS = (
     "total_tokens",
     "errors",
     "requests_without_usage",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
 )
 
 
@@ -86,6 +92,10 @@ class UsageReportRow:
     """Requests answered with a status of 400 or more."""
     requests_without_usage: int
     """Requests whose engine reported no token counts (counted, never guessed)."""
+    ttft_p50_ms: float | None = None
+    """The median time to first token of the requests that have one (None: none has)."""
+    ttft_p90_ms: float | None = None
+    """Their 90th percentile."""
 
     @property
     def total_tokens(self) -> int:
@@ -102,6 +112,8 @@ class UsageReport:
     window: UsageWindow
     rows: list[UsageReportRow]
     """By group, then bucket, oldest first; a bucket without requests has no row."""
+    ttft_ms: tuple[float | None, float | None] = (None, None)
+    """The median and 90th percentile time to first token of every request in the report."""
 
     def bucket_starts(self) -> list[str]:
         """Every bucket's start in the range, with or without requests (for charts)."""
@@ -115,12 +127,17 @@ class UsageReport:
             start += step
         return starts
 
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> dict[str, int | float | None]:
         totals = {
             name: sum(getattr(row, name) for row in self.rows)
             for name in ("requests", "prompt_tokens", "completion_tokens", "errors", "requests_without_usage")
         }
-        return {**totals, "total_tokens": totals["prompt_tokens"] + totals["completion_tokens"]}
+        return {
+            **totals,
+            "total_tokens": totals["prompt_tokens"] + totals["completion_tokens"],
+            "ttft_p50_ms": self.ttft_ms[0],
+            "ttft_p90_ms": self.ttft_ms[1],
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,7 +157,9 @@ class UsageReport:
         writer.writerow([self.group_by, *CSV_FIELDS])
         for row in self.rows:
             values = {**row.to_json(), "bucket_start": row.bucket_start or _iso(self.window.since)}
-            writer.writerow([row.group, *(values[name] for name in CSV_FIELDS)])
+            writer.writerow(
+                [row.group, *("" if values[name] is None else values[name] for name in CSV_FIELDS)]
+            )
         return output.getvalue()
 
     def csv_filename(self) -> str:
@@ -260,37 +279,78 @@ def usage_report(
     )
     if bucket is not None:
         grouped.append(bucket_start)
-    statement = (
-        select(
-            group,
-            has_key,
-            bucket_start,
-            func.count(UsageRecord.id),
-            func.coalesce(func.sum(UsageRecord.prompt_tokens), 0),
-            func.coalesce(func.sum(UsageRecord.completion_tokens), 0),
-            func.count(UsageRecord.id).filter(UsageRecord.status_code >= 400),
-            func.count(UsageRecord.id).filter(UsageRecord.usage_reported.is_(False)),
-        )
-        .select_from(UsageRecord)
-        .outerjoin(ApiKey, ApiKey.id == UsageRecord.api_key_id)
-        .outerjoin(Project, Project.id == ApiKey.project_id)
-        .outerjoin(User, User.id == ApiKey.owner_id)
-        .where(UsageRecord.at >= window.since, UsageRecord.at < window.until)
-        .group_by(*grouped)
+    counted = select(
+        group,
+        has_key,
+        bucket_start,
+        func.count(UsageRecord.id),
+        func.coalesce(func.sum(UsageRecord.prompt_tokens), 0),
+        func.coalesce(func.sum(UsageRecord.completion_tokens), 0),
+        func.count(UsageRecord.id).filter(UsageRecord.status_code >= 400),
+        func.count(UsageRecord.id).filter(UsageRecord.usage_reported.is_(False)),
     )
-    if project_ids is not None:
-        statement = statement.where(ApiKey.project_id.in_(project_ids))
+    timed = select(group, has_key, bucket_start, UsageRecord.ttft_ms).where(UsageRecord.ttft_ms.is_not(None))
+    ttft = _ttft_by_group(session.execute(_in_window(timed, window, project_ids)))
     rows = [
         UsageReportRow(
-            group=name if name is not None else (NO_OWNER if keyed else NO_KEY),
+            group=(label := _label(name, keyed)),
             bucket_start=start,
             requests=int(requests),
             prompt_tokens=int(prompt),
             completion_tokens=int(completion),
             errors=int(errors),
             requests_without_usage=int(unreported),
+            ttft_p50_ms=ttft.get((label, start), (None, None))[0],
+            ttft_p90_ms=ttft.get((label, start), (None, None))[1],
         )
-        for name, keyed, start, requests, prompt, completion, errors, unreported in session.execute(statement)
+        for name, keyed, start, requests, prompt, completion, errors, unreported in session.execute(
+            _in_window(counted, window, project_ids).group_by(*grouped)
+        )
     ]
     rows.sort(key=lambda row: (row.group, row.bucket_start or ""))
-    return UsageReport(group_by=group_by, bucket=bucket, window=window, rows=rows)
+    return UsageReport(
+        group_by=group_by, bucket=bucket, window=window, rows=rows, ttft_ms=ttft.get(None, (None, None))
+    )
+
+
+def _label(name: str | None, keyed: object) -> str:
+    return name if name is not None else (NO_OWNER if keyed else NO_KEY)
+
+
+def _in_window(statement: Select[Any], window: UsageWindow, project_ids: set[int] | None) -> Select[Any]:
+    """``statement`` over the requests of the window (and of ``project_ids``' keys), with the
+    request's key, project and user joined."""
+    statement = (
+        statement.select_from(UsageRecord)
+        .outerjoin(ApiKey, ApiKey.id == UsageRecord.api_key_id)
+        .outerjoin(Project, Project.id == ApiKey.project_id)
+        .outerjoin(User, User.id == ApiKey.owner_id)
+        .where(UsageRecord.at >= window.since, UsageRecord.at < window.until)
+    )
+    if project_ids is not None:
+        statement = statement.where(ApiKey.project_id.in_(project_ids))
+    return statement
+
+
+TtftKey = tuple[str, str | None] | None
+
+
+def _ttft_by_group(timed: Any) -> dict[TtftKey, tuple[float | None, float | None]]:
+    """The median and 90th percentile time to first token per (group, bucket start), and of
+    every request (key None), from ``(name, keyed, bucket start, ttft_ms)`` rows."""
+    values: dict[TtftKey, list[float]] = defaultdict(list)
+    for name, keyed, start, ttft_ms in timed:
+        values[(_label(name, keyed), start)].append(float(ttft_ms))
+        values[None].append(float(ttft_ms))
+    return {key: (percentile(found, 50), percentile(found, 90)) for key, found in values.items()}
+
+
+def percentile(values: list[float], percent: int) -> float | None:
+    """The ``percent``th percentile of ``values`` by linear interpolation between the two nearest
+    ranks (PostgreSQL's ``percentile_cont``, numpy's default), rounded to 0.1 ms; None for none."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 1)
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return round(cuts[percent - 1], 1)

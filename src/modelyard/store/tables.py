@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Integer,
     String,
@@ -464,6 +465,11 @@ class UsageRecord(Base):
     # Made by the gateway for each request; a row replayed from the usage journal after a crash
     # is skipped when it was written already (None: rows from before the journal).
     request_id: Mapped[str | None] = mapped_column(String(32), unique=True, nullable=True)
+    # Time to first token in milliseconds, as the gateway saw it (revision 0015): from the
+    # request's arrival to the first byte of a streamed answer sent to the client, or to the whole
+    # body of a non-streamed one being sent. None: no answer (an error, a client that left first)
+    # or a row from before the revision. See docs/usage.md.
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class StartObservationRow(Base):

@@ -3,6 +3,24 @@
 
 export const csrfToken = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
 
+// Every route of the server's role table and whether this user's role may call it (the server
+// writes it into the page from modelyard/server/policy.py: the one table the routes enforce).
+const ROUTES = JSON.parse(document.getElementById("routes")?.textContent ?? "{}");
+
+/** Whether the user's role may call `route` ("DELETE /api/v1/keys/{name:path}", as in the
+ * table); a route not in the table is a mistake in the page, and throws. */
+export function mayCall(route) {
+  if (!(route in ROUTES)) throw new Error(`console control names route ${route}, which is not in the server's role table`);
+  return ROUTES[route];
+}
+
+/** A button that calls `route` (marked data-route), or null where the user's role may not call
+ * it: a page never offers what the server would refuse. */
+export function controlButton(route, attributes, ...children) {
+  if (!mayCall(route)) return null;
+  return h("button", { type: "button", ...attributes, "data-route": route }, ...children);
+}
+
 export class ApiError extends Error {
   constructor(status, body) {
     const error = body?.error ?? {};

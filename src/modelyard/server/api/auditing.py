@@ -6,11 +6,18 @@ keep committing as they always did; once the change has returned, its rows (``Au
 from its result) are added and everything commits at once. A change that raises, or an audit row
 that cannot be written, rolls back both.
 
+A change that the gateway's key cache depends on (keys, projects, their members and quotas)
+passes ``drops_key_cache=True``: the cache of every gateway worker is dropped once it is committed.
+
 Usage::
 
     result = await in_audited_session(
         context, user, _set_state, name, "stopped",
         audit_entries=lambda result: [AuditEntry("stop", "deployment", name, result.get("project"))],
+    )
+    await in_audited_session(
+        context, user, projects.delete_project, name,
+        audit_entries=AuditEntry("delete", "project", name, name), drops_key_cache=True,
     )
 """
 
@@ -57,21 +64,29 @@ async def in_audited_session(
     user: SignedIn,
     use_case: Callable[..., Result],
     *args: Any,
-    audit_entries: Callable[[Result], Sequence[AuditEntry]],
+    audit_entries: AuditEntry | Callable[[Result], Sequence[AuditEntry]],
+    drops_key_cache: bool = False,
     **kwargs: Any,
 ) -> Result:
-    """Run ``use_case(session, *args, **kwargs)`` (in a worker thread) and record ``audit_entries(result)``
-    in the same transaction; return the result once both are committed."""
+    """Run ``use_case(session, *args, **kwargs)`` (in a worker thread) and record ``audit_entries``
+    (one entry, or the entries made from the result) in the same transaction; return the result
+    once both are committed, after dropping the gateway's key cache when ``drops_key_cache``."""
+
+    def entries(result: Result) -> Sequence[AuditEntry]:
+        return [audit_entries] if isinstance(audit_entries, AuditEntry) else audit_entries(result)
 
     def run() -> Result:
         with _CommitHeld(bind=context.database.engine, expire_on_commit=False) as session:
             result = use_case(session, *args, **kwargs)
-            for entry in audit_entries(result):
+            for entry in entries(result):
                 _record(session, user, entry)
             session.commit_with_audit()
             return result
 
-    return await run_in_threadpool(run)
+    result = await run_in_threadpool(run)
+    if drops_key_cache:
+        context.key_cache.invalidate()
+    return result
 
 
 def _record(session: Session, user: SignedIn, entry: AuditEntry) -> None:

@@ -198,11 +198,11 @@ async def create_deployment(
         cluster.model_directory_problems if cluster is not None else None,
         context.controller.workers(),
         audit_entries=audited,
+        # Keys of the deployment's project reach it from now on (``KeyFacts.reaches``).
+        drops_key_cache=True,
     )
     context.endpoints.set_routing(result["name"], body.routing)
     context.endpoints.set_limits(result["name"], limits)
-    # Keys of the deployment's project reach it from now on (``KeyFacts.reaches``).
-    context.key_cache.invalidate()
     context.controller.poke()
     return result
 
@@ -317,8 +317,7 @@ async def remove_deployment(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> Response:
     result = await in_audited_session(
-        context, user, _set_state, name, "deleted", audit_entries=_entry("delete", name)
+        context, user, _set_state, name, "deleted", audit_entries=_entry("delete", name), drops_key_cache=True
     )
-    context.key_cache.invalidate()
     context.controller.poke()
     return JSONResponse(result, status_code=202)

@@ -84,8 +84,14 @@ def _create(
 ) -> tuple[str, dict[str, Any]]:
     visible = projects.visible_project_ids(session, user.id, user.role)
     project = projects.project_for_new_object(session, request.project, visible)
-    created = keys.create_key(session, request.name, request.allowed_deployments, limits)
-    created.record.project_id = project.id
+    created = keys.create_key(
+        session,
+        request.name,
+        request.allowed_deployments,
+        limits,
+        project,
+        sees_every_project=visible is None,
+    )
     created.record.owner_id = user.id
     session.commit()
     session.refresh(created.record)
@@ -143,9 +149,8 @@ async def create_key(
         return [AuditEntry("create", "key", request.name, shown["project"], details)]
 
     key, shown = await in_audited_session(
-        context, user, _create, request, limits, user, audit_entries=audited
+        context, user, _create, request, limits, user, audit_entries=audited, drops_key_cache=True
     )
-    context.key_cache.invalidate()
     return {**shown, "key": key}
 
 
@@ -163,8 +168,8 @@ async def rotate_key(
         audit_entries=lambda rotated: [
             AuditEntry("rotate", "key", name, rotated[1]["project"], {"prefix": rotated[1]["prefix"]})
         ],
+        drops_key_cache=True,
     )
-    context.key_cache.invalidate()
     return {**shown, "key": key}
 
 
@@ -172,13 +177,12 @@ async def rotate_key(
 async def revoke_key(
     name: str, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    shown = await in_audited_session(
+    return await in_audited_session(
         context,
         user,
         _revoke,
         name,
         user,
         audit_entries=lambda revoked: [AuditEntry("revoke", "key", name, revoked["project"])],
+        drops_key_cache=True,
     )
-    context.key_cache.invalidate()
-    return shown

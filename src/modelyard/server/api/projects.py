@@ -91,7 +91,7 @@ async def show_project(
 async def create_project(
     body: ProjectCreate, context: ServerContext = Depends(server_context), user: SignedIn = Depends(authorize)
 ) -> dict[str, Any]:
-    shown = await in_audited_session(
+    return await in_audited_session(
         context,
         user,
         _create,
@@ -99,9 +99,8 @@ async def create_project(
         audit_entries=lambda created: [
             AuditEntry("create", "project", body.name, body.name, {"quotas": created["quotas"]})
         ],
+        drops_key_cache=True,
     )
-    context.key_cache.invalidate()
-    return shown
 
 
 @router.patch("/projects/{name}")
@@ -120,9 +119,9 @@ async def update_project(
         audit_entries=lambda updated: (
             [AuditEntry("update", "project", name, name, updated[1])] if updated[1] else []
         ),
+        # The gateway reads a project's quotas with its keys.
+        drops_key_cache=True,
     )
-    # The gateway reads a project's quotas with its keys.
-    context.key_cache.invalidate()
     return shown
 
 
@@ -135,9 +134,9 @@ async def delete_project(
         user,
         projects.delete_project,
         name,
-        audit_entries=lambda _deleted: [AuditEntry("delete", "project", name, name)],
+        audit_entries=AuditEntry("delete", "project", name, name),
+        drops_key_cache=True,
     )
-    context.key_cache.invalidate()
     return Response(status_code=204)
 
 
@@ -157,9 +156,9 @@ async def add_member(
         audit_entries=lambda added: (
             [AuditEntry("join", "project", name, name, {"member": username})] if added else []
         ),
+        # A member's playground key reaches their projects' deployments (``KeyFacts.reaches``).
+        drops_key_cache=True,
     )
-    # A member's playground key reaches their projects' deployments (``KeyFacts.reaches``).
-    context.key_cache.invalidate()
     return await in_session(context, _show, name, user)
 
 
@@ -179,6 +178,6 @@ async def remove_member(
         audit_entries=lambda removed: (
             [AuditEntry("leave", "project", name, name, {"member": username})] if removed else []
         ),
+        drops_key_cache=True,
     )
-    context.key_cache.invalidate()
     return await in_session(context, _show, name, user)

@@ -82,9 +82,7 @@ async def create_user(
         user,
         _create,
         body,
-        audit_entries=lambda _shown: [
-            AuditEntry("create", "user", body.username, None, {"role": body.role.value})
-        ],
+        audit_entries=AuditEntry("create", "user", body.username, None, {"role": body.role.value}),
     )
 
 
@@ -124,6 +122,6 @@ async def delete_user(
         user,
         user_admin.delete_user,
         username,
-        audit_entries=lambda _deleted: [AuditEntry("delete", "user", username)],
+        audit_entries=AuditEntry("delete", "user", username),
     )
     return Response(status_code=204)

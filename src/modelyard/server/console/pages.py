@@ -2,7 +2,11 @@
 (``/api/v1``) with the session cookie and the CSRF token, as the CLI does with HTTP Basic.
 
 A page asked for without a session redirects to ``/login?next=<path>``; a page the user's role
-may not open (``modelyard.server.policy``) is answered 403 with a page that says so.
+may not open (``modelyard.server.policy``) is answered 403 with a page that says so. A page
+shows only the controls its user's role may use, from the same table: templates ask
+``may_call("METHOD /route")``, scripts ``mayCall`` (``console.js``, reading ``routes``); every
+control says the route it calls in ``data-route`` (``local``: it calls none), which the role
+walk of ``tests/e2e/test_pages.py`` checks.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from modelyard.server.console.assets import PLOTLY_JS
 from modelyard.server.console.plotly_styles import bundle_style_ids
 from modelyard.server.console.templates import NAVIGATION, render
 from modelyard.server.context import ServerContext, server_context
-from modelyard.server.policy import access_for, check_page
+from modelyard.server.policy import access_for, check_page, role_may_call, routes_for
 from modelyard.server.sessions import find_session
 from modelyard.services.console_key import (
     console_key_file,
@@ -66,17 +70,10 @@ async def _page(
         username=session.username,
         role=user.role.value,
         navigation=_navigation(user),
-        may_call=lambda route: _may_call(user, route),
+        may_call=lambda route: role_may_call(user.role, route),
+        routes=routes_for(user.role),
         **values,
     )
-
-
-def _may_call(user: SignedIn, route: str) -> bool:
-    """Whether the user's role may call ``route`` ("GET /api/v1/gpus"): a page leaves out what
-    its script would only be refused (the dashboard's GPUs for a member)."""
-    method, _, path = route.partition(" ")
-    access = access_for(method, path)
-    return access is not None and may(user.role, access)
 
 
 def _navigation(user: SignedIn) -> tuple[tuple[str, str, str], ...]:

@@ -185,6 +185,20 @@ async def send_to_replica(runtime: GatewayRuntime, request: ForwardRequest) -> t
         )
 
 
+def ttft_ms_of(timing: ClientTiming, status: int) -> float | None:
+    """The request's time to first token in milliseconds, as the gateway saw it, when its row is
+    made (just before the answer's last bytes): from its arrival to the first byte of a streamed
+    answer sent to the client; for a whole answer (not streamed), to its body about to be sent,
+    which is when the client gets its first token. None for an answer that is not a success
+    (a refusal, an engine error, a client that left before any byte)."""
+    first_byte_s = timing.first_byte_s
+    if first_byte_s is None:
+        if status != 200:
+            return None
+        first_byte_s = timing.clock()
+    return (first_byte_s - timing.arrived_s) * 1000.0
+
+
 async def exchange(
     runtime: GatewayRuntime,
     request: ForwardRequest,
@@ -210,6 +224,7 @@ async def exchange(
                 endpoint=request.route.path,
                 usage=usage,
                 status_code=status,
+                ttft_ms=ttft_ms_of(request.timing, status),
             )
         )
         if request.admission is not None:  # after the row: the limiter notes its journal sequence

@@ -117,11 +117,13 @@ class UsageRow:
     at: datetime = field(default_factory=utc_now)
     # Unique per request: a row replayed from the journal is written once.
     request_id: str = field(default_factory=lambda: new_usage_id())
+    # Time to first token (ms), as the gateway saw it (``ttft_ms_of`` in proxy.py); None: none.
+    ttft_ms: float | None = None
 
     def to_json(self) -> list[Any]:
         """For the trip from a gateway worker to the main process (``UsageBatch``), a flat list:
         ``[key id, deployment, endpoint, prompt tokens|None, completion tokens|None, status, unix
-        time, request id]``."""
+        time, request id, ttft ms|None]``."""
         usage = self.usage
         return [
             self.api_key_id,
@@ -132,11 +134,13 @@ class UsageRow:
             self.status_code,
             self.at.timestamp(),
             self.request_id,
+            self.ttft_ms,
         ]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> UsageRow:
-        key_id, deployment, endpoint, prompt_tokens, completion_tokens, status, at, request_id = data
+        key_id, deployment, endpoint, prompt_tokens, completion_tokens, status, at, request_id = data[:8]
+        ttft_ms = data[8] if len(data) > 8 else None
         usage = None if prompt_tokens is None else TokenUsage(int(prompt_tokens), int(completion_tokens))
         return cls(
             api_key_id=None if key_id is None else int(key_id),
@@ -146,6 +150,7 @@ class UsageRow:
             status_code=int(status),
             at=datetime.fromtimestamp(float(at), UTC),
             request_id=str(request_id),
+            ttft_ms=None if ttft_ms is None else float(ttft_ms),
         )
 
     def to_values(self) -> dict[str, Any]:
@@ -160,6 +165,7 @@ class UsageRow:
             "status_code": self.status_code,
             "at": self.at,
             "request_id": self.request_id,
+            "ttft_ms": self.ttft_ms,
         }
 
 

@@ -62,6 +62,9 @@ def line_to_row(line: bytes) -> dict[str, Any] | None:
         return None
     if isinstance(values.get("at"), str):
         values["at"] = datetime.fromisoformat(values["at"])
+    # A line journaled before revision 0015 has no time to first token; every row of one INSERT
+    # must name the same columns.
+    values.setdefault("ttft_ms", None)
     return values
 
 

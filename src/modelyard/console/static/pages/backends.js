@@ -1,6 +1,6 @@
 // Backends: the catalog with versions; GPUStack YAML import/export in an editor that marks every
 // failing line and lists every problem; custom backends can be removed.
-import { api, errorBox, h, okBox, replace, show, table } from "../console.js";
+import { api, controlButton, errorBox, h, okBox, replace, show, table } from "../console.js";
 
 const EXAMPLE = `backend_name: my-engine
 default_version: "1.0"
@@ -106,8 +106,8 @@ function launchOf(version) {
 }
 
 function backendSection(backend) {
-  const exportButton = h("button", { type: "button", class: "secondary" }, "Export YAML");
-  exportButton.addEventListener("click", async () => {
+  const exportButton = controlButton("GET /api/v1/backends/{name}/export", { class: "secondary" }, "Export YAML");
+  exportButton?.addEventListener("click", async () => {
     try {
       textarea.value = await api(`/backends/${encodeURIComponent(backend.name)}/export`);
       badLines = new Set();
@@ -118,7 +118,7 @@ function backendSection(backend) {
       replace(result, errorBox(error));
     }
   });
-  const removeButton = backend.builtin ? null : h("button", { type: "button", class: "danger" }, "Remove");
+  const removeButton = backend.builtin ? null : controlButton("DELETE /api/v1/backends/{name}", { class: "danger" }, "Remove");
   removeButton?.addEventListener("click", async () => {
     if (!confirm(`Remove backend ${backend.name}?`)) return;
     try {
@@ -159,8 +159,8 @@ async function refresh() {
 const credentialResult = document.getElementById("credential-result");
 
 function credentialRemoveButton(credential) {
-  const button = h("button", { type: "button", class: "danger", "aria-label": `Remove credential ${credential.name}` }, "Remove");
-  button.addEventListener("click", async () => {
+  const button = controlButton("DELETE /api/v1/registry-credentials/{name}", { class: "danger", "aria-label": `Remove credential ${credential.name}` }, "Remove");
+  button?.addEventListener("click", async () => {
     if (!confirm(`Remove registry credential ${credential.name}?`)) return;
     try {
       await api(`/registry-credentials/${encodeURIComponent(credential.name)}`, { method: "DELETE" });
@@ -188,7 +188,8 @@ async function refreshCredentials() {
   ));
 }
 
-document.getElementById("credential-form").addEventListener("submit", async (event) => {
+// Registry credentials are for admins: an operator's page has no such section.
+document.getElementById("credential-form")?.addEventListener("submit", async (event) => {
   event.preventDefault();
   const password = document.getElementById("credential-password");
   const body = {
@@ -210,4 +211,4 @@ document.getElementById("credential-form").addEventListener("submit", async (eve
 
 drawGutter();
 refresh();
-refreshCredentials();
+if (document.getElementById("credentials")) refreshCredentials();

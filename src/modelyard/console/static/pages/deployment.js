@@ -91,7 +91,8 @@ async function refresh() {
   showSummary(deployment);
   limits.show(deployment);
   await autoscale?.show();
-  if (!replicasTouched) document.getElementById("replicas").value = deployment.replicas;
+  const replicas = document.getElementById("replicas");
+  if (replicas && !replicasTouched) replicas.value = deployment.replicas;
   replace(document.getElementById("instances"), deployment.instances.length
     ? deployment.instances.map((instance) => instanceCard(instance, deployment.model_path, { verifying: Boolean(verifying?.before.has(instance.id)) }))
     : h("p", { class: "muted" }, "No instances."));
@@ -105,7 +106,7 @@ async function refresh() {
   ));
 }
 
-document.getElementById("replicas").addEventListener("input", () => { replicasTouched = true; });
+document.getElementById("replicas")?.addEventListener("input", () => { replicasTouched = true; });
 
 async function control(label, call) {
   replace(controlResult, h("p", { class: "muted" }, `${label}…`));
@@ -137,12 +138,13 @@ async function verify() {
   }
 }
 
-document.getElementById("scale").addEventListener("click", () =>
+// The controls the user's role may not use are not on the page (the server leaves them out).
+document.getElementById("scale")?.addEventListener("click", () =>
   control("Scale", () => api(path, { method: "PATCH", json: { replicas: Number(document.getElementById("replicas").value) } })));
-document.getElementById("stop").addEventListener("click", () => control("Stop", () => api(`${path}/stop`, { method: "POST" })));
-document.getElementById("start").addEventListener("click", () => control("Start", () => api(`${path}/start`, { method: "POST" })));
-document.getElementById("verify").addEventListener("click", verify);
-document.getElementById("delete").addEventListener("click", () => {
+document.getElementById("stop")?.addEventListener("click", () => control("Stop", () => api(`${path}/stop`, { method: "POST" })));
+document.getElementById("start")?.addEventListener("click", () => control("Start", () => api(`${path}/start`, { method: "POST" })));
+document.getElementById("verify")?.addEventListener("click", verify);
+document.getElementById("delete")?.addEventListener("click", () => {
   if (!confirm(`Delete deployment ${name}? Its engines are stopped.`)) return;
   control("Delete", () => api(path, { method: "DELETE" }));
 });

@@ -1,11 +1,12 @@
 // A deployment's limits for every key together (requests and tokens per minute, requests at once):
 // shown, and set from the form (PATCH ... {"limits": {...}}: the set replaces the old one whole).
+// A role that may not change the deployment (a member) has no form: the limits are only shown.
 import { api, errorBox, okBox, replace } from "../console.js";
 
 const FIELDS = [
-  ["limit-rpm", "requests_per_minute"],
-  ["limit-tpm", "tokens_per_minute"],
-  ["limit-concurrent", "max_concurrent_requests"],
+  ["limit-rpm", "requests_per_minute", "requests per minute"],
+  ["limit-tpm", "tokens_per_minute", "tokens per minute"],
+  ["limit-concurrent", "max_concurrent_requests", "requests at once"],
 ];
 
 export class DeploymentLimits {
@@ -13,9 +14,10 @@ export class DeploymentLimits {
     this.path = path;
     this.touched = false;
     this.result = document.getElementById("limits-result");
-    const form = document.getElementById("limits-form");
-    form.addEventListener("input", () => { this.touched = true; });
-    form.addEventListener("submit", (event) => {
+    this.form = document.getElementById("limits-form");
+    const form = this.form;
+    form?.addEventListener("input", () => { this.touched = true; });
+    form?.addEventListener("submit", (event) => {
       event.preventDefault();
       this.save(onChanged);
     });
@@ -25,9 +27,9 @@ export class DeploymentLimits {
     const limits = deployment.limits || {};
     const set = FIELDS.filter(([, field]) => limits[field] != null);
     document.getElementById("limits-now").textContent = set.length
-      ? `In force: ${set.map(([id, field]) => `${Number(limits[field]).toLocaleString("en-US")} ${document.querySelector(`label[for=${id}]`).textContent.toLowerCase()}`).join(" · ")}`
+      ? `In force: ${set.map(([, field, label]) => `${Number(limits[field]).toLocaleString("en-US")} ${label}`).join(" · ")}`
       : "No limits: every key's own limits apply alone.";
-    if (this.touched) return;
+    if (this.touched || !this.form) return;
     for (const [id, field] of FIELDS) document.getElementById(id).value = limits[field] ?? "";
   }
 

@@ -1,6 +1,6 @@
 // API keys: create (the key is shown once, with a copy button), the deployments it may use, its
 // limits (requests and tokens per minute, requests at once, a token quota) and what it uses, revoke.
-import { api, badge, copyText, errorBox, formatTime, h, okBox, replace, table } from "../console.js";
+import { api, badge, controlButton, copyText, errorBox, formatTime, h, okBox, replace, table } from "../console.js";
 
 const number = (value) => Number(value).toLocaleString("en-US");
 
@@ -62,7 +62,8 @@ async function refresh() {
       ["last used", (k) => formatTime(k.last_used_at)],
       ["action", (k) => {
         if (!k.active) return h("span", { class: "muted" }, "–");
-        const button = h("button", { type: "button", class: "danger", "aria-label": `Revoke key ${k.name}` }, "Revoke");
+        const button = controlButton("DELETE /api/v1/keys/{name:path}", { class: "danger", "aria-label": `Revoke key ${k.name}` }, "Revoke");
+        if (!button) return h("span", { class: "muted" }, "–");
         button.addEventListener("click", async () => {
           if (!confirm(`Revoke key ${k.name}? Clients using it are refused from now on.`)) return;
           try {
@@ -89,7 +90,7 @@ form.addEventListener("submit", async (event) => {
     const body = { name, ...limitsAsked() };
     if (allowed.length) body.allowed_deployments = allowed;
     const created = await api("/keys", { method: "POST", json: body });
-    const copy = h("button", { type: "button", class: "secondary", id: "copy-key" }, "Copy");
+    const copy = h("button", { type: "button", class: "secondary", id: "copy-key", "data-route": "local" }, "Copy");
     copy.addEventListener("click", () => copyText(created.key, copy));
     replace(result, okBox(
       h("p", {}, `Key ${created.name} created. It is shown this once: copy it now.`),

@@ -1,5 +1,5 @@
 // One model file: every field the API gives (architecture, dtype, parameters, size, files...), delete.
-import { api, badge, errorBox, facts, formatBytes, formatCount, h, main, pathName, replace, table } from "../console.js";
+import { api, badge, controlButton, errorBox, facts, formatBytes, formatCount, h, main, pathName, replace, table } from "../console.js";
 
 const name = main().dataset.name;
 
@@ -41,8 +41,8 @@ async function load() {
     onWorkers,
     Object.keys(details).length ? h("section", { class: "card" }, h("h2", {}, "Details"), facts(details)) : null,
   );
-  const remove = h("button", { type: "button", class: "danger", id: "delete-model" }, "Delete");
-  remove.addEventListener("click", async () => {
+  const remove = controlButton("DELETE /api/v1/models/{name:path}", { class: "danger", id: "delete-model" }, "Delete");
+  remove?.addEventListener("click", async () => {
     if (!confirm(`Remove model ${name}? The files on disk stay.`)) return;
     try {
       await api(`/models/${pathName(name)}`, { method: "DELETE" });

@@ -1,7 +1,7 @@
 // Model pulls on the model files page: the pull form (POST /api/v1/models/pull, or its dry run:
 // the plan, nothing stored) and the tasks (GET /api/v1/tasks) with their progress, file by file,
 // polled while one runs; cancel and resume.
-import { ApiError, api, badge, errorBox, formatBytes, formatSeconds, formatTime, h, okBox, replace } from "../console.js";
+import { ApiError, api, badge, controlButton, errorBox, formatBytes, formatSeconds, formatTime, h, okBox, replace } from "../console.js";
 
 const ACTIVE = new Set(["queued", "running"]);
 
@@ -106,8 +106,8 @@ export class ModelPulls {
       h("p", { class: "task-progress" }, done, rate(task) ? ` · ${rate(task)}` : "", task.phase ? ` · ${task.phase}` : ""),
       task.reason ? h("p", { class: task.state === "failed" ? "error" : "muted" }, task.reason) : null,
       h("div", { class: "actions" },
-        ACTIVE.has(task.state) ? h("button", { type: "button", class: "secondary", "aria-label": `Cancel task ${task.id}`, onclick: () => this.act(task, "cancel") }, "Cancel") : null,
-        task.state === "failed" || task.state === "cancelled" ? h("button", { type: "button", "aria-label": `Resume task ${task.id}`, onclick: () => this.act(task, "resume") }, "Resume") : null),
+        ACTIVE.has(task.state) ? controlButton("POST /api/v1/tasks/{task_id}/cancel", { class: "secondary", "aria-label": `Cancel task ${task.id}`, onclick: () => this.act(task, "cancel") }, "Cancel") : null,
+        task.state === "failed" || task.state === "cancelled" ? controlButton("POST /api/v1/tasks/{task_id}/resume", { "aria-label": `Resume task ${task.id}`, onclick: () => this.act(task, "resume") }, "Resume") : null),
       files.length ? h("details", { open },
         h("summary", { onclick: (event) => this.userOpen.set(task.id, !event.currentTarget.parentElement.open) }, `${files.length} file(s)`),
         h("ul", { class: "files" }, files.map((file) => h("li", { dataset: { file: file.path } },

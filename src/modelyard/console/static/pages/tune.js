@@ -57,7 +57,7 @@ function winners(report) {
 
 function deploy(report) {
   if (!report.deploy) return h("p", { class: "muted" }, "No winner to deploy.");
-  const copy = h("button", { type: "button", class: "secondary", id: "copy-deploy" }, "Copy");
+  const copy = h("button", { type: "button", class: "secondary", id: "copy-deploy", "data-route": "local" }, "Copy");
   copy.addEventListener("click", () => copyText(report.deploy.command, copy));
   return [
     h("pre", { class: "log", id: "deploy-command", tabindex: "0", "aria-label": "the deploy command" }, report.deploy.command),

@@ -1,5 +1,8 @@
-// Usage: requests, tokens and errors by project, user, key or deployment per hour or day, as a
-// stacked bar chart (plotly.js, served by this server) and a table, with the same rows as CSV.
+// Usage: requests, tokens, errors and time to first token (TTFT) by project, user, key or
+// deployment per hour or day, as a chart (plotly.js, served by this server: stacked bars for the
+// counts, a line per group for TTFT's median or 90th percentile) and a table of each group over
+// the whole range (its own report without buckets: percentiles cannot be added up from buckets),
+// with the same rows as CSV.
 // The form's choices are kept in the address (?group_by=&bucket=&since=&until=&metric=).
 import { api, errorBox, formatCount, h, replace, table } from "../console.js";
 
@@ -20,7 +23,11 @@ const METRICS = {
   completion_tokens: "Tokens out",
   requests: "Requests",
   errors: "Errors",
+  ttft_p50_ms: "TTFT p50 (ms)",
+  ttft_p90_ms: "TTFT p90 (ms)",
 };
+// Percentiles are drawn as lines (one per group), never stacked or summed.
+const PERCENTILES = new Set(["ttft_p50_ms", "ttft_p90_ms"]);
 const GROUP_TITLES = { project: "project", user: "user", key: "API key", deployment: "deployment" };
 
 function localInput(date) {
@@ -77,43 +84,38 @@ function writeAddress(query) {
   history.replaceState(null, "", `${location.pathname}?${shown}`);
 }
 
-/** One row per group: the report's buckets summed. */
-function groupTotals(rows) {
-  const groups = new Map();
-  for (const row of rows) {
-    const entry = groups.get(row.group) ?? {
-      group: row.group, requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, errors: 0, requests_without_usage: 0,
-    };
-    for (const name of ["requests", "prompt_tokens", "completion_tokens", "total_tokens", "errors", "requests_without_usage"]) {
-      entry[name] += row[name];
-    }
-    groups.set(row.group, entry);
-  }
-  return [...groups.values()];
-}
+const milliseconds = (value) => (value === null || value === undefined ? "–" : `${Math.round(value)} ms`);
 
 function drawChart(report, groups) {
   const chosen = metric.value;
-  const ranked = [...groups].sort((a, b) => b[chosen] - a[chosen] || a.group.localeCompare(b.group));
+  const percentile = PERCENTILES.has(chosen);
+  // Groups ranked by the metric (by their requests for a percentile), the rest one "others" bar.
+  const rank = percentile ? "requests" : chosen;
+  const ranked = [...groups].sort((a, b) => (b[rank] ?? 0) - (a[rank] ?? 0) || a.group.localeCompare(b.group));
   const shown = ranked.slice(0, CHART_GROUPS).map((entry) => entry.group);
   const series = new Map(shown.map((group) => [group, new Map()]));
-  if (ranked.length > CHART_GROUPS) series.set("others", new Map());
+  if (ranked.length > CHART_GROUPS && !percentile) series.set("others", new Map());
   for (const row of report.rows) {
     const values = series.get(series.has(row.group) ? row.group : "others");
-    values.set(row.bucket_start, (values.get(row.bucket_start) ?? 0) + row[chosen]);
+    if (!values) continue;
+    if (percentile) values.set(row.bucket_start, row[chosen]);
+    else values.set(row.bucket_start, (values.get(row.bucket_start) ?? 0) + row[chosen]);
   }
   const traces = [...series].map(([group, values]) => ({
-    type: "bar",
+    type: percentile ? "scatter" : "bar",
+    mode: percentile ? "lines+markers" : undefined,
+    connectgaps: false,
     name: group,
     x: report.buckets,
-    y: report.buckets.map((start) => values.get(start) ?? 0),
+    y: report.buckets.map((start) => values.get(start) ?? (percentile ? null : 0)),
     hovertemplate: `%{x}<br>${group}: %{y}<extra></extra>`,
   }));
   const per = report.bucket === "hour" ? "hour" : "day";
   document.getElementById("chart-title").textContent = `${METRICS[chosen]} per ${per}, by ${GROUP_TITLES[report.group_by]}`;
   const total = report.totals[chosen];
+  const amount = percentile ? `${milliseconds(total)} over every request` : `${formatCount(total)} ${METRICS[chosen].toLowerCase()}`;
   document.getElementById("chart-caption").textContent = groups.length
-    ? `${formatCount(total)} ${METRICS[chosen].toLowerCase()} from ${new Date(report.since).toLocaleString()} to ${new Date(report.until).toLocaleString()} (UTC ${per}s)`
+    ? `${amount} from ${new Date(report.since).toLocaleString()} to ${new Date(report.until).toLocaleString()} (UTC ${per}s)`
     : "No requests through the gateway in this range.";
   window.Plotly.react(
     chart,
@@ -140,15 +142,18 @@ async function refresh() {
   document.getElementById("csv-bucket").textContent = bucket.value;
   document.getElementById("groups-title").textContent = `By ${GROUP_TITLES[groupBy.value]}`;
   try {
-    const report = await api(`/usage/report?${query}`);
+    const whole = new URLSearchParams(query);
+    whole.set("bucket", "");
+    const [report, overall] = await Promise.all([api(`/usage/report?${query}`), api(`/usage/report?${whole}`)]);
     const totals = report.totals;
     const stat = (value, label) => h("div", { class: "card" }, h("div", { class: "stat" }, value), h("div", { class: "muted" }, label));
     replace(document.getElementById("totals"),
       stat(String(totals.requests), "requests"),
       stat(formatCount(totals.prompt_tokens), "tokens in (prompt)"),
       stat(formatCount(totals.completion_tokens), "tokens out (completion)"),
-      stat(String(totals.errors), "errors"));
-    const groups = groupTotals(report.rows);
+      stat(String(totals.errors), "errors"),
+      stat(`${milliseconds(totals.ttft_p50_ms)} / ${milliseconds(totals.ttft_p90_ms)}`, "time to first token, p50 / p90"));
+    const groups = overall.rows;
     replace(document.getElementById("groups"), table(
       [
         [GROUP_TITLES[report.group_by], (r) => r.group],
@@ -158,6 +163,8 @@ async function refresh() {
         ["tokens", (r) => String(r.total_tokens)],
         ["errors", (r) => String(r.errors)],
         ["without usage", (r) => String(r.requests_without_usage)],
+        ["TTFT p50", (r) => milliseconds(r.ttft_p50_ms)],
+        ["TTFT p90", (r) => milliseconds(r.ttft_p90_ms)],
       ],
       groups,
       { empty: "No requests through the gateway in this range.", caption: `Usage by ${report.group_by}` },
