@@ -42,7 +42,6 @@ from pathlib import Path
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
-from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.correction import StartObservation, booking_headroom_bytes, correction_for, start_key
 from modelyard.estimate.gpus import driver_reserved_bytes
 from modelyard.estimate.overheads import (
@@ -184,7 +183,7 @@ def memory_demand(
     )
     arguments = parse_engine_arguments(engine, parameters, engine_version)
     outside = CUDA_CONTEXT_BYTES
-    if engine == "vllm" and not vllm_graphs_in_budget(engine_version, env):
+    if engine == "vllm" and not estimate.cuda_graphs_in_budget:
         outside += estimate.cuda_graph_bytes
     held = 0
     if engine == "sglang":
@@ -199,7 +198,7 @@ def memory_demand(
     kv = estimate.cache_bytes_for(sequences)
     if engine == "vllm":
         inside = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes + kv
-        if vllm_graphs_in_budget(engine_version, env):
+        if estimate.cuda_graphs_in_budget:
             inside += estimate.cuda_graph_bytes
         inside += 16 * estimate.cache.kv_bytes_per_token  # one block of slack
     else:
