@@ -100,7 +100,8 @@ def test_sglang_gets_the_budget_it_was_booked_for_on_an_idle_h200(qwen3_8b: Path
         gpu_count=1,
         gpu=GpuSpec(name="NVIDIA H200", memory_total_bytes=H200_NVML_BYTES),
     )
-    fraction = demand.fraction_for(H200_NVML_BYTES, H200_NVML_BYTES)
+    # Free on the idle board as the scheduler hands it over: CUDA's view (engine_view).
+    fraction = demand.fraction_for(H200_NVML_BYTES, cuda_visible_total_bytes(H200_NVML_BYTES))
     booked_budget = demand.bytes_per_gpu - demand.outside_budget_bytes
     # SGLang's static pool (weights and KV): its knob x the free memory it measured.
     got = int((H200_SGLANG_LOGGED_FREE_GIB - LOG_ROUNDING_GIB) * GIB * fraction)

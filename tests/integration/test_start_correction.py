@@ -383,7 +383,8 @@ async def test_an_engine_over_its_booking_is_an_event_a_metric_and_booked_as_mea
     await setup.wait_for(lambda: "needs" in setup.reason_of("beside"), "beside refused")
     refusal = setup.instance("beside").reason
     assert setup.instance("beside").state == "pending", refusal
-    assert f"the largest has {(GPU_TOTAL_BYTES - used) / GIB:.1f} GiB" in refusal
+    # Free as the scheduler sees it: CUDA's view of the board (NVML less the driver's reservation).
+    assert f"the largest has {(cuda_visible_total_bytes(GPU_TOTAL_BYTES) - used) / GIB:.1f} GiB" in refusal
     error = 'modelyard_memory_booking_error_bytes{deployment="graphs",gpu="0",replica="0",worker="local"}'
     assert metric_value(memory_metrics_text(setup), error) == used - booked
 

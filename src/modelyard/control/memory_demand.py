@@ -110,12 +110,14 @@ class MemoryDemand:
         )
 
     def fraction_for(self, nvml_total_bytes: int, free_before_start_bytes: int) -> float:
-        """The knob's value on the chosen GPU, whose figures are NVML's as the scheduler books
-        them (``free_before_start_bytes``: free once the GPU's other engines hold their shares,
-        which SGLang's fraction is taken of). Each engine takes its share of what CUDA sees, the
-        NVML figures less the driver's reservation (``estimate.gpus.cuda_visible_total_bytes``),
-        so the knob is set against that: a share of NVML's larger total would give the engine
-        less than its budget (0.92 x 0.6 GiB less KV cache on an H200)."""
+        """The knob's value on the chosen GPU (``nvml_total_bytes``: its NVML total, as workers
+        report it; ``free_before_start_bytes``: free as the engine will see it once the GPU's other
+        engines hold their shares, which SGLang's fraction is taken of: the scheduler's free bytes,
+        already in CUDA's view, ``estimate.gpus.engine_view``). Each engine takes its share of what
+        CUDA sees, the NVML figures less the driver's reservation
+        (``estimate.gpus.cuda_visible_total_bytes``), so the knob is set against that: a share of
+        NVML's larger total would give the engine less than its budget (0.92 x 0.6 GiB less KV
+        cache on an H200)."""
         if self.fixed_fraction is not None:
             return self.fixed_fraction
         budget = self.bytes_per_gpu - self.outside_budget_bytes
@@ -124,7 +126,7 @@ class MemoryDemand:
             base = nvml_total_bytes - reserved
         else:
             held = SGLANG_HELD_AT_MEASURE_BYTES + self.held_at_measure_bytes
-            base = max(1, free_before_start_bytes - reserved - held)
+            base = max(1, free_before_start_bytes - held)
         scale = 10**KNOB_DECIMALS
         fraction: float = math.ceil(budget / base * scale) / scale
         return min(0.99, fraction)
