@@ -147,3 +147,30 @@ def vllm_capture_size_count(*, max_sequences: int, speculative_tokens: int, batc
     if batched_tokens <= largest:
         sizes.add(batched_tokens)
     return max(len(sizes), 1)
+
+
+def vllm_graphs_counted(
+    version: str | None,
+    env: Mapping[str, str] | None,
+    architectures: Sequence[str],
+    *,
+    moe: bool,
+    quantized: bool,
+    hybrid: bool,
+) -> bool:
+    """Whether this model's start takes its CUDA graphs from the KV budget (its runner, its release)."""
+    runner_v2 = vllm_uses_v2_runner(
+        version, architectures, moe=moe, quantized=quantized, hybrid=hybrid, env=env
+    )
+    return vllm_cuda_graphs_in_budget(version, env, uses_v2_runner=runner_v2)
+
+
+def vllm_graph_bytes(
+    default_sizes_bytes: int, max_sequences: int, speculative_tokens: int, batched_tokens: int
+) -> int:
+    """The graphs' memory: ``default_sizes_bytes`` at vLLM's default 51 capture sizes, less in
+    proportion where fewer sizes are captured (a small ``--max-num-seqs``)."""
+    captured = vllm_capture_size_count(
+        max_sequences=max_sequences, speculative_tokens=speculative_tokens, batched_tokens=batched_tokens
+    )
+    return default_sizes_bytes * min(captured, DEFAULT_CAPTURE_SIZE_COUNT) // DEFAULT_CAPTURE_SIZE_COUNT

@@ -33,12 +33,7 @@ from modelyard.estimate.config_overrides import context_length_of, overridden_te
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.estimate_result import Basis, MemoryEstimate, MemoryPlan
 from modelyard.estimate.gpus import GIB, GpuSpec
-from modelyard.estimate.graph_budget import (
-    DEFAULT_CAPTURE_SIZE_COUNT,
-    vllm_capture_size_count,
-    vllm_cuda_graphs_in_budget,
-    vllm_uses_v2_runner,
-)
+from modelyard.estimate.graph_budget import vllm_graph_bytes, vllm_graphs_counted
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
 from modelyard.estimate.kv_tokens import VLLM_BLOCK_TOKENS, sequences_cache_bytes
 from modelyard.estimate.kv_tokens import kv_tokens_from_bytes as kv_tokens_from_bytes
@@ -240,13 +235,8 @@ def _prepare(
     if arguments.enforce_eager:
         graphs = 0
     elif engine == "vllm":
-        # vLLM's default capture sizes (51) cost VLLM_CUDA_GRAPH_BYTES at hidden 4096; fewer sizes
-        # (a small --max-num-seqs) cost proportionally less.
         full = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
-        captured = vllm_capture_size_count(
-            max_sequences=sequences, speculative_tokens=arguments.speculative_tokens, batched_tokens=batched
-        )
-        graphs = full * min(captured, DEFAULT_CAPTURE_SIZE_COUNT) // DEFAULT_CAPTURE_SIZE_COUNT
+        graphs = vllm_graph_bytes(full, sequences, arguments.speculative_tokens, batched)
     else:
         graphs = sglang_cuda_graph_bytes(batched, graph_batch, prefill_graphs=prefill_graphs)
     if arguments.memory_fraction is not None:
@@ -289,17 +279,13 @@ def _prepare(
         multimodal=multimodal,
         graphs_in_budget=engine == "vllm"
         and not v0_engine
-        and vllm_cuda_graphs_in_budget(
+        and vllm_graphs_counted(
             version,
             env,
-            uses_v2_runner=vllm_uses_v2_runner(
-                version,
-                [str(name) for name in model.config.get("architectures") or []],
-                moe=shape.is_moe,
-                quantized=bool(model.quantization_config or arguments.quantization),
-                hybrid=shape.is_hybrid_linear or bool(cache.state_bytes_per_sequence),
-                env=env,
-            ),
+            [str(name) for name in model.config.get("architectures") or []],
+            moe=shape.is_moe,
+            quantized=bool(model.quantization_config or arguments.quantization),
+            hybrid=shape.is_hybrid_linear or bool(cache.state_bytes_per_sequence),
         ),
         speculative=speculative,
     )
