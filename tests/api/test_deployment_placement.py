@@ -159,7 +159,7 @@ def test_memory_that_fits_no_worker_is_refused_naming_the_best_candidate_and_its
         response.json(),
         "unschedulable",
         "no worker can take one replica now: needs 60.0 GiB on one GPU",
-        "the largest has 40.0 GiB (C GPU 0, NVIDIA L40S)",
+        "the largest has 39.4 GiB (C GPU 0, NVIDIA L40S)",
     )
     assert "--gpu-memory" in response.json()["error"]["hint"]
     assert mixed.client.get("/api/v1/deployments").json() == []
@@ -172,7 +172,7 @@ def test_a_worker_whose_gpus_are_too_small_is_refused_naming_its_gpus(mixed: Api
         response.json(),
         "unschedulable",
         "needs 1 GPU(s) with 30.0 GiB free each on one worker; "
-        "B (2 x NVIDIA L4): 0 fit, the largest has 24.0 GiB free",
+        "B (2 x NVIDIA L4): 0 fit, the largest has 23.4 GiB free",
     )
 
 
@@ -182,8 +182,8 @@ def test_selectors_that_fit_no_worker_name_the_closest_one_first(mixed: ApiHarne
     assert_error(
         response.json(),
         "unschedulable",
-        "the best candidate is C (1 x NVIDIA L40S): 0 fit, the largest has 40.0 GiB free; "
-        "B (2 x NVIDIA L4): 0 fit, the largest has 24.0 GiB free",
+        "the best candidate is C (1 x NVIDIA L40S): 0 fit, the largest has 39.4 GiB free; "
+        "B (2 x NVIDIA L4): 0 fit, the largest has 23.4 GiB free",
     )
 
 

@@ -17,7 +17,13 @@ import pytest
 
 from modelyard.control.memory_demand import MemoryDemand, memory_demand
 from modelyard.estimate import GpuSpec
-from modelyard.estimate.gpus import cuda_visible_total_bytes, engine_view
+from modelyard.estimate.gpus import (
+    cuda_visible_total_bytes,
+    driver_reserved_bytes,
+    engine_view,
+    gpu_specs_from_inventory,
+)
+from modelyard.hardware.gpus import GpuInfo, GpuInventory
 from modelyard.testing.stand_ins import build_stand_in
 
 GIB = 1 << 30
@@ -94,7 +100,8 @@ def test_sglang_gets_the_budget_it_was_booked_for_on_an_idle_h200(qwen3_8b: Path
         gpu_count=1,
         gpu=GpuSpec(name="NVIDIA H200", memory_total_bytes=H200_NVML_BYTES),
     )
-    fraction = demand.fraction_for(H200_NVML_BYTES, H200_NVML_BYTES)
+    # Free on the idle board as the scheduler hands it over: CUDA's view (engine_view).
+    fraction = demand.fraction_for(H200_NVML_BYTES, cuda_visible_total_bytes(H200_NVML_BYTES))
     booked_budget = demand.bytes_per_gpu - demand.outside_budget_bytes
     # SGLang's static pool (weights and KV): its knob x the free memory it measured.
     got = int((H200_SGLANG_LOGGED_FREE_GIB - LOG_ROUNDING_GIB) * GIB * fraction)
@@ -122,3 +129,17 @@ def test_a_board_not_measured_loses_at_least_the_largest_reservation_measured() 
     view = engine_view("NVIDIA GeForce RTX 4090", nvml, nvml - GIB)
     assert view.memory_total_bytes == cuda_visible_total_bytes(nvml)
     assert view.memory_free_bytes == view.memory_total_bytes - GIB
+
+
+def test_the_estimate_command_and_preflight_see_the_gpu_as_the_knob_does() -> None:
+    """``modelyard estimate`` on this host, the doctor's preflight and the start check read NVML's
+    inventory; each now takes CUDA's view of it (``engine_view``), the one total the knob divides:
+    an H200 is 139.8 GiB there, not NVML's 140.4."""
+    free = H200_NVML_BYTES - 2 * GIB
+    inventory = GpuInventory(
+        gpus=[GpuInfo(0, "GPU-0", "NVIDIA H200", H200_NVML_BYTES, free, H200_NVML_BYTES - free)]
+    )
+    [seen] = gpu_specs_from_inventory(inventory)
+    assert seen.memory_total_bytes == cuda_visible_total_bytes(H200_NVML_BYTES)
+    assert abs(seen.memory_total_bytes - H200_LOGGED_TOTAL_GIB * GIB) <= LOG_ROUNDING_GIB * GIB + MIB
+    assert seen.memory_free_bytes == free - driver_reserved_bytes(H200_NVML_BYTES)

@@ -13,7 +13,7 @@ import pytest
 from modelyard.control.scheduler import LOCAL_WORKER, PlacementRequest, Scheduler, Worker
 from modelyard.errors import Unschedulable
 
-from .test_scheduler import GIB, by_memory, gpu, place_and_book, scheduler_of, where, worker
+from .test_scheduler import GIB, by_memory, gpu, place_and_book, scheduler_of, seen, where, worker
 
 WHOLE = PlacementRequest(gpus_per_rank=1)
 
@@ -39,7 +39,14 @@ CASES = {
         (worker("e", 48, 48),), [by_memory(20), by_memory(20)], by_memory(20), [("e", (1,))]
     ),
     "sharing: an engine fits beside another in what it left": AfterBookings(
-        (worker("e", 48, 24),), [by_memory(30)], by_memory(18), [("e", (0,))]
+        (worker("e", 48, 24),), [by_memory(30)], by_memory(17), [("e", (0,))]
+    ),
+    "sharing: the driver's reservation is not bookable": AfterBookings(
+        # 18 GiB beside 30 on a 48 GiB board would pass CUDA's 47.4 GiB: it goes to the other GPU.
+        (worker("e", 48, 24),),
+        [by_memory(30)],
+        by_memory(18),
+        [("e", (1,))],
     ),
     "sharing: a GPU held whole takes no engine by memory": AfterBookings(
         (worker("e", 48, 48),), [WHOLE], by_memory(1), [("e", (1,))]
@@ -88,7 +95,7 @@ CASES = {
         (worker("r", 48, 48),),
         [by_memory(30), by_memory(30)],
         by_memory(20),
-        refused="needs 20.0 GiB on one GPU; 2 GPU(s) free, the largest has 18.0 GiB (r GPU",
+        refused="needs 20.0 GiB on one GPU; 2 GPU(s) free, the largest has 17.4 GiB (r GPU",
     ),
     "refused: a gang wider than the workers with a free GPU": AfterBookings(
         (worker("f", 24), worker("g", 24), worker("h", 24)),
@@ -144,16 +151,19 @@ def test_releasing_what_holds_nothing_changes_nothing() -> None:
 
 
 def test_an_engine_placed_by_memory_never_takes_more_than_its_gpu_has_left() -> None:
-    """Engines of every size, booked one after the other on one GPU: the sum never passes it."""
+    """Engines of every size, booked one after the other on one GPU: the sum never passes what
+    CUDA sees of it (an 80 GiB board less the driver's 621 MiB), the total their knobs divide."""
     scheduler = scheduler_of(worker("u", 80))
-    booked_gib = 0
+    capacity = seen(80)
+    booked = 0
     for instance_id, size_gib in enumerate([30, 25, 20, 10, 8, 5, 3, 1], start=1):
         try:
             place_and_book(scheduler, instance_id, by_memory(size_gib))
         except Unschedulable:
-            assert booked_gib + size_gib > 80
+            assert booked + size_gib * GIB > capacity
             continue
-        booked_gib += size_gib
-        assert booked_gib <= 80
-        assert scheduler.free_bytes("id-u", 0) == (80 - booked_gib) * GIB
-    assert booked_gib == 80  # 30 + 25 + 20 + 5, the GPU exactly full: 10, 8, 3 and 1 refused
+        booked += size_gib * GIB
+        assert booked <= capacity
+        assert scheduler.free_bytes("id-u", 0) == capacity - booked
+    # 30 + 25 + 20 + 3 + 1: 10, 8 and 5 refused (5 more would fill NVML's 80 GiB, not CUDA's 79.4)
+    assert booked == 79 * GIB

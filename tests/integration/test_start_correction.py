@@ -198,16 +198,28 @@ def estimate_for(model_dir: Path, parameters: list[str]) -> MemoryEstimate:
     return estimate_memory(
         read_model_facts(model_dir),
         "vllm",
-        [GpuSpec(name=GPU_NAME, memory_total_bytes=GPU_TOTAL_BYTES)],
+        # What the start check estimates on: CUDA's view of the GPU, NVML's total less the driver's
+        # reservation (estimate.gpus.cuda_visible_total_bytes).
+        [GpuSpec(name=GPU_NAME, memory_total_bytes=cuda_visible_total_bytes(GPU_TOTAL_BYTES))],
         parameters,
         engine_version=VERSION,
     )
 
 
+def engine_seeing_cuda_total(spec: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM double dividing what CUDA sees of the GPU (NVML's 80 GiB less the driver's
+    reservation), as a real vLLM's knob does."""
+    engine_total_gib = cuda_visible_total_bytes(GPU_TOTAL_BYTES) / GIB
+    command = spec["versions"][VERSION]["run_command"]
+    command = command.replace("--double-gpu-memory-gib 80 ", f"--double-gpu-memory-gib {engine_total_gib!r} ")
+    spec["versions"][VERSION]["run_command"] = command
+    return spec
+
+
 def overhead_gib_for_kv_share(model_dir: Path, parameters: list[str], kv_share: float) -> float:
     """The double's overhead that leaves ``kv_share`` of the predicted KV cache at this knob."""
     estimate = estimate_for(model_dir, parameters)
-    budget = math.ceil(GPU_TOTAL_BYTES * estimate.memory_fraction)
+    budget = math.ceil(cuda_visible_total_bytes(GPU_TOTAL_BYTES) * estimate.memory_fraction)
     return float(budget - kv_share * estimate.plan_on_total.kv_cache_bytes) / GIB
 
 
@@ -215,7 +227,9 @@ async def test_the_estimate_converges_on_what_the_engine_logs_start_after_start(
     parameters = ["--gpu-memory-utilization", "0.5", "--max-model-len", "8192"]
     estimate = estimate_for(setup.model_dir, parameters)
     overhead = overhead_gib_for_kv_share(setup.model_dir, parameters, 0.93)
-    setup.set_backend(engine_double_spec(overhead, estimate.cache.kv_bytes_per_token))
+    setup.set_backend(
+        engine_seeing_cuda_total(engine_double_spec(overhead, estimate.cache.kv_bytes_per_token))
+    )
     setup.add("fixed", parameters)
     await setup.started("fixed")
     await setup.start_again("fixed", 2)
@@ -309,7 +323,11 @@ async def test_an_engine_short_by_less_than_the_known_error_gets_its_booking_on_
     parameters = ["--max-model-len", "8192", "--max-num-seqs", "4"]
     estimate = estimate_for(setup.model_dir, parameters)
     predicted_overhead = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes
-    setup.set_backend(engine_double_spec(predicted_overhead / GIB + 0.54, estimate.cache.kv_bytes_per_token))
+    setup.set_backend(
+        engine_seeing_cuda_total(
+            engine_double_spec(predicted_overhead / GIB + 0.54, estimate.cache.kv_bytes_per_token)
+        )
+    )
     setup.add("first", parameters, placement={"gpu_memory": "auto"})
     await setup.started("first")
     [row] = setup.rows()
@@ -365,7 +383,8 @@ async def test_an_engine_over_its_booking_is_an_event_a_metric_and_booked_as_mea
     await setup.wait_for(lambda: "needs" in setup.reason_of("beside"), "beside refused")
     refusal = setup.instance("beside").reason
     assert setup.instance("beside").state == "pending", refusal
-    assert f"the largest has {(GPU_TOTAL_BYTES - used) / GIB:.1f} GiB" in refusal
+    # Free as the scheduler sees it: CUDA's view of the board (NVML less the driver's reservation).
+    assert f"the largest has {(cuda_visible_total_bytes(GPU_TOTAL_BYTES) - used) / GIB:.1f} GiB" in refusal
     error = 'modelyard_memory_booking_error_bytes{deployment="graphs",gpu="0",replica="0",worker="local"}'
     assert metric_value(memory_metrics_text(setup), error) == used - booked
 

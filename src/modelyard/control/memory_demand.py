@@ -42,7 +42,6 @@ from pathlib import Path
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec, estimate_memory, parse_engine_arguments
-from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.correction import StartObservation, booking_headroom_bytes, correction_for, start_key
 from modelyard.estimate.gpus import driver_reserved_bytes
 from modelyard.estimate.overheads import (
@@ -111,12 +110,14 @@ class MemoryDemand:
         )
 
     def fraction_for(self, nvml_total_bytes: int, free_before_start_bytes: int) -> float:
-        """The knob's value on the chosen GPU, whose figures are NVML's as the scheduler books
-        them (``free_before_start_bytes``: free once the GPU's other engines hold their shares,
-        which SGLang's fraction is taken of). Each engine takes its share of what CUDA sees, the
-        NVML figures less the driver's reservation (``estimate.gpus.cuda_visible_total_bytes``),
-        so the knob is set against that: a share of NVML's larger total would give the engine
-        less than its budget (0.92 x 0.6 GiB less KV cache on an H200)."""
+        """The knob's value on the chosen GPU (``nvml_total_bytes``: its NVML total, as workers
+        report it; ``free_before_start_bytes``: free as the engine will see it once the GPU's other
+        engines hold their shares, which SGLang's fraction is taken of: the scheduler's free bytes,
+        already in CUDA's view, ``estimate.gpus.engine_view``). Each engine takes its share of what
+        CUDA sees, the NVML figures less the driver's reservation
+        (``estimate.gpus.cuda_visible_total_bytes``), so the knob is set against that: a share of
+        NVML's larger total would give the engine less than its budget (0.92 x 0.6 GiB less KV
+        cache on an H200)."""
         if self.fixed_fraction is not None:
             return self.fixed_fraction
         budget = self.bytes_per_gpu - self.outside_budget_bytes
@@ -125,7 +126,7 @@ class MemoryDemand:
             base = nvml_total_bytes - reserved
         else:
             held = SGLANG_HELD_AT_MEASURE_BYTES + self.held_at_measure_bytes
-            base = max(1, free_before_start_bytes - reserved - held)
+            base = max(1, free_before_start_bytes - held)
         scale = 10**KNOB_DECIMALS
         fraction: float = math.ceil(budget / base * scale) / scale
         return min(0.99, fraction)
@@ -184,7 +185,7 @@ def memory_demand(
     )
     arguments = parse_engine_arguments(engine, parameters, engine_version)
     outside = CUDA_CONTEXT_BYTES
-    if engine == "vllm" and not vllm_graphs_in_budget(engine_version, env):
+    if engine == "vllm" and not estimate.cuda_graphs_in_budget:
         outside += estimate.cuda_graph_bytes
     held = 0
     if engine == "sglang":
@@ -199,7 +200,7 @@ def memory_demand(
     kv = estimate.cache_bytes_for(sequences)
     if engine == "vllm":
         inside = estimate.weights_bytes + estimate.activation_bytes + estimate.non_torch_bytes + kv
-        if vllm_graphs_in_budget(engine_version, env):
+        if estimate.cuda_graphs_in_budget:
             inside += estimate.cuda_graph_bytes
         inside += 16 * estimate.cache.kv_bytes_per_token  # one block of slack
     else:

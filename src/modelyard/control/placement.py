@@ -268,7 +268,9 @@ def decide(
     worker = scheduler.worker(rank.worker_id)
     assert worker is not None, rank  # placed just now, on the workers the scheduler holds
     gpu = next(gpu for gpu in worker.gpus if gpu.index == rank.gpu_ids[0])
-    free = scheduler.free_bytes(rank.worker_id, rank.gpu_ids[0]) or gpu.memory_total_bytes
+    free = scheduler.free_bytes(rank.worker_id, rank.gpu_ids[0]) or cuda_visible_total_bytes(
+        gpu.memory_total_bytes
+    )
     fraction = demand.fraction_for(gpu.memory_total_bytes, free)
     booked = demand.bytes_per_gpu
     if demand.engine == "vllm" and demand.fixed_fraction is None:

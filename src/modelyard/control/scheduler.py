@@ -45,6 +45,7 @@ from modelyard.control.placement_types import (
 )
 from modelyard.control.request_fit import check_request_fits
 from modelyard.errors import Unschedulable
+from modelyard.estimate.gpus import engine_view
 from modelyard.hardware.gpus import GpuInfo
 
 # The types (placement_types.py) and the hardware check (request_fit.py) are imported from here
@@ -77,12 +78,15 @@ class _Gpu:
     free_bytes: int = 0
 
     def refresh(self) -> None:
-        total = self.info.memory_total_bytes
+        # What an engine can have of the GPU: CUDA's view of it (NVML's figures less the driver's
+        # reservation), the total the memory knob and the estimate divide.
+        seen = engine_view(self.info.name, self.info.memory_total_bytes, self.info.memory_free_bytes)
+        total = seen.memory_total_bytes
         if any(size is None for _, size in self.bookings.values()):
             booked = total
         else:
             booked = sum(size or 0 for _, size in self.bookings.values())
-        used = total - self.info.memory_free_bytes
+        used = total - (seen.memory_free_bytes or 0)
         self.free_bytes = max(0, total - max(used, booked))
 
     @property

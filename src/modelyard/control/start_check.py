@@ -32,6 +32,7 @@ from modelyard.control.transitions import StartChecked
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.estimate.correction import apply_correction, correction_for, start_key
+from modelyard.estimate.gpus import cuda_visible_total_bytes
 from modelyard.estimate.startup_logs import LoggedKvCache, parse_log
 from modelyard.modeldir import read_model_facts
 from modelyard.store.database import Database
@@ -171,10 +172,12 @@ def start_facts(
         model_path=deployment.model_path,
         parameters=parameters,
         env=context.secrets.reveal_env(deployment.env),
+        # CUDA's view of the GPU (NVML's total less the driver's reservation): what the knob
+        # divides. SGLang's knob is a fraction of the memory free when it starts (the placement's
+        # figure, already in that view): on a shared GPU, less.
         gpu=GpuSpec(
             name=info.name,
-            memory_total_bytes=info.memory_total_bytes,
-            # SGLang's knob is a fraction of the memory free when it starts: on a shared GPU, less.
+            memory_total_bytes=cuda_visible_total_bytes(info.memory_total_bytes),
             memory_free_bytes=int(free_before) if family == "sglang" and free_before else None,
         ),
         gpu_count=len(gpu_ids),

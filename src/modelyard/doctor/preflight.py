@@ -34,8 +34,8 @@ from modelyard.doctor.host_facts import HostFacts
 from modelyard.doctor.parameters.chat_template import judges_chat_template
 from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
-from modelyard.estimate import GpuSpec
 from modelyard.estimate.correction import StartObservation
+from modelyard.estimate.gpus import engine_view
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import ModelFacts, read_model_facts
 
@@ -77,14 +77,8 @@ def preflight_deployment(
         backend_parameters=backend_parameters,
         env=env,
         model=_model_facts(directory),
-        gpus=[
-            GpuSpec(
-                name=gpu.name,
-                memory_total_bytes=gpu.memory_total_bytes,
-                memory_free_bytes=gpu.memory_free_bytes,
-            )
-            for gpu in gpus or []
-        ],
+        # CUDA's view of each GPU (estimate.gpus.engine_view): the total the engine's knob divides.
+        gpus=[engine_view(gpu.name, gpu.memory_total_bytes, gpu.memory_free_bytes) for gpu in gpus or []],
         gpu_count=count,
         host=host if host is not None else HostFacts.of_this_host(),
         deployment_name=deployment_name,

@@ -75,6 +75,9 @@ class MemoryEstimate:
     # Speculative decoding's draft model (or the model's MTP layers): counted in ``weights_bytes``
     # and ``cache`` above, shown apart.
     speculative: SpeculativeMemory | None = None
+    # vLLM: the engine takes its CUDA graphs (``cuda_graph_bytes``) out of the KV budget, inside
+    # the knob's share (``graph_budget.vllm_cuda_graphs_in_budget``); False: they live outside it.
+    cuda_graphs_in_budget: bool = False
 
     def cache_bytes_for(self, sequences: int) -> int:
         """The KV cache (and state) ``sequences`` sequences of the context need on one GPU, as

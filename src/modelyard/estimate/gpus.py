@@ -152,12 +152,7 @@ def engine_view(name: str, nvml_total_bytes: int, nvml_free_bytes: int | None = 
 
 
 def gpu_specs_from_inventory(inventory: GpuInventory) -> list[GpuSpec]:
-    """This host's GPUs with their free memory now (from ``read_gpu_inventory()``), in NVML's
-    figures, as the doctor's preflight and the start check read them (what the driver reserves
-    is part of the estimate's measured error there, which the starts' correction takes up)."""
-    return [
-        GpuSpec(
-            name=gpu.name, memory_total_bytes=gpu.memory_total_bytes, memory_free_bytes=gpu.memory_free_bytes
-        )
-        for gpu in inventory.gpus
-    ]
+    """This host's GPUs with their free memory now (from ``read_gpu_inventory()``) as the engine
+    sees them (``engine_view``): the totals ``modelyard estimate``, the doctor's preflight, the
+    start check and the scheduler's capacity all use."""
+    return [engine_view(gpu.name, gpu.memory_total_bytes, gpu.memory_free_bytes) for gpu in inventory.gpus]

@@ -29,11 +29,11 @@ from typing import Any
 from modelyard.backends.parameters import ParsedParameters
 from modelyard.errors import InvalidInput
 from modelyard.estimate.architecture import ModelShape, read_model_shape
-from modelyard.estimate.budgets import vllm_graphs_in_budget
 from modelyard.estimate.config_overrides import context_length_of, overridden_text_config
 from modelyard.estimate.engine_arguments import EngineArguments, parse_engine_arguments, parsed_parameters
 from modelyard.estimate.estimate_result import Basis, MemoryEstimate, MemoryPlan
 from modelyard.estimate.gpus import GIB, GpuSpec
+from modelyard.estimate.graph_budget import vllm_graph_bytes, vllm_graphs_counted
 from modelyard.estimate.kv_cache import CacheShape, cache_shape, known_kv_dtype, serving_dtype
 from modelyard.estimate.kv_tokens import VLLM_BLOCK_TOKENS, sequences_cache_bytes
 from modelyard.estimate.kv_tokens import kv_tokens_from_bytes as kv_tokens_from_bytes
@@ -235,7 +235,8 @@ def _prepare(
     if arguments.enforce_eager:
         graphs = 0
     elif engine == "vllm":
-        graphs = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
+        full = max(VLLM_CUDA_GRAPH_BYTES * shape.hidden_size // 4096, VLLM_CUDA_GRAPH_BYTES // 4)
+        graphs = vllm_graph_bytes(full, sequences, arguments.speculative_tokens, batched)
     else:
         graphs = sglang_cuda_graph_bytes(batched, graph_batch, prefill_graphs=prefill_graphs)
     if arguments.memory_fraction is not None:
@@ -276,7 +277,16 @@ def _prepare(
         fraction_is_default=is_default,
         encoder_loaded=encoder_loaded,
         multimodal=multimodal,
-        graphs_in_budget=engine == "vllm" and vllm_graphs_in_budget(version, env),
+        graphs_in_budget=engine == "vllm"
+        and not v0_engine
+        and vllm_graphs_counted(
+            version,
+            env,
+            [str(name) for name in model.config.get("architectures") or []],
+            moe=shape.is_moe,
+            quantized=bool(model.quantization_config or arguments.quantization),
+            hybrid=shape.is_hybrid_linear or bool(cache.state_bytes_per_sequence),
+        ),
         speculative=speculative,
     )
 
@@ -440,7 +450,7 @@ def _plan(inputs: _Inputs, engine: str, basis: Basis, memory_bytes: int) -> Memo
 def outside_budget_bytes(inputs: _Inputs, engine: str) -> int:
     """What must fit outside the knob's budget: the CUDA context and CUDA graphs (vLLM), plus
     activations for SGLang, whose fraction covers only weights and the KV pool."""
-    needed = CUDA_CONTEXT_BYTES + inputs.cuda_graph_bytes
+    needed = CUDA_CONTEXT_BYTES + (0 if inputs.graphs_in_budget else inputs.cuda_graph_bytes)
     if engine == "sglang":
         needed += inputs.activation_bytes
     return needed
@@ -464,6 +474,8 @@ def _fraction_needed(inputs: _Inputs, engine: str, memory_bytes: int, sequences:
     total = inputs.gpu.memory_total_bytes
     if engine == "vllm":
         overhead = inputs.weights_bytes + inputs.activation_bytes + inputs.non_torch_bytes
+        if inputs.graphs_in_budget:
+            overhead += inputs.cuda_graph_bytes
         need += VLLM_BLOCK_TOKENS * inputs.cache.kv_bytes_per_token
         return (overhead + need) / total
     free_before = memory_bytes - CUDA_CONTEXT_BYTES
@@ -578,4 +590,5 @@ def estimate_memory(
         limiting_stage=inputs.stage,
         prefix_caching=inputs.arguments.prefix_caching,
         speculative=inputs.speculative,
+        cuda_graphs_in_budget=inputs.graphs_in_budget,
     )

@@ -23,6 +23,7 @@ from modelyard.control.memory_demand import KNOB_FLAGS, memory_demand, parse_gpu
 from modelyard.errors import InvalidInput
 from modelyard.estimate import GpuSpec
 from modelyard.estimate.correction import StartObservation
+from modelyard.estimate.gpus import engine_view
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.settings import DEFAULT_PLACEMENT_HEADROOM_BYTES
 
@@ -113,7 +114,8 @@ def preflight_parameters(
         gpu=GpuSpec(name=gpu.name, memory_total_bytes=gpu.memory_total_bytes),
         observations=observations,
     )
-    fraction = demand.fraction_for(gpu.memory_total_bytes, gpu.memory_free_bytes)
+    seen = engine_view(gpu.name, gpu.memory_total_bytes, gpu.memory_free_bytes)
+    fraction = demand.fraction_for(gpu.memory_total_bytes, seen.memory_free_bytes or 0)
     added = f"{knob} {fraction:g}"
     if isinstance(raw_parameters, str):
         return f"{raw_parameters.rstrip()}\n{added}" if raw_parameters.strip() else added
