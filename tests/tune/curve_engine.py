@@ -16,6 +16,9 @@ The curve (every other flag is passed on to the reference server, which ignores 
   accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75); its ``/metrics`` counts the
   drafts, draft tokens and accepted tokens under vLLM's names.
 
+- the environment: ``CURVE_ENGINE_EXTRA_TTFT_MS`` adds that many ms to the TTFT (so a test sees
+  that ``modelyard tune --env`` reached the engine).
+
 So at 8 concurrent streams the best is ``--max-num-seqs 8 --max-num-batched-tokens 8192`` (or
 more sequences): the shortest TTFT with no queue.
 """
@@ -34,6 +37,7 @@ DEFAULT_MAX_SEQUENCES = 256
 DEFAULT_BATCHED_TOKENS = 2048
 ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75}
 VERIFY_COST_PER_TOKEN = 0.1
+EXTRA_TTFT_VARIABLE = "CURVE_ENGINE_EXTRA_TTFT_MS"
 
 
 def speculation_of(config_text: str | None) -> tuple[int, float]:
@@ -71,6 +75,7 @@ def main(argv: list[str]) -> int:
     ttft_ms, itl_ms, at_once = curve(
         known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size, tokens, acceptance
     )
+    ttft_ms += float(os.environ.get(EXTRA_TTFT_VARIABLE, "0"))
     reference_argv = [*rest, "--ttft-ms", repr(ttft_ms), "--itl-ms", repr(itl_ms)]
     reference_argv += [
         "--double-spec-tokens",

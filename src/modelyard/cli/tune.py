@@ -194,6 +194,7 @@ def _engines(api: Any, backends: str, versions: list[str]) -> tuple[Any, ...]:
 def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
     from modelyard.estimate import parse_gpu_specs
     from modelyard.modeldir import read_model_facts
+    from modelyard.tune.environment import parse_env_options
     from modelyard.tune.options import parse_duration_s
     from modelyard.tune.session import TuneRequest
     from modelyard.tune.slo import parse_slos
@@ -231,9 +232,11 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         time_budget_s=parse_duration_s(options["budget"]) if options["budget"] else None,
     )
     vocabulary = facts.text_config.get("vocab_size") if facts is not None else None
+    engines = _engines(api, options["backends"], options["version"])
     space = SearchSpace(
-        engines=_engines(api, options["backends"], options["version"]),
+        engines=engines,
         **_axis_options(options, vocabulary if isinstance(vocabulary, int) else None),
+        environment=parse_env_options(options["env"] or [], engines),
     )
     return TuneRequest(
         model=options["model"],
@@ -255,7 +258,12 @@ def _print_plan(request: TuneRequest) -> None:
     candidates, pruned = plan_tune(request)
     stdout.print(f"{len(candidates)} candidates, {len(pruned.kept)} to measure:", highlight=False)
     for candidate in pruned.kept:
-        stdout.print(f"  {candidate.label}: {' '.join(candidate.arguments) or '(no flags)'}", highlight=False)
+        text = f"  {candidate.label}: {' '.join(candidate.arguments) or '(no flags)'}"
+        if candidate.env:
+            text += (
+                " (env " + " ".join(f"{name}={value}" for name, value in candidate.shown_env.items()) + ")"
+            )
+        stdout.print(text, highlight=False, markup=False)
     for dropped in pruned.dropped:
         stdout.print(f"  [red]dropped[/red] {dropped.candidate.label} ({dropped.stage}): {dropped.reason}")
 
@@ -264,7 +272,7 @@ def _print_plan(request: TuneRequest) -> None:
 _RESUMED: tuple[str, ...] = (
     *("model", "gpus", "workload", "slo", "backends", "version", "tp", "pp", "memory"),
     *("max_num_seqs", "batched_tokens", "kv_cache_dtype", "prefix_caching", "args", "rungs"),
-    *("speculative", "draft_model"),
+    *("speculative", "draft_model", "env"),
     *("requests", "growth", "keep", "warmup_requests", "model_dir", "gpu_ids", "knee_search"),
 )
 
@@ -309,6 +317,12 @@ def tune_command(
     args: list[str] = typer.Option(
         [], "--args", help="More backend parameters for every candidate (repeatable)."
     ),
+    env: list[str] = typer.Option(
+        [],
+        "--env",
+        help="KEY=VALUE for every candidate's engine, or BACKEND:KEY=VALUE for one backend's "
+        "(repeatable; secret values are never written down).",
+    ),
     rungs: int = typer.Option(3, "--rungs", help="Rounds of successive halving."),
     requests: int = typer.Option(32, "--requests", help="Requests per load in the first round."),
     growth: int = typer.Option(2, "--growth", help="Each round runs this many times more requests."),
@@ -346,6 +360,7 @@ def tune_command(
 ) -> None:
     """Find the engine and parameters that serve a workload best within SLOs (successive halving)."""
     from modelyard.cli.client import ENV_PASSWORD, read_admin_password, read_cli_token
+    from modelyard.tune.environment import restore_secrets
     from modelyard.tune.journal import Journal
     from modelyard.tune.options import parse_gpu_ids
     from modelyard.tune.server_deployer import HttpServerApi, ServerDeployer
@@ -356,6 +371,8 @@ def tune_command(
     if resume is not None:
         stored = Journal.arguments_of(context.resolved_data_dir, resume).get("cli") or {}
         options.update({name: stored[name] for name in _RESUMED if name in stored})
+        # tune.json keeps secret values masked: they are given again with --env.
+        options["env"] = restore_secrets(stored.get("env") or [], env)
     for name, flag in (("model", "MODEL"), ("gpus", "--gpus"), ("slo", "--slo")):
         if not options[name]:
             raise InvalidInput(
@@ -375,6 +392,7 @@ def tune_command(
             return
         arguments = request.arguments()
         cli_options = {name: options[name] for name in _RESUMED}
+        cli_options["env"] = [setting.option_text for setting in request.space.environment]
         journal = Journal.open(context.resolved_data_dir, arguments, cli=cli_options)
         stderr.print(
             f"tune {journal.tune_id} (state in {journal.folder}; rerun the same command, or "

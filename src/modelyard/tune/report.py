@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from modelyard.secret_names import is_secret_env_name
 from modelyard.tune.measurement import Measurement, PointFigures
 from modelyard.tune.pruning import Dropped
 from modelyard.tune.slo import Slo, format_slos
@@ -38,18 +39,27 @@ def deploy_body(candidate: Candidate, model: str, name: str) -> dict[str, Any]:
         "backend_version": candidate.engine.version,
         "gpus_per_replica": candidate.gpu_count,
         "backend_parameters": candidate.arguments,
+        # Secret values masked (the report is written down): give them again when posting it.
+        **({"env": candidate.shown_env} if candidate.env else {}),
     }
 
 
 def deploy_command(candidate: Candidate, model: str, name: str) -> str:
-    """The ``modelyard deploy`` command line that creates it."""
+    """The ``modelyard deploy`` command line that creates it; a secret variable's value is taken
+    from the shell (``--env "HF_TOKEN=$HF_TOKEN"``), never written."""
     words = ["modelyard", "deploy", model, "--name", name, "--backend", candidate.engine.backend]
     if candidate.engine.version:
         words += ["--version", candidate.engine.version]
     words += ["--gpus", str(candidate.gpu_count)]
     for argument in candidate.arguments:
         words += ["--args", argument]
-    return shlex.join(words)
+    secrets = []
+    for variable, value in candidate.env:
+        if is_secret_env_name(variable):
+            secrets.append(f'--env "{variable}=${variable}"')
+        else:
+            words += ["--env", f"{variable}={value}"]
+    return " ".join([shlex.join(words), *secrets])
 
 
 def _winner(
