@@ -13,7 +13,8 @@ The curve (every other flag is passed on to the reference server, which ignores 
   1024: 170 ms), as smaller prefill chunks take more steps;
 - inter-token latency: ``4 / --tensor-parallel-size`` ms; with ``--speculative-config`` of K
   tokens, ``x (1 + 0.1 K) / (1 + a K)``, a step verifying K proposals of which the share ``a`` is
-  accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75); its ``/metrics`` counts the
+  accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75, EAGLE 0.7, EAGLE-3 0.85, MTP
+  0.8); its ``/metrics`` counts the
   drafts, draft tokens and accepted tokens under vLLM's names.
 
 - the environment: ``CURVE_ENGINE_EXTRA_TTFT_MS`` adds that many ms to the TTFT (so a test sees
@@ -35,7 +36,7 @@ from modelyard.bench.reference.server import run_reference_program
 
 DEFAULT_MAX_SEQUENCES = 256
 DEFAULT_BATCHED_TOKENS = 2048
-ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75}
+ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75, "eagle": 0.7, "eagle3": 0.85, "mtp": 0.8}
 VERIFY_COST_PER_TOKEN = 0.1
 EXTRA_TTFT_VARIABLE = "CURVE_ENGINE_EXTRA_TTFT_MS"
 

@@ -26,6 +26,7 @@ from modelyard.errors import InvalidInput
 from modelyard.settings import METRICS_TOKEN_FILE_NAME
 
 if TYPE_CHECKING:
+    from modelyard.tune.draft_models import TargetModel
     from modelyard.tune.measurement import Measurement
     from modelyard.tune.pruning import Dropped
     from modelyard.tune.session import TuneRequest
@@ -129,7 +130,7 @@ def print_report(report: dict[str, Any]) -> None:
     stdout.print(rows)
 
 
-def _axis_options(options: dict[str, Any], target_vocabulary_size: int | None) -> dict[str, Any]:
+def _axis_options(options: dict[str, Any], target: TargetModel) -> dict[str, Any]:
     from modelyard.tune.options import parse_axis, parse_kv_dtypes, parse_layouts, parse_prefix_caching
     from modelyard.tune.speculation import parse_speculation
 
@@ -155,7 +156,7 @@ def _axis_options(options: dict[str, Any], target_vocabulary_size: int | None) -
         "speculation": parse_speculation(
             options["speculative"],
             draft_model=options["draft_model"],
-            target_vocabulary_size=target_vocabulary_size,
+            target=target,
         ),
         "extra_arguments": tuple(options["args"]),
     }
@@ -194,6 +195,7 @@ def _engines(api: Any, backends: str, versions: list[str]) -> tuple[Any, ...]:
 def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
     from modelyard.estimate import parse_gpu_specs
     from modelyard.modeldir import read_model_facts
+    from modelyard.tune.draft_models import TargetModel
     from modelyard.tune.environment import parse_env_options
     from modelyard.tune.options import parse_duration_s
     from modelyard.tune.session import TuneRequest
@@ -231,11 +233,10 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         max_measurements=options["max_runs"],
         time_budget_s=parse_duration_s(options["budget"]) if options["budget"] else None,
     )
-    vocabulary = facts.text_config.get("vocab_size") if facts is not None else None
     engines = _engines(api, options["backends"], options["version"])
     space = SearchSpace(
         engines=engines,
-        **_axis_options(options, vocabulary if isinstance(vocabulary, int) else None),
+        **_axis_options(options, TargetModel.of(facts)),
         environment=parse_env_options(options["env"] or [], engines),
     )
     return TuneRequest(
@@ -309,10 +310,13 @@ def tune_command(
     speculative: str = typer.Option(
         "off",
         "--speculative",
-        help="Speculative decoding to try: off, ngram[:TOKENS], draft[:TOKENS], mtp[:TOKENS] (off,ngram:4).",
+        help="Speculative decoding to try: off, auto, ngram[:TOKENS], draft, eagle, eagle3, mtp "
+        "(e.g. off,ngram:4; auto: what the model and --draft-model allow).",
     ),
     draft_model: str | None = typer.Option(
-        None, "--draft-model", help="The draft model's directory on this host (for --speculative draft)."
+        None,
+        "--draft-model",
+        help="The draft's directory on this host: a small model (draft) or an EAGLE / EAGLE-3 head.",
     ),
     args: list[str] = typer.Option(
         [], "--args", help="More backend parameters for every candidate (repeatable)."
