@@ -18,7 +18,8 @@ The curve (every other flag is passed on to the reference server, which ignores 
   drafts, draft tokens and accepted tokens under vLLM's names.
 
 - the environment: ``CURVE_ENGINE_EXTRA_TTFT_MS`` adds that many ms to the TTFT (so a test sees
-  that ``modelyard tune --env`` reached the engine).
+  that ``modelyard tune --env`` reached the engine); ``CURVE_ENGINE_STARTUP_DELAY_S`` keeps the
+  engine from answering for that long after it starts (a test interrupts a tune mid-start).
 
 So at 8 concurrent streams the best is ``--max-num-seqs 8 --max-num-batched-tokens 8192`` (or
 more sequences): the shortest TTFT with no queue.
@@ -39,6 +40,7 @@ DEFAULT_BATCHED_TOKENS = 2048
 ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75, "eagle": 0.7, "eagle3": 0.85, "mtp": 0.8}
 VERIFY_COST_PER_TOKEN = 0.1
 EXTRA_TTFT_VARIABLE = "CURVE_ENGINE_EXTRA_TTFT_MS"
+STARTUP_DELAY_VARIABLE = "CURVE_ENGINE_STARTUP_DELAY_S"
 
 
 def speculation_of(config_text: str | None) -> tuple[int, float]:
@@ -85,6 +87,7 @@ def main(argv: list[str]) -> int:
         repr(acceptance),
     ]
     reference_argv += ["--max-concurrency", str(at_once)]
+    reference_argv += ["--startup-delay-s", os.environ.get(STARTUP_DELAY_VARIABLE, "0")]
     return run_reference_program(parse_reference_argv(reference_argv, os.environ))
 
 
