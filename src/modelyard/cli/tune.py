@@ -74,6 +74,7 @@ def print_report(report: dict[str, Any]) -> None:
     """The report in the terminal: winners, how to deploy, the Pareto front, every candidate."""
     from rich.table import Table
 
+    from modelyard.tune.gains import gain_text
     from modelyard.tune.report import acceptance_text, candidate_row
 
     slo_keys = [text.split("<=")[0] + "_ms" for text in report["slos"]]
@@ -99,10 +100,14 @@ def print_report(report: dict[str, Any]) -> None:
     else:
         stdout.print("[yellow]no candidate met the SLOs at any load measured[/yellow]")
     gain = report.get("gain_over_defaults") or {}
+    gains = report.get("gains_over_each_engines_defaults") or []
     if gain.get("winner_is_defaults"):
         stdout.print("the engine's defaults won: no knob tried did better")
-    elif gain.get("ratio"):
+    elif gain.get("ratio") and not gains:
         stdout.print(f"{gain['ratio']:.2f}x the throughput of the engine's defaults ({gain['defaults']})")
+    for each in gains:
+        if not each["is_winner"]:
+            stdout.print(f"against {each['defaults']}: {gain_text(each)}", highlight=False, markup=False)
     if report.get("deploy"):
         stdout.print("deploy it with:", highlight=False)
         stdout.print(f"  {report['deploy']['command']}", highlight=False, markup=False, soft_wrap=True)
