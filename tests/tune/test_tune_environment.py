@@ -131,3 +131,25 @@ def test_a_tune_gives_its_env_to_the_engine_and_writes_no_secret(
     for path in written:
         assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
     assert tune_platform.deployments() == []
+
+
+def test_plan_gives_each_engine_its_own_args_and_env(tune_platform: TunePlatform) -> None:
+    served = tune_platform.served
+    code, output = run(
+        served.data_dir,
+        served.url,
+        *[MODEL_NAME, "--gpus", GPUS_TEXT, "--slo", "ttft_p95<=1s", "--backends", "vllm,sglang"],
+        *["--tp", "2", "--max-num-seqs", "default", "--batched-tokens", "default", "--plan"],
+        *["--args", "vllm:--max-model-len 4096", "--args", "sglang:--context-length 4096"],
+        *["--env", "sglang:PYTHONPATH=/opt/sglang", "--env", f"HF_TOKEN={SECRET}"],
+    )
+
+    assert code == 0, output
+    lines = {line.split(":", 1)[0].strip(): line for line in output.splitlines() if " tp2 " in line}
+    vllm = next(line for label, line in lines.items() if label.startswith("vllm "))
+    sglang = next(line for label, line in lines.items() if label.startswith("sglang "))
+    assert "--max-model-len 4096" in vllm and "--context-length" not in vllm
+    assert "--context-length 4096" in sglang and "--max-model-len" not in sglang
+    assert "PYTHONPATH=/opt/sglang" in sglang and "PYTHONPATH" not in vllm
+    assert f"HF_TOKEN={MASK}" in vllm and SECRET not in output
+    assert "dropped" not in output, output

@@ -163,7 +163,6 @@ def _axis_options(options: dict[str, Any], target: TargetModel) -> dict[str, Any
             draft_model=options["draft_model"],
             target=target,
         ),
-        "extra_arguments": tuple(options["args"]),
     }
 
 
@@ -202,7 +201,7 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
     from modelyard.modeldir import read_model_facts
     from modelyard.tune.draft_models import TargetModel
     from modelyard.tune.environment import parse_env_options
-    from modelyard.tune.options import parse_duration_s
+    from modelyard.tune.options import parse_duration_s, split_engine_arguments
     from modelyard.tune.session import TuneRequest
     from modelyard.tune.slo import parse_slos
     from modelyard.tune.space import SearchSpace
@@ -239,9 +238,13 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         time_budget_s=parse_duration_s(options["budget"]) if options["budget"] else None,
     )
     engines = _engines(api, options["backends"], options["version"])
+    scopes = {engine.backend for engine in engines} | {engine.family for engine in engines}
+    common, scoped = split_engine_arguments(list(options["args"]), scopes)
     space = SearchSpace(
         engines=engines,
         **_axis_options(options, TargetModel.of(facts)),
+        extra_arguments=common,
+        engine_arguments=scoped,
         environment=parse_env_options(options["env"] or [], engines),
     )
     return TuneRequest(
@@ -324,7 +327,10 @@ def tune_command(
         help="The draft's directory on this host: a small model (draft) or an EAGLE / EAGLE-3 head.",
     ),
     args: list[str] = typer.Option(
-        [], "--args", help="More backend parameters for every candidate (repeatable)."
+        [],
+        "--args",
+        help="More backend parameters for every candidate, or BACKEND:PARAMETERS for one backend's "
+        "(repeatable).",
     ),
     env: list[str] = typer.Option(
         [],

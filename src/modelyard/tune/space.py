@@ -107,11 +107,16 @@ class SearchSpace:
     """Given to every candidate as they are (e.g. ``--max-model-len 8192``)."""
     environment: tuple[EnvSetting, ...] = ()
     """``--env``: the engines' environment (``environment.py``), not an axis."""
+    engine_arguments: tuple[tuple[str, str], ...] = ()
+    """``--args BACKEND:...``: (backend name or family, parameters) for that engine's candidates,
+    after ``extra_arguments``."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.speculation == (None,):
             del data["speculation"]  # so the tunes made before this axis keep their ids
+        if not self.engine_arguments:
+            del data["engine_arguments"]  # likewise
         if self.environment:
             data["environment"] = [setting.to_json() for setting in self.environment]
         else:
@@ -225,11 +230,14 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
         space.engines, space.tensor_parallel, space.pipeline_parallel
     ):
         env = environment_for(space.environment, engine)
+        extra = tuple(space.extra_arguments) + tuple(
+            argument for scope, argument in space.engine_arguments if scope in (engine.backend, engine.family)
+        )
         base = Candidate(
             engine,
             tensor_parallel,
             pipeline_parallel,
-            extra_arguments=tuple(space.extra_arguments),
+            extra_arguments=extra,
             env=env,
         )
         candidates.setdefault(base.candidate_id, base)
@@ -252,7 +260,7 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
                 batched_tokens=batched,
                 kv_cache_dtype=kv_dtype,
                 prefix_caching=prefix,
-                extra_arguments=tuple(space.extra_arguments),
+                extra_arguments=extra,
                 speculation=speculation,
                 env=env,
             )
