@@ -182,7 +182,9 @@ def test_a_tune_finds_the_speculation_method_the_curve_says_is_fastest(
         gpus_text=GPUS_TEXT,
         gpus=tune_platform.gpus,
         workload=LONG_ANSWERS,
-        slos=parse_slos("ttft_p95<=150ms"),
+        # Every method has the same TTFT (30 ms): a loose bound, so a loaded machine cannot fail
+        # them all; the ranking is by throughput.
+        slos=parse_slos("ttft_p95<=1s"),
         space=space,
         settings=TuneSettings(rungs=1, requests_per_point=16),
     )
