@@ -13,8 +13,13 @@ The curve (every other flag is passed on to the reference server, which ignores 
   1024: 170 ms), as smaller prefill chunks take more steps;
 - inter-token latency: ``4 / --tensor-parallel-size`` ms; with ``--speculative-config`` of K
   tokens, ``x (1 + 0.1 K) / (1 + a K)``, a step verifying K proposals of which the share ``a`` is
-  accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75); its ``/metrics`` counts the
+  accepted (``ACCEPTANCE_RATIOS``: ngram 0.5, a draft model 0.75, EAGLE 0.7, EAGLE-3 0.85, MTP
+  0.8); its ``/metrics`` counts the
   drafts, draft tokens and accepted tokens under vLLM's names.
+
+- the environment: ``CURVE_ENGINE_EXTRA_TTFT_MS`` adds that many ms to the TTFT (so a test sees
+  that ``modelyard tune --env`` reached the engine); ``CURVE_ENGINE_STARTUP_DELAY_S`` keeps the
+  engine from answering for that long after it starts (a test interrupts a tune mid-start).
 
 So at 8 concurrent streams the best is ``--max-num-seqs 8 --max-num-batched-tokens 8192`` (or
 more sequences): the shortest TTFT with no queue.
@@ -32,8 +37,10 @@ from modelyard.bench.reference.server import run_reference_program
 
 DEFAULT_MAX_SEQUENCES = 256
 DEFAULT_BATCHED_TOKENS = 2048
-ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75}
+ACCEPTANCE_RATIOS = {"ngram": 0.5, "draft_model": 0.75, "eagle": 0.7, "eagle3": 0.85, "mtp": 0.8}
 VERIFY_COST_PER_TOKEN = 0.1
+EXTRA_TTFT_VARIABLE = "CURVE_ENGINE_EXTRA_TTFT_MS"
+STARTUP_DELAY_VARIABLE = "CURVE_ENGINE_STARTUP_DELAY_S"
 
 
 def speculation_of(config_text: str | None) -> tuple[int, float]:
@@ -71,6 +78,7 @@ def main(argv: list[str]) -> int:
     ttft_ms, itl_ms, at_once = curve(
         known.max_num_seqs, known.max_num_batched_tokens, known.tensor_parallel_size, tokens, acceptance
     )
+    ttft_ms += float(os.environ.get(EXTRA_TTFT_VARIABLE, "0"))
     reference_argv = [*rest, "--ttft-ms", repr(ttft_ms), "--itl-ms", repr(itl_ms)]
     reference_argv += [
         "--double-spec-tokens",
@@ -79,6 +87,7 @@ def main(argv: list[str]) -> int:
         repr(acceptance),
     ]
     reference_argv += ["--max-concurrency", str(at_once)]
+    reference_argv += ["--startup-delay-s", os.environ.get(STARTUP_DELAY_VARIABLE, "0")]
     return run_reference_program(parse_reference_argv(reference_argv, os.environ))
 
 

@@ -133,6 +133,18 @@ def test_tune_picks_the_candidate_the_curve_says_is_best(tune_platform: TunePlat
     ]
     assert json.loads(result.report_json.read_text())["tune_id"] == result.tune_id
     assert BEST_LABEL in result.report_markdown.read_text()
+    # The gain over the engine's defaults (tp 1 was pruned, so tp 2's), with both measured figures.
+    [gain] = result.report["gains_over_each_engines_defaults"]
+    assert gain["defaults"] == "vllm-double 1.0 tp2 defaults"
+    markdown = result.report_markdown.read_text()
+    assert "## Against each engine's defaults" in markdown
+    if gain["defaults_meets_slos"]:
+        assert gain["ratio"] == pytest.approx(gain["winner_throughput"] / gain["defaults_throughput"])
+        assert gain["ratio"] > 1.5  # per request 30 + 16 ms against the defaults' 90 + 16 ms
+        assert f"{gain['ratio']:.2f}x ({gain['winner_throughput']:,.1f} at load 8" in markdown
+    else:  # a loaded machine pushed the defaults' 90 ms TTFT past the SLO's 150 ms
+        assert gain["ratio"] is None
+        assert "the defaults met the SLOs at no load (their best: " in markdown
     # Nothing left running on the server.
     assert tune_platform.deployments() == []
 

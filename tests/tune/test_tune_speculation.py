@@ -18,6 +18,7 @@ from modelyard.estimate import parse_gpu_specs
 from modelyard.modeldir import read_model_facts
 from modelyard.testing.stand_ins import build_stand_in
 from modelyard.tune.acceptance import acceptance_between
+from modelyard.tune.draft_models import TargetModel
 from modelyard.tune.pruning import prune
 from modelyard.tune.report import acceptance_text
 from modelyard.tune.server_deployer import ServerDeployer
@@ -107,13 +108,17 @@ def test_a_draft_model_must_be_a_model_directory_here_with_the_targets_vocabular
     draft.mkdir()
     (draft / "config.json").write_text(json.dumps({"vocab_size": 32000}))
     with pytest.raises(InvalidInput, match="vocabulary of 32,000 tokens, the model 151,936"):
-        parse_speculation("draft", draft_model=str(draft), target_vocabulary_size=151936)
-    with pytest.raises(InvalidInput, match="lists no draft method"):
+        parse_speculation("draft", draft_model=str(draft), target=TargetModel(vocabulary_size=151936))
+    with pytest.raises(InvalidInput, match="lists no method that uses it"):
         parse_speculation("off,ngram", draft_model=str(draft))
-    with pytest.raises(InvalidInput, match="'eagle7' is not off or one of ngram, draft, mtp"):
+    with pytest.raises(
+        InvalidInput, match="'eagle7' is not off, auto or one of ngram, draft, eagle, eagle3, mtp"
+    ):
         parse_speculation("eagle7")
 
-    assert parse_speculation("off,ngram,draft:2", draft_model=str(draft), target_vocabulary_size=32000) == (
+    assert parse_speculation(
+        "off,ngram,draft:2", draft_model=str(draft), target=TargetModel(vocabulary_size=32000)
+    ) == (
         None,
         Speculation("ngram", 4),
         Speculation("draft", 2, str(draft.resolve())),

@@ -26,6 +26,7 @@ from modelyard.errors import InvalidInput
 from modelyard.settings import METRICS_TOKEN_FILE_NAME
 
 if TYPE_CHECKING:
+    from modelyard.tune.draft_models import TargetModel
     from modelyard.tune.measurement import Measurement
     from modelyard.tune.pruning import Dropped
     from modelyard.tune.session import TuneRequest
@@ -73,6 +74,7 @@ def print_report(report: dict[str, Any]) -> None:
     """The report in the terminal: winners, how to deploy, the Pareto front, every candidate."""
     from rich.table import Table
 
+    from modelyard.tune.gains import gain_text
     from modelyard.tune.report import acceptance_text, candidate_row
 
     slo_keys = [text.split("<=")[0] + "_ms" for text in report["slos"]]
@@ -98,10 +100,14 @@ def print_report(report: dict[str, Any]) -> None:
     else:
         stdout.print("[yellow]no candidate met the SLOs at any load measured[/yellow]")
     gain = report.get("gain_over_defaults") or {}
+    gains = report.get("gains_over_each_engines_defaults") or []
     if gain.get("winner_is_defaults"):
         stdout.print("the engine's defaults won: no knob tried did better")
-    elif gain.get("ratio"):
+    elif gain.get("ratio") and not gains:
         stdout.print(f"{gain['ratio']:.2f}x the throughput of the engine's defaults ({gain['defaults']})")
+    for each in gains:
+        if not each["is_winner"]:
+            stdout.print(f"against {each['defaults']}: {gain_text(each)}", highlight=False, markup=False)
     if report.get("deploy"):
         stdout.print("deploy it with:", highlight=False)
         stdout.print(f"  {report['deploy']['command']}", highlight=False, markup=False, soft_wrap=True)
@@ -129,7 +135,7 @@ def print_report(report: dict[str, Any]) -> None:
     stdout.print(rows)
 
 
-def _axis_options(options: dict[str, Any], target_vocabulary_size: int | None) -> dict[str, Any]:
+def _axis_options(options: dict[str, Any], target: TargetModel) -> dict[str, Any]:
     from modelyard.tune.options import parse_axis, parse_kv_dtypes, parse_layouts, parse_prefix_caching
     from modelyard.tune.speculation import parse_speculation
 
@@ -155,9 +161,8 @@ def _axis_options(options: dict[str, Any], target_vocabulary_size: int | None) -
         "speculation": parse_speculation(
             options["speculative"],
             draft_model=options["draft_model"],
-            target_vocabulary_size=target_vocabulary_size,
+            target=target,
         ),
-        "extra_arguments": tuple(options["args"]),
     }
 
 
@@ -194,7 +199,9 @@ def _engines(api: Any, backends: str, versions: list[str]) -> tuple[Any, ...]:
 def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
     from modelyard.estimate import parse_gpu_specs
     from modelyard.modeldir import read_model_facts
-    from modelyard.tune.options import parse_duration_s
+    from modelyard.tune.draft_models import TargetModel
+    from modelyard.tune.environment import parse_env_options
+    from modelyard.tune.options import parse_duration_s, split_engine_arguments
     from modelyard.tune.session import TuneRequest
     from modelyard.tune.slo import parse_slos
     from modelyard.tune.space import SearchSpace
@@ -230,10 +237,15 @@ def _request(api: Any, options: dict[str, Any]) -> TuneRequest:
         max_measurements=options["max_runs"],
         time_budget_s=parse_duration_s(options["budget"]) if options["budget"] else None,
     )
-    vocabulary = facts.text_config.get("vocab_size") if facts is not None else None
+    engines = _engines(api, options["backends"], options["version"])
+    scopes = {engine.backend for engine in engines} | {engine.family for engine in engines}
+    common, scoped = split_engine_arguments(list(options["args"]), scopes)
     space = SearchSpace(
-        engines=_engines(api, options["backends"], options["version"]),
-        **_axis_options(options, vocabulary if isinstance(vocabulary, int) else None),
+        engines=engines,
+        **_axis_options(options, TargetModel.of(facts)),
+        extra_arguments=common,
+        engine_arguments=scoped,
+        environment=parse_env_options(options["env"] or [], engines),
     )
     return TuneRequest(
         model=options["model"],
@@ -255,7 +267,12 @@ def _print_plan(request: TuneRequest) -> None:
     candidates, pruned = plan_tune(request)
     stdout.print(f"{len(candidates)} candidates, {len(pruned.kept)} to measure:", highlight=False)
     for candidate in pruned.kept:
-        stdout.print(f"  {candidate.label}: {' '.join(candidate.arguments) or '(no flags)'}", highlight=False)
+        text = f"  {candidate.label}: {' '.join(candidate.arguments) or '(no flags)'}"
+        if candidate.env:
+            text += (
+                " (env " + " ".join(f"{name}={value}" for name, value in candidate.shown_env.items()) + ")"
+            )
+        stdout.print(text, highlight=False, markup=False)
     for dropped in pruned.dropped:
         stdout.print(f"  [red]dropped[/red] {dropped.candidate.label} ({dropped.stage}): {dropped.reason}")
 
@@ -264,7 +281,7 @@ def _print_plan(request: TuneRequest) -> None:
 _RESUMED: tuple[str, ...] = (
     *("model", "gpus", "workload", "slo", "backends", "version", "tp", "pp", "memory"),
     *("max_num_seqs", "batched_tokens", "kv_cache_dtype", "prefix_caching", "args", "rungs"),
-    *("speculative", "draft_model"),
+    *("speculative", "draft_model", "env"),
     *("requests", "growth", "keep", "warmup_requests", "model_dir", "gpu_ids", "knee_search"),
 )
 
@@ -301,13 +318,25 @@ def tune_command(
     speculative: str = typer.Option(
         "off",
         "--speculative",
-        help="Speculative decoding to try: off, ngram[:TOKENS], draft[:TOKENS], mtp[:TOKENS] (off,ngram:4).",
+        help="Speculative decoding to try: off, auto, ngram[:TOKENS], draft, eagle, eagle3, mtp "
+        "(e.g. off,ngram:4; auto: what the model and --draft-model allow).",
     ),
     draft_model: str | None = typer.Option(
-        None, "--draft-model", help="The draft model's directory on this host (for --speculative draft)."
+        None,
+        "--draft-model",
+        help="The draft's directory on this host: a small model (draft) or an EAGLE / EAGLE-3 head.",
     ),
     args: list[str] = typer.Option(
-        [], "--args", help="More backend parameters for every candidate (repeatable)."
+        [],
+        "--args",
+        help="More backend parameters for every candidate, or BACKEND:PARAMETERS for one backend's "
+        "(repeatable).",
+    ),
+    env: list[str] = typer.Option(
+        [],
+        "--env",
+        help="KEY=VALUE for every candidate's engine, or BACKEND:KEY=VALUE for one backend's "
+        "(repeatable; secret values are never written down).",
     ),
     rungs: int = typer.Option(3, "--rungs", help="Rounds of successive halving."),
     requests: int = typer.Option(32, "--requests", help="Requests per load in the first round."),
@@ -346,6 +375,7 @@ def tune_command(
 ) -> None:
     """Find the engine and parameters that serve a workload best within SLOs (successive halving)."""
     from modelyard.cli.client import ENV_PASSWORD, read_admin_password, read_cli_token
+    from modelyard.tune.environment import restore_secrets
     from modelyard.tune.journal import Journal
     from modelyard.tune.options import parse_gpu_ids
     from modelyard.tune.server_deployer import HttpServerApi, ServerDeployer
@@ -356,6 +386,8 @@ def tune_command(
     if resume is not None:
         stored = Journal.arguments_of(context.resolved_data_dir, resume).get("cli") or {}
         options.update({name: stored[name] for name in _RESUMED if name in stored})
+        # tune.json keeps secret values masked: they are given again with --env.
+        options["env"] = restore_secrets(stored.get("env") or [], env)
     for name, flag in (("model", "MODEL"), ("gpus", "--gpus"), ("slo", "--slo")):
         if not options[name]:
             raise InvalidInput(
@@ -375,6 +407,7 @@ def tune_command(
             return
         arguments = request.arguments()
         cli_options = {name: options[name] for name in _RESUMED}
+        cli_options["env"] = [setting.option_text for setting in request.space.environment]
         journal = Journal.open(context.resolved_data_dir, arguments, cli=cli_options)
         stderr.print(
             f"tune {journal.tune_id} (state in {journal.folder}; rerun the same command, or "

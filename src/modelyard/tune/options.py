@@ -127,3 +127,24 @@ def parse_versions(items: list[str]) -> dict[str, list[str]]:
             )
         versions.setdefault(backend.strip(), []).append(version.strip())
     return versions
+
+
+def split_engine_arguments(
+    items: list[str], scopes: set[str]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """``--args``: the items for every candidate, and the ``BACKEND:PARAMETERS`` ones, whose
+    prefix names a backend (or engine family) of the tune, for that engine's candidates only."""
+    common: list[str] = []
+    scoped: list[tuple[str, str]] = []
+    for item in items:
+        scope, colon, rest = item.partition(":")
+        if colon and scope.strip() in scopes:
+            if not rest.strip():
+                raise InvalidInput(
+                    f"--args {item!r} gives {scope.strip()} no parameters",
+                    hint="--args 'sglang:--context-length 8192'",
+                )
+            scoped.append((scope.strip(), rest.strip()))
+        else:
+            common.append(item)
+    return tuple(common), tuple(scoped)

@@ -19,6 +19,7 @@ from modelyard.doctor.plan import DeploymentPlan, check_plan
 from modelyard.errors import ModelyardError
 from modelyard.estimate import GpuSpec, estimate_memory
 from modelyard.modeldir import ModelFacts
+from modelyard.secret_names import MASK, is_secret_env_name
 from modelyard.tune.space import Candidate
 
 
@@ -49,11 +50,14 @@ class PruneOutcome:
     kv_cache_tokens: dict[str, int] = field(default_factory=dict)
 
 
-def _reason(errors: Sequence[Finding]) -> str:
+def _reason(errors: Sequence[Finding], candidate: Candidate) -> str:
     first = errors[0]
     text = first.message + (f" (fix: {first.fix})" if first.fix else "")
     if len(errors) > 1:
         text += f"; and {len(errors) - 1} more error(s): " + ", ".join(error.check_id for error in errors[1:])
+    for name, value in candidate.env:  # the report is written down: no secret in a reason
+        if is_secret_env_name(name) and value:
+            text = text.replace(value, MASK)
     return text
 
 
@@ -75,6 +79,7 @@ def prune(candidates: Sequence[Candidate], model: ModelFacts | None, gpus: Seque
             engine=candidate.engine.family,
             version=candidate.engine.checked_version,
             backend_parameters=candidate.arguments,
+            env=dict(candidate.env),
             model=model,
             gpus=own_gpus,
         )
@@ -83,7 +88,7 @@ def prune(candidates: Sequence[Candidate], model: ModelFacts | None, gpus: Seque
         if errors:
             stage = "estimate" if all(error.check_id.startswith("memory.") for error in errors) else "doctor"
             check_ids = tuple(error.check_id for error in errors)
-            outcome.dropped.append(Dropped(candidate, stage, _reason(errors), check_ids))
+            outcome.dropped.append(Dropped(candidate, stage, _reason(errors, candidate), check_ids))
             continue
         outcome.kept.append(candidate)
         if model is not None and model.config:
@@ -94,6 +99,7 @@ def prune(candidates: Sequence[Candidate], model: ModelFacts | None, gpus: Seque
                     own_gpus,
                     candidate.arguments,
                     engine_version=candidate.engine.checked_version,
+                    env=dict(candidate.env),
                 )
             except (ModelyardError, ArithmeticError, LookupError, TypeError, ValueError):
                 continue  # the doctor said so already, as a warning

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from modelyard.secret_names import is_secret_env_name
+from modelyard.tune.gains import gain_text, gains_over_defaults
 from modelyard.tune.measurement import Measurement, PointFigures
 from modelyard.tune.pruning import Dropped
 from modelyard.tune.slo import Slo, format_slos
@@ -38,18 +40,27 @@ def deploy_body(candidate: Candidate, model: str, name: str) -> dict[str, Any]:
         "backend_version": candidate.engine.version,
         "gpus_per_replica": candidate.gpu_count,
         "backend_parameters": candidate.arguments,
+        # Secret values masked (the report is written down): give them again when posting it.
+        **({"env": candidate.shown_env} if candidate.env else {}),
     }
 
 
 def deploy_command(candidate: Candidate, model: str, name: str) -> str:
-    """The ``modelyard deploy`` command line that creates it."""
+    """The ``modelyard deploy`` command line that creates it; a secret variable's value is taken
+    from the shell (``--env "HF_TOKEN=$HF_TOKEN"``), never written."""
     words = ["modelyard", "deploy", model, "--name", name, "--backend", candidate.engine.backend]
     if candidate.engine.version:
         words += ["--version", candidate.engine.version]
     words += ["--gpus", str(candidate.gpu_count)]
     for argument in candidate.arguments:
         words += ["--args", argument]
-    return shlex.join(words)
+    secrets = []
+    for variable, value in candidate.env:
+        if is_secret_env_name(variable):
+            secrets.append(f'--env "{variable}=${variable}"')
+        else:
+            words += ["--env", f"{variable}={value}"]
+    return " ".join([shlex.join(words), *secrets])
 
 
 def _winner(
@@ -184,6 +195,11 @@ def build_report(
             for winner in winners
         ],
         "gain_over_defaults": gain,
+        "gains_over_each_engines_defaults": gains_over_defaults(
+            candidates, outcome, slos, overall.candidate, overall.point
+        )
+        if overall
+        else [],
         "pareto_front": [
             {"candidate_id": c.candidate_id, "label": c.label, **_point_json(p, slos)}
             for c, p in pareto_front(candidates, outcome, slos[0])
@@ -256,11 +272,16 @@ def report_markdown(report: dict[str, Any]) -> str:
     gain = report.get("gain_over_defaults")
     if gain and gain.get("winner_is_defaults"):
         lines += ["", "The engine's defaults won: no knob tried did better."]
-    elif gain and gain.get("ratio"):
+    elif gain and gain.get("ratio") and not report.get("gains_over_each_engines_defaults"):
         lines += [
             "",
             f"Against the engine's defaults ({gain['defaults']}): {gain['ratio']:.2f}x the throughput.",
         ]
+    gains = report.get("gains_over_each_engines_defaults") or []
+    if gains:
+        lines += ["", "## Against each engine's defaults", "", "| defaults | the winner's throughput |"]
+        lines += ["|---|---|"]
+        lines += [f"| {gain['defaults']} | {gain_text(gain)} |" for gain in gains]
     if report.get("deploy"):
         lines += ["", "## Deploy it", "", "```sh", report["deploy"]["command"], "```", "", "```yaml"]
         lines += [yaml.safe_dump(report["deploy"]["body"], sort_keys=False).rstrip(), "```"]

@@ -172,6 +172,8 @@ class ServerDeployer:
             "backend_parameters": candidate.arguments,
             "skip_verification": self.skip_verification,
         }
+        if candidate.env:
+            body["env"] = dict(candidate.env)  # the server seals the secret ones
         if self.gpu_ids is not None:
             body["gpu_ids"] = self.gpu_ids[: candidate.gpu_count]
             body.pop("gpus_per_replica")

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from modelyard.errors import InvalidInput
+from modelyard.tune.environment import EnvSetting, environment_for, shown_environment
 from modelyard.tune.speculation import Speculation
 
 EngineFamily = Literal["vllm", "sglang"]
@@ -104,11 +105,22 @@ class SearchSpace:
     """Speculative decoding (``speculation.Speculation``); ``None`` is none."""
     extra_arguments: tuple[str, ...] = ()
     """Given to every candidate as they are (e.g. ``--max-model-len 8192``)."""
+    environment: tuple[EnvSetting, ...] = ()
+    """``--env``: the engines' environment (``environment.py``), not an axis."""
+    engine_arguments: tuple[tuple[str, str], ...] = ()
+    """``--args BACKEND:...``: (backend name or family, parameters) for that engine's candidates,
+    after ``extra_arguments``."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         if self.speculation == (None,):
             del data["speculation"]  # so the tunes made before this axis keep their ids
+        if not self.engine_arguments:
+            del data["engine_arguments"]  # likewise
+        if self.environment:
+            data["environment"] = [setting.to_json() for setting in self.environment]
+        else:
+            del data["environment"]  # likewise: no secret value is ever part of an id
         return data
 
 
@@ -126,6 +138,13 @@ class Candidate:
     prefix_caching: bool | None = None
     extra_arguments: tuple[str, ...] = field(default_factory=tuple)
     speculation: Speculation | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """The engine's environment (``--env``), as given; secret values are masked wherever it is
+    written (``shown_env``)."""
+
+    @property
+    def shown_env(self) -> dict[str, str]:
+        return shown_environment(self.env)
 
     @property
     def gpu_count(self) -> int:
@@ -188,12 +207,17 @@ class Candidate:
     @property
     def candidate_id(self) -> str:
         """Stable across runs (the journal's key): a digest of the engine and the arguments."""
-        key = json.dumps([asdict(self.engine), self.gpu_count, self.arguments], sort_keys=True)
+        parts: list[Any] = [asdict(self.engine), self.gpu_count, self.arguments]
+        if self.env:  # left out without one, so the ids of tunes without --env stay the same
+            parts.append(self.shown_env)
+        key = json.dumps(parts, sort_keys=True)
         return hashlib.sha256(key.encode()).hexdigest()[:10]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(candidate_id=self.candidate_id, label=self.label, arguments=self.arguments)
+        data.update(
+            candidate_id=self.candidate_id, label=self.label, arguments=self.arguments, env=self.shown_env
+        )
         return data
 
 
@@ -205,8 +229,16 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
     for engine, tensor_parallel, pipeline_parallel in itertools.product(
         space.engines, space.tensor_parallel, space.pipeline_parallel
     ):
+        env = environment_for(space.environment, engine)
+        extra = tuple(space.extra_arguments) + tuple(
+            argument for scope, argument in space.engine_arguments if scope in (engine.backend, engine.family)
+        )
         base = Candidate(
-            engine, tensor_parallel, pipeline_parallel, extra_arguments=tuple(space.extra_arguments)
+            engine,
+            tensor_parallel,
+            pipeline_parallel,
+            extra_arguments=extra,
+            env=env,
         )
         candidates.setdefault(base.candidate_id, base)
         for memory, sequences, batched, kv_dtype, prefix, speculation in itertools.product(
@@ -228,8 +260,9 @@ def generate_candidates(space: SearchSpace) -> list[Candidate]:
                 batched_tokens=batched,
                 kv_cache_dtype=kv_dtype,
                 prefix_caching=prefix,
-                extra_arguments=tuple(space.extra_arguments),
+                extra_arguments=extra,
                 speculation=speculation,
+                env=env,
             )
             candidates.setdefault(candidate.candidate_id, candidate)
     if len(candidates) > MAXIMUM_CANDIDATES:

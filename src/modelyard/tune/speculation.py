@@ -1,29 +1,30 @@
 """Speculative decoding as an axis of a tune: the method, the tokens proposed per step, and the
-draft model when there is one, written in each engine's own flags.
+draft (a model or an EAGLE head) when there is one, written in each engine's own flags.
 
     ngram = Speculation("ngram", 4)
     ngram.arguments("vllm")     # ['--speculative-config \'{"method": "ngram", ...}\'']
     ngram.arguments("sglang")   # ['--speculative-algorithm NGRAM', '--speculative-num-draft-tokens 4']
-    parse_speculation("off,ngram:4,draft:3", draft_model="/models/qwen3-0.6b")
+    parse_speculation("off,ngram:4,eagle3:3", draft_model="/models/qwen3-8b-eagle3", target=target)
 
 The methods and their flags (vLLM 0.25's ``--speculative-config`` JSON; SGLang 0.5's
-``--speculative-*`` flags; docs/tune.md#speculative-decoding):
+``--speculative-*`` flags, K steps of one token each: ``--speculative-num-steps K
+--speculative-eagle-topk 1 --speculative-num-draft-tokens K+1``; docs/tune.md#speculative-decoding):
 
-    method   vLLM --speculative-config                      SGLang
-    ngram    {"method": "ngram", "num_speculative_tokens": K,  --speculative-algorithm NGRAM
-              "prompt_lookup_max": 4}                          --speculative-num-draft-tokens K
-    draft    {"model": PATH, "num_speculative_tokens": K}      --speculative-algorithm STANDALONE
-                                                               --speculative-draft-model-path PATH
-                                                               --speculative-num-steps K
-                                                               --speculative-eagle-topk 1
-                                                               --speculative-num-draft-tokens K+1
-    mtp      {"method": "mtp", "num_speculative_tokens": K}    --speculative-algorithm EAGLE (no draft
-                                                               path: the model's own MTP layers)
-                                                               --speculative-num-steps K ...
+    method   vLLM --speculative-config                        SGLang --speculative-algorithm
+    ngram    {"method": "ngram", "num_speculative_tokens": K,  NGRAM --speculative-num-draft-tokens K
+              "prompt_lookup_max": 4}
+    draft    {"model": PATH, "num_speculative_tokens": K}      STANDALONE + draft path + K steps
+    eagle    {"method": "eagle", "model": PATH, ...: K}        EAGLE + draft path + K steps
+    eagle3   {"method": "eagle3", "model": PATH, ...: K}       EAGLE3 + draft path + K steps
+    mtp      {"method": "mtp", "num_speculative_tokens": K}    NEXTN + K steps (SGLang runs it as
+                                                               EAGLE over the model's own MTP layers)
 
-ngram needs nothing more; a draft model must be a model directory on this host (its
-``config.json`` read, its vocabulary the target's); MTP needs the model's multi-token-prediction
-layers, which the doctor checks (``param.mtp-without-layers``) before anything starts.
+ngram needs nothing more; draft, eagle and eagle3 need ``--draft-model`` of their kind
+(``draft_models.py``: checked on this host); mtp needs the model's multi-token-prediction layers,
+which the doctor checks (``param.mtp-without-layers``) before anything starts. ``auto`` is what
+the model and the draft allow: off, ngram, mtp where the model has MTP layers, and the draft's
+own method where ``--draft-model`` is given. The estimator counts a draft's weights and KV cache,
+and the MTP layers' KV (``estimate/speculative.py``), so a draft that does not fit is dropped.
 """
 
 from __future__ import annotations
@@ -31,18 +32,19 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from modelyard.errors import InvalidInput, NotFound
-from modelyard.modeldir.tokenizer_files import read_json_file
+from modelyard.errors import InvalidInput
+from modelyard.tune.draft_models import DRAFT_METHODS, TargetModel, check_draft_method, read_draft_model
 
-SpeculationMethod = Literal["ngram", "draft", "mtp"]
-METHODS: tuple[SpeculationMethod, ...] = ("ngram", "draft", "mtp")
-DEFAULT_TOKENS: dict[str, int] = {"ngram": 4, "draft": 4, "mtp": 2}
+SpeculationMethod = Literal["ngram", "draft", "eagle", "eagle3", "mtp"]
+METHODS: tuple[SpeculationMethod, ...] = ("ngram", "draft", "eagle", "eagle3", "mtp")
+DEFAULT_TOKENS: dict[str, int] = {"ngram": 4, "draft": 4, "eagle": 3, "eagle3": 3, "mtp": 2}
+SGLANG_ALGORITHMS = {"draft": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN"}
 MAXIMUM_TOKENS = 16
 NGRAM_LOOKUP_MAX = 4
 OFF_WORDS = ("off", "default", "none")
+AUTO_WORD = "auto"
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Speculation:
     tokens: int
     """Tokens proposed per step (vLLM ``num_speculative_tokens``)."""
     draft_model: str | None = None
-    """The draft model's directory (``draft`` only)."""
+    """The draft's directory (``draft``, ``eagle``, ``eagle3`` only)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -66,15 +68,15 @@ class Speculation:
                 f"speculative tokens {self.tokens} are not between 1 and {MAXIMUM_TOKENS}",
                 hint="--speculative ngram:4",
             )
-        if (self.method == "draft") != (self.draft_model is not None):
+        if (self.method in DRAFT_METHODS) != (self.draft_model is not None):
             raise InvalidInput(
-                "a draft model goes with the draft method only",
-                hint="--speculative draft:4 --draft-model /models/small-draft",
+                f"a draft model goes with the {', '.join(DRAFT_METHODS)} methods only",
+                hint="--speculative eagle3:3 --draft-model /models/my-eagle3-head",
             )
 
     @property
     def label(self) -> str:
-        """``ngram:4``, ``draft:4``, ``mtp:2``."""
+        """``ngram:4``, ``draft:4``, ``eagle3:3``, ``mtp:2``."""
         return f"{self.method}:{self.tokens}"
 
     def vllm_config(self) -> dict[str, Any]:
@@ -86,6 +88,8 @@ class Speculation:
             }
         if self.method == "draft":
             return {"model": self.draft_model, "num_speculative_tokens": self.tokens}
+        if self.method in ("eagle", "eagle3"):
+            return {"method": self.method, "model": self.draft_model, "num_speculative_tokens": self.tokens}
         return {"method": "mtp", "num_speculative_tokens": self.tokens}
 
     def arguments(self, family: str) -> list[str]:
@@ -94,9 +98,7 @@ class Speculation:
             return [f"--speculative-config {shlex.quote(json.dumps(self.vllm_config()))}"]
         if self.method == "ngram":
             return ["--speculative-algorithm NGRAM", f"--speculative-num-draft-tokens {self.tokens}"]
-        items = [
-            "--speculative-algorithm " + ("STANDALONE" if self.method == "draft" else "EAGLE"),
-        ]
+        items = [f"--speculative-algorithm {SGLANG_ALGORITHMS[self.method]}"]
         if self.draft_model is not None:
             items.append(f"--speculative-draft-model-path {shlex.quote(self.draft_model)}")
         items += [
@@ -107,44 +109,34 @@ class Speculation:
         return items
 
 
-def check_draft_model(path_text: str, target_vocabulary_size: int | None) -> str:
-    """The draft model's absolute directory, once it is seen to be a model whose vocabulary is the
-    target's (speculation needs the same tokens); else a clear error."""
-    path = Path(path_text).expanduser()
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise NotFound(
-            f"--draft-model {path_text!r} is not a model directory on this host (no config.json there)",
-            hint="give the directory of a small model of the same family, e.g. --draft-model "
-            "/models/qwen3-0.6b; ngram speculation needs no draft (--speculative ngram:4)",
-        )
-    config = read_json_file(config_file)
-    if config.content is None:
-        raise InvalidInput(f"--draft-model {path_text!r}: {config.problem}")
-    draft_vocabulary = config.content.get("vocab_size")
-    if (
-        target_vocabulary_size is not None
-        and isinstance(draft_vocabulary, int)
-        and draft_vocabulary != target_vocabulary_size
-    ):
-        raise InvalidInput(
-            f"--draft-model {path_text!r} has a vocabulary of {draft_vocabulary:,} tokens, the model "
-            f"{target_vocabulary_size:,}: a draft must propose the target's tokens",
-            hint="pick a draft of the same family and tokenizer (e.g. a smaller Qwen3 for a Qwen3)",
-        )
-    return str(path.resolve())
+def _auto(draft_model: str | None, target: TargetModel) -> list[str]:
+    """What ``auto`` stands for with this model and draft."""
+    parts = ["off", "ngram"]
+    if target.mtp_layers:
+        parts.append("mtp")
+    if draft_model is not None:
+        parts.append(read_draft_model(draft_model, target).method)
+    return parts
 
 
 def parse_speculation(
-    text: str, *, draft_model: str | None = None, target_vocabulary_size: int | None = None
+    text: str,
+    *,
+    draft_model: str | None = None,
+    target: TargetModel | None = None,
 ) -> tuple[Speculation | None, ...]:
-    """``--speculative off,ngram:4,draft:3,mtp``: ``off`` (or ``default``) is no speculation;
-    ``METHOD[:TOKENS]`` one method, with its default token count when TOKENS is left out."""
+    """``--speculative off,ngram:4,eagle3:3,mtp``: ``off`` (or ``default``) is no speculation;
+    ``METHOD[:TOKENS]`` one method, with its default token count when TOKENS is left out; ``auto``
+    what the model and the draft allow (module docstring)."""
+    target = target or TargetModel()
     values: list[Speculation | None] = []
-    checked_draft: str | None = None
-    for part in (piece.strip() for piece in text.split(",")):
-        if not part:
-            continue
+    draft = None
+    parts = [piece.strip() for piece in text.split(",") if piece.strip()]
+    if any(part.lower() == AUTO_WORD for part in parts):
+        parts = [
+            p for part in parts for p in (_auto(draft_model, target) if part.lower() == AUTO_WORD else [part])
+        ]
+    for part in parts:
         if part.lower() in OFF_WORDS:
             values.append(None)
             continue
@@ -152,7 +144,8 @@ def parse_speculation(
         method = method.strip().lower()
         if method not in METHODS:
             raise InvalidInput(
-                f"--speculative value {part!r} is not off or one of {', '.join(METHODS)} (METHOD[:TOKENS])",
+                f"--speculative value {part!r} is not off, auto or one of {', '.join(METHODS)} "
+                "(METHOD[:TOKENS])",
                 hint="--speculative off,ngram:4",
             )
         if count and not count.strip().isdigit():
@@ -162,20 +155,22 @@ def parse_speculation(
             )
         tokens = int(count) if count else DEFAULT_TOKENS[method]
         path = None
-        if method == "draft":
+        if method in DRAFT_METHODS:
             if draft_model is None:
                 raise InvalidInput(
-                    f"--speculative {part} needs --draft-model, the draft model's directory",
-                    hint="--speculative off,draft:4 --draft-model /models/qwen3-0.6b",
+                    f"--speculative {part} needs --draft-model, the directory of its draft",
+                    hint=f"--speculative off,{part} --draft-model "
+                    + ("/models/qwen3-0.6b" if method == "draft" else f"/models/my-{method}-head"),
                 )
-            checked_draft = checked_draft or check_draft_model(draft_model, target_vocabulary_size)
-            path = checked_draft
+            draft = draft or read_draft_model(draft_model, target)
+            check_draft_method(method, draft, target)
+            path = draft.path
         values.append(Speculation(method, tokens, path))  # type: ignore[arg-type]
     if not values:
         raise InvalidInput("--speculative is empty", hint="--speculative off,ngram:4")
-    if draft_model is not None and checked_draft is None:
+    if draft_model is not None and draft is None:
         raise InvalidInput(
-            "--draft-model is given but --speculative lists no draft method",
-            hint="--speculative off,draft:4",
+            "--draft-model is given but --speculative lists no method that uses it",
+            hint="--speculative off,auto (the draft's own method), or off,draft:4 / eagle:3 / eagle3:3",
         )
     return tuple(dict.fromkeys(values))

@@ -187,6 +187,11 @@ class Tuner:
             self._drop(Dropped(candidate, "start", reason))
             self.deployer.stop(candidate)
             return None
+        except BaseException:
+            # Interrupted while it started (Ctrl-C): its deployment may exist already, and nothing
+            # else knows of it (it is not running yet), so it goes now.
+            self.deployer.stop(candidate)
+            raise
         seconds = self.clock() - began_s
         self.journal.add_start(StartRecord(candidate.candidate_id, seconds))
         self._running = (candidate, endpoint)

@@ -52,7 +52,16 @@ function winners(report) {
       { empty: "No candidate met the SLOs at any load measured.", caption: "Winners" },
     ),
     gainText ? h("p", { id: "gain" }, gainText) : null,
+    eachEnginesGain(report),
   ];
+}
+
+// The winner against every engine's defaults, with the measured figures (report.json's text).
+function eachEnginesGain(report) {
+  const gains = (report.gains_over_each_engines_defaults ?? []).filter((gain) => !gain.is_winner);
+  if (!gains.length) return null;
+  return h("ul", { id: "gains", "aria-label": "the winner against each engine's defaults" },
+    ...gains.map((gain) => h("li", {}, `Against ${gain.defaults}: ${gain.text}`)));
 }
 
 function deploy(report) {
