@@ -3,7 +3,8 @@ user's traffic would reach them: the ``Deployer`` of ``modelyard tune``.
 
 Each candidate is a deployment ``tune-<tune id>-<candidate id>`` made with the REST API (the
 server's own preflight runs, its controller starts the engine), waited for until every instance
-runs, and deleted (and waited for) before the next one starts, so the GPUs are free. A refusal or
+runs, and deleted (and waited for, until its GPUs' memory is back: ``gpu_release.py``) before the
+next one starts, so the GPUs are free. A refusal or
 a failed start is ``CandidateStartFailed`` with the server's reason. The gateway key
 ``tune-<tune id>`` is created (or rotated, when a rerun finds it) at the start of each session and
 revoked at its end; its secret is never written down.
@@ -31,6 +32,7 @@ import httpx
 from modelyard.errors import ModelyardError
 from modelyard.tune.contract import CandidateStartFailed
 from modelyard.tune.endpoint import Endpoint
+from modelyard.tune.gpu_release import gpu_memory_used, wait_for_release
 from modelyard.tune.space import Candidate
 
 API_PREFIX = "/api/v1"
@@ -106,6 +108,9 @@ class ServerDeployer:
     """Told the names of the deployments an interrupted session left, once they are removed."""
     metrics_token_file: Path | None = None
     """The server's scrape token file; None: the engines' samples are not read."""
+    release_timeout_s: float = 120.0
+    """How long a removal waits for its GPUs' memory to come back before the next start."""
+    _used_before: dict[int, int] = field(default_factory=dict)
     _key: str | None = None
     _cleaned: bool = False
 
@@ -177,6 +182,7 @@ class ServerDeployer:
         if self.gpu_ids is not None:
             body["gpu_ids"] = self.gpu_ids[: candidate.gpu_count]
             body.pop("gpus_per_replica")
+        self._used_before = gpu_memory_used(self.api, body.get("gpu_ids"))
         status, data = self.api.request("POST", "/deployments", body)
         if status >= 400:
             message, hint = _error_text(data)
@@ -231,6 +237,8 @@ class ServerDeployer:
         status, _ = self.api.request("DELETE", f"/deployments/{name}")
         if status != 404:
             self._wait_gone(name)
+        wait_for_release(self.api, self._used_before, timeout_s=self.release_timeout_s, clock=self.clock)
+        self._used_before = {}
 
     def close(self) -> None:
         if self._key is not None:

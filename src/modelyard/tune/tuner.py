@@ -182,7 +182,7 @@ class Tuner:
             endpoint = self.deployer.start(candidate)
         except CandidateStartFailed as error:
             seconds = self.clock() - began_s
-            reason = str(error) + (f" ({error.hint})" if error.hint else "")
+            reason = str(error)  # its hint included, once
             self.journal.add_start(StartRecord(candidate.candidate_id, seconds, reason))
             self._drop(Dropped(candidate, "start", reason))
             self.deployer.stop(candidate)
