@@ -46,7 +46,12 @@ def test_stop_returns_only_once_the_gpus_memory_is_back(tune_platform: TunePlatf
             _set_used(nvml_file, HELD_BYTES)
             while not all(used == HELD_BYTES for used in _inventory_used(tune_platform)):
                 polled.wait(0.2)  # the server reads NVML every few seconds; nothing to await
-            stopper = threading.Thread(target=lambda: (deployer.stop(CANDIDATE), stopped.set()))
+
+            def stop() -> None:
+                deployer.stop(CANDIDATE)
+                stopped.set()
+
+            stopper = threading.Thread(target=stop)
             stopper.start()
             while tune_platform.served.api("GET", f"/api/v1/deployments/{name}").status_code != 404:
                 polled.wait(0.2)
