@@ -284,6 +284,22 @@ def test_utilization_that_leaves_no_room_for_cuda_graphs() -> None:
     assert eager.get("memory.fraction-leaves-no-headroom") is None
 
 
+def test_the_headroom_follows_where_the_models_start_counts_its_cuda_graphs() -> None:
+    # vLLM 0.25 starts a dense Qwen3 on its V2 model runner, which captures the graphs after sizing
+    # the KV cache (the H100 field run of 2026-12-07 logged "Using V2 Model Runner" and 0.11 GiB
+    # of graphs after the cache): 0.8 GiB outside the budget is too little. Forced onto the V1
+    # runner, the same start takes its graphs from the budget and needs only the allocator's slack.
+    model = _model()
+    v2 = _ids("--gpu-memory-utilization 0.99", gpus="1x80GB", model=model)
+    _error(v2, "memory.fraction-leaves-no-headroom")
+    v1 = _ids(
+        "--gpu-memory-utilization 0.99", gpus="1x80GB", model=model, env={"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    )
+    # What is left is the estimator's warning of the same id (a fraction above the safe one), not
+    # the refusal: that start survives.
+    assert v1["memory.fraction-leaves-no-headroom"].severity is Severity.WARNING
+
+
 def test_a_fraction_that_is_not_one() -> None:
     _error(_ids("--gpu-memory-utilization 1.5"), "memory.invalid-fraction")
     assert "memory.invalid-fraction" not in _ids("--gpu-memory-utilization 0.5")

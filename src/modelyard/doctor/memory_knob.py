@@ -62,7 +62,11 @@ def knob_findings(
     parsed: ParsedParameters,
     gpus: list[GpuSpec],
     env: Mapping[str, str] | None = None,
+    graphs_in_budget: bool | None = None,
 ) -> list[Finding]:
+    """``graphs_in_budget``: whether the model's start takes vLLM's CUDA graphs from the budget (the
+    estimate's ``cuda_graphs_in_budget``, by release and model runner); None, with no model: from
+    the version and env alone."""
     if not gpus:
         return []
     if engine == "sglang":
@@ -84,7 +88,7 @@ def knob_findings(
     requested = total * utilization
     findings.extend(_free(version, env, gpu, utilization, requested, shown))
     if not findings:
-        findings.extend(_headroom(version, env, parsed, gpu, utilization, shown))
+        findings.extend(_headroom(version, env, parsed, gpu, utilization, shown, graphs_in_budget))
         if utilization <= vllm_default_utilization(version):
             findings = [_at_the_default(finding) for finding in findings]
     return findings
@@ -163,17 +167,18 @@ def _headroom(
     gpu: GpuSpec,
     utilization: float,
     shown: str,
+    graphs_in_budget: bool | None,
 ) -> list[Finding]:
     eager = bool(parsed.switch("--enforce-eager"))
-    needed = vllm_outside_reserve_bytes(version, enforce_eager=eager, env=env)
+    inside = vllm_graphs_in_budget(version, env) if graphs_in_budget is None else graphs_in_budget
+    needed = vllm_outside_reserve_bytes(version, enforce_eager=eager, env=env, graphs_in_budget=inside)
     outside = gpu.memory_total_bytes * (1 - utilization)
     if outside >= needed:
         return []
     safe = max(0.0, 1 - needed / gpu.memory_total_bytes)
     what = (
-        "the allocator's slack (CUDA graphs are inside the budget with "
-        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)"
-        if vllm_graphs_in_budget(version, env) or eager
+        "the allocator's slack (this start takes its CUDA graphs from the budget)"
+        if inside or eager
         else "the CUDA graphs vLLM captures after sizing the KV cache (1~3 GiB, by vLLM's own log)"
     )
     return [

@@ -138,6 +138,16 @@ def plan_memory_findings(
         # A config the estimator cannot read must not block a deployment: say so, and go on.
         logger.exception("memory estimate failed for %s", context.model.directory)
         return [*findings, _estimate_failed(f"{type(error).__name__}: {error}", "")]
+    if context.engine == "vllm":
+        # The knob's headroom again, now that the model says where its CUDA graphs are counted.
+        findings = knob_findings(
+            context.engine,
+            context.version,
+            context.parameters,
+            gpus,
+            context.engine_environment,
+            graphs_in_budget=estimate.cuda_graphs_in_budget,
+        )
     if observations and context.version:
         key = start_key(
             estimate,

@@ -67,9 +67,16 @@ def vllm_graphs_in_budget(version: str | None, env: Mapping[str, str] | None = N
 
 
 def vllm_outside_reserve_bytes(
-    version: str | None, *, enforce_eager: bool, env: Mapping[str, str] | None = None
+    version: str | None,
+    *,
+    enforce_eager: bool,
+    env: Mapping[str, str] | None = None,
+    graphs_in_budget: bool | None = None,
 ) -> int:
-    """Memory a start needs outside ``total x utilization`` to get through CUDA graph capture."""
-    if vllm_graphs_in_budget(version, env) or enforce_eager:
+    """Memory a start needs outside ``total x utilization`` to get through CUDA graph capture.
+    ``graphs_in_budget``: whether this model's start takes its graphs from the budget, where the
+    model is known (``graph_budget.vllm_graphs_counted``); None: from the version and env alone."""
+    inside = vllm_graphs_in_budget(version, env) if graphs_in_budget is None else graphs_in_budget
+    if inside or enforce_eager:
         return VLLM_OUTSIDE_SLACK_BYTES
     return VLLM_OUTSIDE_GRAPH_BYTES
