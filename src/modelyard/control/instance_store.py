@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload, selectinload
 
 from modelyard.control.states import InstanceState
 from modelyard.control.transitions import Transition, records_event
@@ -141,9 +141,18 @@ class InstanceStore:
 
     def load_deployments(self) -> list[DeploymentView]:
         with self._database.session() as session:
-            deployments = session.scalars(
-                select(Deployment).options(selectinload(Deployment.instances)).order_by(Deployment.id)
-            ).all()
+            # One statement (a join), so one snapshot: a deployment's replica count and its
+            # instances are read together. Two statements (selectinload) are two snapshots on
+            # SQLite and on PostgreSQL's read committed: a count raised and a row added in one
+            # commit between them read as the old count with the new row, which the pass then
+            # stopped as scaled down.
+            deployments = (
+                session.scalars(
+                    select(Deployment).options(joinedload(Deployment.instances)).order_by(Deployment.id)
+                )
+                .unique()
+                .all()
+            )
             copies: dict[int, dict[str, str]] = {}
             for model_file_id, worker, state in session.execute(
                 select(WorkerModel.model_file_id, WorkerModel.worker, WorkerModel.state)
