@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, expect
 
 import modelyard
 from modelyard.estimate import GpuSpec, estimate_memory
+from modelyard.estimate.gpus import cuda_visible_total_bytes
 from modelyard.modeldir import read_model_facts
 from modelyard.testing.hub_doubles import HuggingFaceHubDouble
 from modelyard.testing.stand_ins import build_stand_in
@@ -56,14 +57,16 @@ def h100_server(
     nvml.write_text(json.dumps({"driver_version": "580.95.05", "cuda_driver_version": 13000, "gpus": [gpu]}))
     python_path = os.pathsep.join(filter(None, [str(NVML_DOUBLE_FOLDER), os.environ.get("PYTHONPATH")]))
     environment = {"PYTHONPATH": python_path, "MODELYARD_NVML_DOUBLE": str(nvml)}
+    # The engine sees CUDA's total, NVML's less the driver's reservation (the estimate's view too).
+    engine_total = cuda_visible_total_bytes(H100_BYTES)
     estimate = estimate_memory(
         read_model_facts(model_dir),
         "vllm",
-        [GpuSpec(name=H100_NAME, memory_total_bytes=H100_BYTES)],
+        [GpuSpec(name=H100_NAME, memory_total_bytes=engine_total)],
         PARAMETERS,
         engine_version=VERSION,
     )
-    budget = math.ceil(H100_BYTES * 0.5)
+    budget = math.ceil(engine_total * 0.5)
     overhead_gib = (budget - 0.93 * estimate.plan_on_total.kv_cache_bytes) / (1 << 30)
     backend = (
         "backend_name: vllm-short\n"
@@ -76,7 +79,7 @@ def h100_server(
         f'  "{VERSION}":\n'
         f"    run_command: {sys.executable} -m modelyard.bench.reference_server vllm serve {{{{model_path}}}}"
         " --host {{worker_ip}} --port {{port}} --served-model-name {{model_name}}"
-        f" --double-gpu-memory-gib {H100_BYTES / (1 << 30)!r} --double-overhead-gib {overhead_gib!r}"
+        f" --double-gpu-memory-gib {engine_total / (1 << 30)!r} --double-overhead-gib {overhead_gib!r}"
         f" --double-kv-bytes-per-position {estimate.cache.kv_bytes_per_token}\n"
         "    custom_framework: cuda\n"
         "    modelyard:\n"

@@ -10,7 +10,17 @@ import pytest
 from modelyard.backends.catalog import load_builtin_backends
 from modelyard.doctor.findings import Severity
 from modelyard.doctor.preflight import preflight_deployment
-from modelyard.estimate.gpus import GIB, KNOWN_GPU_TOTAL_GIB
+import math
+
+from modelyard.estimate.gpus import (
+    GIB,
+    KNOWN_GPU_TOTAL_GIB,
+    MEASURED_CUDA_TOTAL_BYTES,
+    MIB,
+    RESERVED_BYTES_MEASURED_MAX,
+    RESERVED_SHARE_MEASURED_MAX,
+    cuda_visible_total_bytes,
+)
 from modelyard.hardware.gpus import GpuInfo
 from modelyard.modeldir import read_model_facts
 from modelyard.presets import Preset, get_preset, load_presets
@@ -30,8 +40,22 @@ def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: build_stand_in(name, root / name) for name in sorted({_stand_in_name(p) for p in PRESETS})}
 
 
+def _nvml_total_bytes(kind: str) -> int:
+    """The NVML total of a board whose CUDA total is ``KNOWN_GPU_TOTAL_GIB[kind]`` (what
+    ``modelyard estimate --gpus 1xKIND`` takes): the measured board's, else the least NVML total
+    that leaves that much after the reservation the estimator assumes."""
+    cuda = int(KNOWN_GPU_TOTAL_GIB[kind] * GIB)
+    for mib, measured in MEASURED_CUDA_TOTAL_BYTES.items():
+        if abs(measured - cuda) < 16 * MIB:
+            return mib * MIB
+    nvml = max(cuda + RESERVED_BYTES_MEASURED_MAX, math.ceil(cuda / (1 - RESERVED_SHARE_MEASURED_MAX)))
+    assert cuda_visible_total_bytes(nvml) >= cuda - MIB
+    return nvml
+
+
 def _gpus(kind: str, count: int) -> list[GpuInfo]:
-    total = int(KNOWN_GPU_TOTAL_GIB[kind] * GIB)
+    # The inventory reads NVML's total; the preflight takes CUDA's view of it, as the fit does.
+    total = _nvml_total_bytes(kind)
     return [
         GpuInfo(
             index=index,
