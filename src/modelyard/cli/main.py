@@ -99,7 +99,8 @@ COMMANDS: dict[str, CommandEntry] = {
     "keys": CommandEntry(("modelyard.cli.keys",), "API keys for the gateway (/v1).", _SERVER),
     "usage": CommandEntry(
         ("modelyard.cli.usage",),
-        "Requests, tokens and errors by project, user, key or deployment, as the gateway metered them.",
+        "Requests, tokens, errors and time to first token (p50, p90) by project, user, key or deployment,"
+        " as the gateway metered them.",
         _SERVER,
     ),
     "password": CommandEntry(("modelyard.cli.account",), "Change the admin password.", _SERVER),
