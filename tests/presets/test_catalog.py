@@ -3,6 +3,7 @@ and that list is what the estimator computes, on stand-ins built from the models
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,6 @@ import pytest
 from modelyard.backends.catalog import load_builtin_backends
 from modelyard.doctor.findings import Severity
 from modelyard.doctor.preflight import preflight_deployment
-import math
-
 from modelyard.estimate.gpus import (
     GIB,
     KNOWN_GPU_TOTAL_GIB,
