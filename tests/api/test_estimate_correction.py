@@ -82,7 +82,8 @@ def test_the_preflight_summary_is_corrected_by_the_recorded_starts(api: ApiHarne
     offset_gib = (0.93 + 0.935) / 2 * plan.kv_cache_bytes / (1 << 30) - plan.kv_cache_bytes / (1 << 30)
     assert summary["message"].endswith(
         "corrected by 2 starts on this cluster (these settings), last error +7.0 %: "
-        f"KV cache {offset_gib:.2f} GiB per GPU (-6.8 %), {plan.kv_cache_tokens:,} tokens before correction ({corrected:,} after)"
+        f"KV cache {offset_gib:.2f} GiB per GPU (-6.8 %), "
+        f"{plan.kv_cache_tokens:,} tokens before correction ({corrected:,} after)"
     ), summary["message"]
     assert summary["details"]["uncorrected_kv_cache_tokens"] == plan.kv_cache_tokens
     correction = summary["details"]["correction"]
