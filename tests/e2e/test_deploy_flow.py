@@ -75,7 +75,7 @@ def test_deploy_through_the_form_and_operate_it(console: Console, tiny_model_dir
     expect(log).to_contain_text("Application startup complete", timeout=30_000)
 
     page.get_by_label("Replicas", exact=True).fill("2")
-    page.get_by_role("button", name="Scale").click()
+    page.get_by_role("button", name="Scale", exact=True).click()
     expect(page.locator('.instance[data-state="running"]')).to_have_count(2, timeout=90_000)
     second = page.locator("#log-instance option", has_text="replica 1").get_attribute("value")
     assert second is not None

@@ -175,7 +175,7 @@ def test_every_page_a_role_opens_offers_only_what_the_role_may_use(
         ]
         page.goto(f"{console_server.url}/deployments/chat")
         expect(page.locator("#state")).to_have_text("running")
-        expect(page.get_by_role("button", name="Scale")).to_have_count(0)
+        expect(page.get_by_role("button", name="Scale", exact=True)).to_have_count(0)
         expect(page.get_by_role("link", name="Try in the playground")).to_be_visible()
         expect(page.locator("#limits-now")).to_contain_text("No limits")
     else:
